@@ -1,0 +1,144 @@
+"""The ``changebroker`` command: the local stack (up, down, status, demo) and each service."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Protocol
+
+from changebroker import config, logs
+from changebroker.stack.local import LocalStack, Ports
+from changebroker.stack.state import StateDir, default_state_dir
+
+
+class ServiceMain(Protocol):
+    """What each service package's ``main`` module provides to the CLI."""
+
+    def configure(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+# name -> (module with configure/run, one-line help). Explicit on purpose: no plugin magic.
+SERVICES: dict[str, tuple[str, str]] = {}
+
+
+def _stack_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=default_state_dir(),
+        help="data, logs, pids and jar cache [env CHANGEBROKER_STATE_DIR; default .state/]",
+    )
+    defaults = Ports()
+    for flag, attr in [
+        ("--pg-port", "postgres"),
+        ("--kafka-port", "kafka"),
+        ("--kafka-controller-port", "kafka_controller"),
+        ("--broker-port", "broker"),
+        ("--registry-port", "registry"),
+        ("--changeserver-port", "changeserver"),
+        ("--changeserver-mgmt-port", "changeserver_mgmt"),
+    ]:
+        config.add_option(
+            parser,
+            flag,
+            scope="",
+            type=int,
+            default=getattr(defaults, attr),
+            help=f"port for {attr}",
+        )
+
+
+def _stack(args: argparse.Namespace) -> LocalStack:
+    ports = Ports(
+        postgres=args.pg_port,
+        kafka=args.kafka_port,
+        kafka_controller=args.kafka_controller_port,
+        broker=args.broker_port,
+        registry=args.registry_port,
+        changeserver=args.changeserver_port,
+        changeserver_mgmt=args.changeserver_mgmt_port,
+    )
+    return LocalStack.from_env(StateDir(args.state_dir), ports)
+
+
+def _print_endpoints(endpoints: dict[str, dict[str, object]]) -> None:
+    for name, info in endpoints.items():
+        where = info.get("dsn") or info.get("bootstrap") or info.get("url")
+        print(f"  {name:<14} {where}")
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    stack = _stack(args)
+    print(f"starting the local stack (state: {stack.state.root})", flush=True)
+    endpoints = stack.up()
+    print("running:")
+    _print_endpoints(endpoints)
+    if args.demo:
+        from changebroker import demo
+
+        return demo.run(stack)
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    stack = _stack(args)
+    stopped = stack.down(purge=args.purge)
+    print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    if args.purge:
+        print(f"purged data and logs under {stack.state.root}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    endpoints = _stack(args).status()
+    if args.json:
+        print(json.dumps(endpoints, indent=2))
+    elif endpoints:
+        _print_endpoints(endpoints)
+    else:
+        print("nothing is running: start it with `changebroker up`")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="changebroker", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    up = commands.add_parser(
+        "up", help="start the local stack (idempotent) and print its endpoints"
+    )
+    _stack_options(up)
+    up.add_argument("--demo", action="store_true", help="then run a short demo against it")
+    up.set_defaults(handler=cmd_up)
+
+    down = commands.add_parser("down", help="stop what `up` started; data is kept")
+    _stack_options(down)
+    down.add_argument("--purge", action="store_true", help="also delete data and logs")
+    down.set_defaults(handler=cmd_down)
+
+    status = commands.add_parser("status", help="endpoints of what is running")
+    _stack_options(status)
+    status.add_argument("--json", action="store_true", help="as a JSON object")
+    status.set_defaults(handler=cmd_status)
+
+    for name, (module_name, help_text) in SERVICES.items():
+        service: ServiceMain = importlib.import_module(module_name)
+        sub = commands.add_parser(name, help=help_text)
+        service.configure(sub)
+        sub.set_defaults(handler=service.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logs.configure(args.command)
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Settings from flags and environment variables, one way for every service.
+
+Every flag of every service has an environment variable of the same name
+(``--max-age`` of the changeserver is ``CHANGEBROKER_CHANGESERVER_MAX_AGE``),
+so containers and CI configure by environment and people by flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+ENV_PREFIX = "CHANGEBROKER_"
+
+# The local stack's default ports (README lists them; flags and env vars move each).
+DEFAULT_PG_PORT = 55432
+DEFAULT_KAFKA_PORT = 9092
+DEFAULT_BROKER_PORT = 8080
+DEFAULT_REGISTRY_PORT = 8081
+DEFAULT_CHANGESERVER_PORT = 9000
+DEFAULT_CHANGESERVER_MGMT_PORT = 9001
+DEFAULT_DATABASE = "changebroker"
+
+
+def env_name(scope: str, flag: str) -> str:
+    """``("changeserver", "--max-age")`` -> ``CHANGEBROKER_CHANGESERVER_MAX_AGE``."""
+    parts = [scope, flag.lstrip("-")] if scope else [flag.lstrip("-")]
+    return ENV_PREFIX + "_".join(p.upper().replace("-", "_") for p in parts)
+
+
+def add_option(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    *,
+    scope: str,
+    default: Any = None,
+    type: Callable[[str], Any] = str,
+    help: str,
+    env: str | None = None,
+    required: bool = False,
+) -> None:
+    """Add ``flag`` whose default comes from its environment variable, then ``default``."""
+    variable = env or env_name(scope, flag)
+    raw = os.environ.get(variable)
+    value = type(raw) if raw not in (None, "") else default
+    parser.add_argument(
+        flag,
+        default=value,
+        type=type,
+        required=required and value is None,
+        help=f"{help} [env {variable}; default {value!r}]",
+    )
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``"90"``, ``"250ms"``, ``"30s"``, ``"15m"``, ``"24h"`` or ``"7d"``."""
+    match = _DURATION.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"invalid duration {text!r}: use a number with an optional unit ms, s, m, h or d"
+        )
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]

@@ -1,0 +1,157 @@
+"""``up`` / ``down`` / ``status``: the whole local stack as one unit.
+
+Postgres and Kafka are started here unless CHANGEBROKER_PG_DSN /
+CHANGEBROKER_KAFKA_BOOTSTRAP point at existing ones; the project's own
+services then start as child processes of their own (``changebroker
+<service>``), each with a pid file, a log file and a readiness URL.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from changebroker import config, logs
+from changebroker.stack.kafka import LocalKafka
+from changebroker.stack.postgres import LocalPostgres
+from changebroker.stack.processes import read_pid, start_detached, stop_pid, wait_until
+from changebroker.stack.state import StateDir
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Ports:
+    postgres: int = config.DEFAULT_PG_PORT
+    kafka: int = config.DEFAULT_KAFKA_PORT
+    kafka_controller: int = config.DEFAULT_KAFKA_PORT + 1
+    broker: int = config.DEFAULT_BROKER_PORT
+    registry: int = config.DEFAULT_REGISTRY_PORT
+    changeserver: int = config.DEFAULT_CHANGESERVER_PORT
+    changeserver_mgmt: int = config.DEFAULT_CHANGESERVER_MGMT_PORT
+
+
+@dataclass
+class Service:
+    """One of our own services, run as ``changebroker <name> <args>``."""
+
+    name: str
+    args: list[str]
+    base_url: str
+    ready_url: str
+
+
+@dataclass
+class LocalStack:
+    state: StateDir
+    ports: Ports = field(default_factory=Ports)
+    external_pg_dsn: str | None = None
+    external_kafka: str | None = None
+    durable: bool = True
+
+    @classmethod
+    def from_env(cls, state: StateDir, ports: Ports) -> LocalStack:
+        return cls(
+            state=state,
+            ports=ports,
+            external_pg_dsn=os.environ.get("CHANGEBROKER_PG_DSN") or None,
+            external_kafka=os.environ.get("CHANGEBROKER_KAFKA_BOOTSTRAP") or None,
+        )
+
+    @property
+    def postgres(self) -> LocalPostgres:
+        return LocalPostgres(self.state, self.ports.postgres, durable=self.durable)
+
+    @property
+    def kafka(self) -> LocalKafka:
+        return LocalKafka(self.state, self.ports.kafka, self.ports.kafka_controller)
+
+    @property
+    def pg_dsn(self) -> str:
+        return self.external_pg_dsn or self.postgres.dsn
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return self.external_kafka or self.kafka.bootstrap
+
+    def services(self) -> list[Service]:
+        """Our services in start order (later issues add theirs here)."""
+        return []
+
+    def up(self, *, with_services: bool = True) -> dict[str, Any]:
+        if not self.external_pg_dsn:
+            self.postgres.start()
+        if not self.external_kafka:
+            self.kafka.start()
+        if with_services:
+            for service in self.services():
+                self._start_service(service)
+        endpoints = self.status()
+        (self.state.run / "stack.json").write_text(json.dumps(endpoints, indent=2))
+        return endpoints
+
+    def down(self, *, purge: bool = False) -> list[str]:
+        stopped = [
+            s.name for s in reversed(self.services()) if stop_pid(self.state.pid_file(s.name))
+        ]
+        if not self.external_kafka and self.kafka.stop():
+            stopped.append("kafka")
+        if not self.external_pg_dsn and self.postgres.stop():
+            stopped.append("postgres")
+        (self.state.run / "stack.json").unlink(missing_ok=True)
+        if purge:
+            self.postgres.purge()
+            self.kafka.purge()
+            shutil.rmtree(self.state.root / "data", ignore_errors=True)
+            shutil.rmtree(self.state.logs, ignore_errors=True)
+        return stopped
+
+    def status(self) -> dict[str, Any]:
+        """Endpoints of what is running now (external services count as running)."""
+        result: dict[str, Any] = {}
+        if self.external_pg_dsn or self.postgres.running():
+            result["postgres"] = {"dsn": self.pg_dsn, "external": bool(self.external_pg_dsn)}
+        if self.external_kafka or self.kafka.running():
+            result["kafka"] = {
+                "bootstrap": self.kafka_bootstrap,
+                "external": bool(self.external_kafka),
+            }
+        for service in self.services():
+            pid = read_pid(self.state.pid_file(service.name))
+            if pid is not None:
+                result[service.name] = {"url": service.base_url, "pid": pid}
+        return result
+
+    def _start_service(self, service: Service) -> None:
+        pid_file = self.state.pid_file(service.name)
+        if read_pid(pid_file) is None:
+            start_detached(
+                [sys.executable, "-m", "changebroker.cli", service.name, *service.args],
+                log_file=self.state.log_file(service.name),
+                pid_file=pid_file,
+                env={
+                    "CHANGEBROKER_PG_DSN": self.pg_dsn,
+                    "CHANGEBROKER_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
+                },
+            )
+        wait_until(
+            lambda: _answers(service.ready_url) and read_pid(pid_file) is not None,
+            timeout=120,
+            what=f"{service.name} at {service.ready_url} (see {self.state.log_file(service.name)})",
+        )
+        log.info("service ready", extra=logs.fields(service=service.name, url=service.base_url))
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False

@@ -1,0 +1,56 @@
+"""A SparkSession with the Kafka connector: ``local[*]`` by default, any cluster by URL."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from changebroker.stack import maven
+from changebroker.stack.state import REPO_ROOT, StateDir, default_state_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+POM = REPO_ROOT / "docker" / "local" / "spark-kafka-pom.xml"
+# The connector and what it needs beyond the jars pyspark ships.
+CONNECTOR_ARTIFACTS = (
+    "spark-sql-kafka-0-10_2.13",
+    "spark-token-provider-kafka-0-10_2.13",
+    "kafka-clients",
+    "commons-pool2",
+)
+
+
+def connector_jars(state: StateDir | None = None) -> list[str]:
+    state = state or StateDir(default_state_dir())
+    jars = maven.resolve_jars(
+        POM, state.cache / "spark-kafka-jars", include_artifacts=CONNECTOR_ARTIFACTS
+    )
+    return [str(j) for j in jars]
+
+
+def spark_session(
+    master: str | None = None, app_name: str = "changebroker", state: StateDir | None = None
+) -> SparkSession:
+    """A SparkSession that can read and write Kafka (``format("kafka")``).
+
+    ``master`` falls back to CHANGEBROKER_SPARK_MASTER, then ``local[*]``.
+    """
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    master = master or os.environ.get("CHANGEBROKER_SPARK_MASTER") or "local[*]"
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.jars", ",".join(connector_jars(state)))
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    if master.startswith("local"):
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
+    return builder.getOrCreate()

@@ -1,0 +1,52 @@
+"""The state folder: where the local stack keeps data, logs, pids and caches."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("CHANGEBROKER_STATE_DIR") or REPO_ROOT / ".state")
+
+
+@dataclass(frozen=True)
+class StateDir:
+    root: Path
+    # Downloaded jars; the test stack shares the main one so nothing downloads twice.
+    cache_root: Path | None = None
+
+    @property
+    def logs(self) -> Path:
+        return self._dir("logs")
+
+    @property
+    def run(self) -> Path:
+        return self._dir("run")
+
+    @property
+    def cache(self) -> Path:
+        """Downloaded jars; ``down --purge`` keeps them."""
+        if self.cache_root is None:
+            return self._dir("cache")
+        self.cache_root.mkdir(parents=True, exist_ok=True)
+        return self.cache_root
+
+    def data(self, name: str) -> Path:
+        path = self._dir("data") / name
+        path.mkdir(exist_ok=True)
+        return path
+
+    def log_file(self, name: str) -> Path:
+        return self.logs / f"{name}.log"
+
+    def pid_file(self, name: str) -> Path:
+        return self.run / f"{name}.pid"
+
+    def _dir(self, name: str) -> Path:
+        path = self.root / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path

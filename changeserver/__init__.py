@@ -1,0 +1,1 @@
+"""changeserver (see README)."""

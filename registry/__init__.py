@@ -1,0 +1,1 @@
+"""registry (see README)."""

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Install everything changebroker needs on a Debian host, idempotently:
+# Java, Maven and PostgreSQL from Debian (when absent), the virtual environment
+# at .venv with the project in it, and the Kafka / Spark-connector jars from
+# Maven Central into .state/cache. `--test` adds the test and lint tools.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+extras=""
+if [[ "${1:-}" == "--test" ]]; then
+  extras="[test]"
+fi
+
+missing=()
+command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null || missing+=(maven)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "missing system packages: ${missing[*]} (run: sudo apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+  echo "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+python=${PYTHON:-python3}
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "Python >= 3.11 is needed (set PYTHON=/path/to/python3.11)" >&2
+  exit 1
+fi
+if [[ ! -x .venv/bin/python ]]; then
+  echo "creating .venv"
+  "$python" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+echo "installing changebroker${extras} into .venv"
+.venv/bin/python -m pip install -q -e ".${extras}"
+
+echo "resolving the Kafka and Spark-connector jars (cached in .state/cache)"
+.venv/bin/python - <<'PY'
+from changebroker.stack.kafka import LocalKafka
+from changebroker.stack.spark import connector_jars
+from changebroker.stack.state import StateDir, default_state_dir
+
+state = StateDir(default_state_dir())
+print(f"  kafka: {len(LocalKafka(state, 0, 0).jars())} jars")
+print(f"  spark kafka connector: {len(connector_jars(state))} jars")
+PY
+echo "installed: .venv/bin/changebroker"

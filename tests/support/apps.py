@@ -1,0 +1,101 @@
+"""Run our ASGI apps for tests: in a thread (fast) or as a real process (for crash tests)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import uvicorn
+from starlette.types import ASGIApp
+
+from changebroker.http import FlowIdMiddleware
+from changebroker.stack.processes import wait_until
+
+
+@contextlib.contextmanager
+def serve_in_thread(app: ASGIApp) -> Iterator[str]:
+    """Serve ``app`` on a free loopback port; yields its base URL."""
+    config = uvicorn.Config(
+        FlowIdMiddleware(app),
+        host="127.0.0.1",
+        port=0,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started or not thread.is_alive(), timeout=30, what="uvicorn to start")
+    if not server.started:
+        raise RuntimeError("the app failed to start: see the log above")
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+class CliProcess:
+    """``changebroker <args>`` as a child process that a test can SIGKILL and restart."""
+
+    def __init__(
+        self, args: Sequence[str], ready_url: str, log_path: Path, env: dict[str, str] | None = None
+    ):
+        self.args = list(args)
+        self.ready_url = ready_url
+        self.log_path = log_path
+        self.env = {**os.environ, **(env or {})}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60) -> CliProcess:
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "changebroker.cli", *self.args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+            )
+        process = self.process
+        wait_until(
+            lambda: answers(self.ready_url) or process.poll() is not None,
+            timeout=timeout,
+            what=f"{self.args[0]} to be ready at {self.ready_url}",
+        )
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"{self.args[0]} exited {process.returncode}: {self.log_path.read_text()[-3000:]}"
+            )
+        return self
+
+    def kill(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> int | None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        return self.process.returncode if self.process else None
