@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Protocol
 
-from changebroker import config, logs
+from changebroker import config, logs, services
 from changebroker.stack.local import LocalStack, Ports
 from changebroker.stack.state import StateDir, default_state_dir
 
@@ -20,10 +20,6 @@ class ServiceMain(Protocol):
     def configure(self, parser: argparse.ArgumentParser) -> None: ...
 
     def run(self, args: argparse.Namespace) -> int: ...
-
-
-# name -> (module with configure/run, one-line help). Explicit on purpose: no plugin magic.
-SERVICES: dict[str, tuple[str, str]] = {}
 
 
 def _stack_options(parser: argparse.ArgumentParser) -> None:
@@ -126,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="as a JSON object")
     status.set_defaults(handler=cmd_status)
 
-    for name, (module_name, help_text) in SERVICES.items():
+    for name, (module_name, help_text) in services.available().items():
         service: ServiceMain = importlib.import_module(module_name)
         sub = commands.add_parser(name, help=help_text)
         service.configure(sub)

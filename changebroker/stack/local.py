@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-from changebroker import config, logs
+from changebroker import config, logs, services
 from changebroker.stack.kafka import LocalKafka
 from changebroker.stack.postgres import LocalPostgres
 from changebroker.stack.processes import read_pid, start_detached, stop_pid, wait_until
@@ -82,8 +82,40 @@ class LocalStack:
         return self.external_kafka or self.kafka.bootstrap
 
     def services(self) -> list[Service]:
-        """Our services in start order (later issues add theirs here)."""
-        return []
+        """Our services in start order: the registry before the broker that uses it."""
+        p = self.ports
+        loopback = "http://127.0.0.1"
+        planned = [
+            Service(
+                "registry",
+                ["--port", str(p.registry)],
+                f"{loopback}:{p.registry}",
+                f"{loopback}:{p.registry}/health",
+            ),
+            Service(
+                "changeserver",
+                [
+                    "--port",
+                    str(p.changeserver),
+                    "--mgmt-port",
+                    str(p.changeserver_mgmt),
+                    "--db-dir",
+                    str(self.state.data("changeserver")),
+                    "--slot",
+                    "changebroker",
+                ],
+                f"{loopback}:{p.changeserver}",
+                f"{loopback}:{p.changeserver_mgmt}/ready",
+            ),
+            Service(
+                "broker",
+                ["--port", str(p.broker), "--registry-url", f"{loopback}:{p.registry}"],
+                f"{loopback}:{p.broker}",
+                f"{loopback}:{p.broker}/health",
+            ),
+        ]
+        present = services.available()
+        return [s for s in planned if s.name in present]
 
     def up(self, *, with_services: bool = True) -> dict[str, Any]:
         if not self.external_pg_dsn:

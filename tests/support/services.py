@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from changebroker.stack.local import LocalStack, Ports
-from changebroker.stack.processes import free_port
+from changebroker.stack.processes import free_port, pid_alive
 from changebroker.stack.state import REPO_ROOT, StateDir
 
 
@@ -53,16 +55,33 @@ def _from_testcontainers() -> Iterator[Services]:
         )
 
 
-@contextlib.contextmanager
-def _from_local_stack() -> Iterator[Services]:
-    state = StateDir(REPO_ROOT / ".state" / "test", cache_root=REPO_ROOT / ".state" / "cache")
-    stack = LocalStack(
-        state=state,
+TEST_STATE_ROOT = REPO_ROOT / ".state" / "test"
+CACHE = REPO_ROOT / ".state" / "cache"
+
+
+def _test_stack(root: Path) -> LocalStack:
+    return LocalStack(
+        state=StateDir(root, cache_root=CACHE),
         ports=Ports(postgres=free_port(), kafka=free_port(), kafka_controller=free_port()),
         durable=False,
     )
-    # A previous run that was killed may have left its servers running.
-    stack.down(purge=True)
+
+
+def _clean_up_killed_runs() -> None:
+    """Stop and delete the stacks of earlier test runs that were killed before cleaning up."""
+    for root in TEST_STATE_ROOT.glob("run-*"):
+        owner = int(root.name.removeprefix("run-"))
+        if not pid_alive(owner):
+            _test_stack(root).down(purge=True)
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _from_local_stack() -> Iterator[Services]:
+    # One folder per run, so concurrent runs (two checkouts, two terminals) never collide.
+    _clean_up_killed_runs()
+    root = TEST_STATE_ROOT / f"run-{os.getpid()}"
+    stack = _test_stack(root)
     stack.up(with_services=False)
     try:
         yield Services(
@@ -72,6 +91,7 @@ def _from_local_stack() -> Iterator[Services]:
         )
     finally:
         stack.down(purge=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @contextlib.contextmanager
