@@ -1,0 +1,70 @@
+"""Run every benchmark against the local stack and print one table of figures and ratios.
+
+    .venv/bin/python -m bench                 # all of them
+    .venv/bin/python -m bench broker_publish  # some of them, by module name
+
+The local stack (Postgres, Kafka) is started first if it is not running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.report import RESULTS_ENV, Figure, format_table
+from changebroker.stack.local import LocalStack, Ports
+from changebroker.stack.state import StateDir, default_state_dir
+
+BENCH_DIR = Path(__file__).resolve().parent
+NOT_BENCHMARKS = {"__init__", "__main__", "report"}
+
+
+def discover() -> list[str]:
+    return sorted(p.stem for p in BENCH_DIR.glob("*.py") if p.stem not in NOT_BENCHMARKS)
+
+
+def main(argv: list[str]) -> int:
+    names = argv or discover()
+    unknown = sorted(set(names) - set(discover()))
+    if unknown:
+        print(f"no such benchmark: {', '.join(unknown)}; have: {', '.join(discover())}")
+        return 2
+    stack = LocalStack.from_env(StateDir(default_state_dir()), Ports())
+    stack.up(with_services=False)
+    env = {
+        **os.environ,
+        "CHANGEBROKER_PG_DSN": stack.pg_dsn,
+        "CHANGEBROKER_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
+    }
+    failed: list[str] = []
+    with tempfile.NamedTemporaryFile(suffix=".jsonl") as results:
+        env[RESULTS_ENV] = results.name
+        for index, name in enumerate(names, 1):
+            print(f"\n[{index}/{len(names)}] bench.{name}", flush=True)
+            started = time.monotonic()
+            # A process each, so one benchmark's threads and memory never skew the next.
+            code = f"import sys, bench.{name} as b; sys.exit(b.main())"
+            done = subprocess.run([sys.executable, "-c", code], env=env)
+            print(
+                f"[{index}/{len(names)}] bench.{name}: exit {done.returncode} "
+                f"in {time.monotonic() - started:.0f}s",
+                flush=True,
+            )
+            if done.returncode != 0:
+                failed.append(name)
+        figures = [
+            Figure(**json.loads(line)) for line in Path(results.name).read_text().splitlines()
+        ]
+    print("\nsummary\n" + format_table(figures))
+    if failed:
+        print(f"failed: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
