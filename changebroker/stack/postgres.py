@@ -83,6 +83,14 @@ class LocalPostgres:
         digest = hashlib.sha256(str(self.state.root).encode()).hexdigest()[:12]
         return Path("/var/tmp") / f"changebroker-{digest}" / "postgres"
 
+    @property
+    def log_file(self) -> Path:
+        """Beside the data when that had to move out of reach of the state folder."""
+        data = self.data_dir
+        if data.parent == self.state.root / "data":
+            return self.state.log_file("postgres")
+        return data.parent / "postgres.log"
+
     def running(self) -> bool:
         return (self.data_dir / "postmaster.pid").exists() and port_open(self.host, self.port)
 
@@ -93,7 +101,7 @@ class LocalPostgres:
             self._initdb(bin_dir, data)
         self._write_config(data)
         if not self.running():
-            log_file = self.state.log_file("postgres")
+            log_file = self.log_file
             log_file.touch()
             _chown_to_server_user(log_file)
             self._run(
@@ -122,7 +130,10 @@ class LocalPostgres:
         return True
 
     def purge(self) -> None:
-        shutil.rmtree(self.data_dir, ignore_errors=True)
+        data = self.data_dir
+        shutil.rmtree(data, ignore_errors=True)
+        if data.parent != self.state.root / "data":
+            shutil.rmtree(data.parent, ignore_errors=True)
 
     def _initdb(self, bin_dir: Path, data: Path) -> None:
         data.mkdir(parents=True, exist_ok=True)

@@ -29,11 +29,12 @@ class StateDir:
 
     @property
     def cache(self) -> Path:
-        """Downloaded jars; ``down --purge`` keeps them."""
-        if self.cache_root is None:
+        """Downloaded jars; ``down --purge`` keeps them. CHANGEBROKER_CACHE_DIR moves them."""
+        chosen = self.cache_root or os.environ.get("CHANGEBROKER_CACHE_DIR")
+        if not chosen:
             return self._dir("cache")
-        self.cache_root.mkdir(parents=True, exist_ok=True)
-        return self.cache_root
+        Path(chosen).mkdir(parents=True, exist_ok=True)
+        return Path(chosen)
 
     def data(self, name: str) -> Path:
         path = self._dir("data") / name

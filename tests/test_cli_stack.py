@@ -1,0 +1,77 @@
+"""`changebroker up / status / down` as a user runs them, on ports and a state folder of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from changebroker import kafka
+from changebroker.stack.processes import free_port, pid_alive
+from changebroker.stack.state import REPO_ROOT
+
+
+def _changebroker(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "changebroker.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def _status(env: dict[str, str]) -> dict[str, Any]:
+    done = _changebroker(env, "status", "--json")
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def test_up_is_idempotent_status_reports_endpoints_and_down_stops(tmp_path: Path) -> None:
+    ports = {
+        name: str(free_port())
+        for name in (
+            "PG_PORT",
+            "KAFKA_PORT",
+            "KAFKA_CONTROLLER_PORT",
+            "BROKER_PORT",
+            "REGISTRY_PORT",
+            "CHANGESERVER_PORT",
+            "CHANGESERVER_MGMT_PORT",
+        )
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHANGEBROKER_")}
+    env.update({f"CHANGEBROKER_{k}": v for k, v in ports.items()})
+    env["CHANGEBROKER_STATE_DIR"] = str(tmp_path / "state")
+    env["CHANGEBROKER_CACHE_DIR"] = str(REPO_ROOT / ".state" / "cache")
+    try:
+        first = _changebroker(env, "up")
+        assert first.returncode == 0, first.stdout + first.stderr
+        status = _status(env)
+        assert status["postgres"]["dsn"].endswith(f":{ports['PG_PORT']}/changebroker")
+        assert status["kafka"]["bootstrap"] == f"127.0.0.1:{ports['KAFKA_PORT']}"
+        with psycopg.connect(status["postgres"]["dsn"]) as conn:
+            assert conn.execute("SHOW wal_level").fetchone() == ("logical",)
+        kafka.wait_until_ready(status["kafka"]["bootstrap"], timeout=30)
+
+        second = _changebroker(env, "up")
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert _status(env) == status  # same processes, nothing restarted
+
+        stopped = _changebroker(env, "down")
+        assert stopped.returncode == 0, stopped.stderr
+        assert "postgres" in stopped.stdout and "kafka" in stopped.stdout
+        assert _status(env) == {}
+        for name, info in status.items():
+            if "pid" in info:
+                assert not pid_alive(info["pid"]), f"{name} still runs after down"
+    finally:
+        purged = _changebroker(env, "down", "--purge")
+    assert purged.returncode == 0, purged.stderr
+    assert not (tmp_path / "state" / "data").exists()
