@@ -22,7 +22,10 @@ DEFAULT_BROKER_PORT = 8080
 DEFAULT_REGISTRY_PORT = 8081
 DEFAULT_CHANGESERVER_PORT = 9000
 DEFAULT_CHANGESERVER_MGMT_PORT = 9001
+# The application data the changeserver publishes, and our own metadata (broker, registry),
+# in separate databases: our metadata writes must never show up as changes.
 DEFAULT_DATABASE = "changebroker"
+DEFAULT_META_DATABASE = "changebroker_meta"
 
 
 def env_name(scope: str, flag: str) -> str:

@@ -54,6 +54,7 @@ class LocalStack:
     ports: Ports = field(default_factory=Ports)
     external_pg_dsn: str | None = None
     external_kafka: str | None = None
+    external_meta_dsn: str | None = None
     durable: bool = True
 
     @classmethod
@@ -63,6 +64,7 @@ class LocalStack:
             ports=ports,
             external_pg_dsn=os.environ.get("CHANGEBROKER_PG_DSN") or None,
             external_kafka=os.environ.get("CHANGEBROKER_KAFKA_BOOTSTRAP") or None,
+            external_meta_dsn=os.environ.get("CHANGEBROKER_META_PG_DSN") or None,
         )
 
     @property
@@ -78,6 +80,14 @@ class LocalStack:
         return self.external_pg_dsn or self.postgres.dsn
 
     @property
+    def meta_dsn(self) -> str:
+        """Where the broker and registry keep metadata: CHANGEBROKER_META_PG_DSN, else beside
+        the application database locally, else the same database as CHANGEBROKER_PG_DSN."""
+        if self.external_meta_dsn:
+            return self.external_meta_dsn
+        return self.external_pg_dsn or self.postgres.meta_dsn
+
+    @property
     def kafka_bootstrap(self) -> str:
         return self.external_kafka or self.kafka.bootstrap
 
@@ -88,7 +98,7 @@ class LocalStack:
         planned = [
             Service(
                 "registry",
-                ["--port", str(p.registry)],
+                ["--port", str(p.registry), "--pg-url", self.meta_dsn],
                 f"{loopback}:{p.registry}",
                 f"{loopback}:{p.registry}/health",
             ),
@@ -109,7 +119,14 @@ class LocalStack:
             ),
             Service(
                 "broker",
-                ["--port", str(p.broker), "--registry-url", f"{loopback}:{p.registry}"],
+                [
+                    "--port",
+                    str(p.broker),
+                    "--pg-url",
+                    self.meta_dsn,
+                    "--registry-url",
+                    f"{loopback}:{p.registry}",
+                ],
                 f"{loopback}:{p.broker}",
                 f"{loopback}:{p.broker}/health",
             ),
@@ -149,7 +166,11 @@ class LocalStack:
         """Endpoints of what is running now (external services count as running)."""
         result: dict[str, Any] = {}
         if self.external_pg_dsn or self.postgres.running():
-            result["postgres"] = {"dsn": self.pg_dsn, "external": bool(self.external_pg_dsn)}
+            result["postgres"] = {
+                "dsn": self.pg_dsn,
+                "meta_dsn": self.meta_dsn,
+                "external": bool(self.external_pg_dsn),
+            }
         if self.external_kafka or self.kafka.running():
             result["kafka"] = {
                 "bootstrap": self.kafka_bootstrap,

@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 
 from changebroker import logs
-from changebroker.config import DEFAULT_DATABASE
+from changebroker.config import DEFAULT_DATABASE, DEFAULT_META_DATABASE
 from changebroker.stack.processes import port_open, wait_until
 from changebroker.stack.state import StateDir
 
@@ -72,7 +72,16 @@ class LocalPostgres:
 
     @property
     def dsn(self) -> str:
-        return f"postgresql://{SERVER_USER}@{self.host}:{self.port}/{DEFAULT_DATABASE}"
+        """The application database, the one the changeserver publishes."""
+        return self._database_dsn(DEFAULT_DATABASE)
+
+    @property
+    def meta_dsn(self) -> str:
+        """The broker's and the registry's metadata."""
+        return self._database_dsn(DEFAULT_META_DATABASE)
+
+    def _database_dsn(self, name: str) -> str:
+        return f"postgresql://{SERVER_USER}@{self.host}:{self.port}/{name}"
 
     @property
     def data_dir(self) -> Path:
@@ -118,7 +127,7 @@ class LocalPostgres:
                 "start",
             )
         wait_until(lambda: port_open(self.host, self.port), timeout=60, what="Postgres to listen")
-        self._ensure_database()
+        self._ensure_databases()
         log.info("postgres ready", extra=logs.fields(dsn=self.dsn))
 
     def stop(self) -> bool:
@@ -176,14 +185,12 @@ class LocalPostgres:
             with open(main_conf, "a") as out:
                 out.write(include)
 
-    def _ensure_database(self) -> None:
-        server = f"postgresql://{SERVER_USER}@{self.host}:{self.port}/postgres"
-        with psycopg.connect(server, autocommit=True) as conn:
-            exists = conn.execute(
-                "SELECT 1 FROM pg_database WHERE datname = %s", (DEFAULT_DATABASE,)
-            ).fetchone()
-            if not exists:
-                conn.execute(f'CREATE DATABASE "{DEFAULT_DATABASE}"')
+    def _ensure_databases(self) -> None:
+        with psycopg.connect(self._database_dsn("postgres"), autocommit=True) as conn:
+            for name in (DEFAULT_DATABASE, DEFAULT_META_DATABASE):
+                exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+                if not exists.fetchone():
+                    conn.execute(f'CREATE DATABASE "{name}"')
 
     def _run(self, *argv: object) -> None:
         command = [str(a) for a in argv]
