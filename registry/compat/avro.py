@@ -1,0 +1,313 @@
+"""Avro compatibility by the specification's schema-resolution rules.
+
+``avro_violations(reader, writer)``: can data written with ``writer`` be read
+with ``reader``? Records match by unqualified name or the reader's aliases;
+reader fields missing from the writer need a default; writer fields the reader
+lacks are skipped; int/long/float/double promote upwards and string and bytes
+into each other; a writer union needs every branch readable; a reader union
+needs a branch that matches the writer; enum symbols the reader lacks need the
+reader's enum default.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from registry.compat.model import SchemaError, Violation
+
+PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+
+# writer type -> reader types that can read it.
+_PROMOTIONS = {
+    "int": {"long", "float", "double"},
+    "long": {"float", "double"},
+    "float": {"double"},
+    "string": {"bytes"},
+    "bytes": {"string"},
+}
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass
+class Field:
+    name: str
+    type: Node
+    has_default: bool
+    aliases: frozenset[str]
+
+
+@dataclass
+class Node:
+    """One parsed Avro schema: kind is a primitive name or record/enum/fixed/array/map/union."""
+
+    kind: str
+    fullname: str = ""
+    aliases: frozenset[str] = frozenset()
+    fields: list[Field] = field(default_factory=list)
+    symbols: list[str] = field(default_factory=list)
+    enum_default: str | None = None
+    size: int = 0
+    children: list[Node] = field(default_factory=list)  # items, values, or union branches
+
+    @property
+    def short_name(self) -> str:
+        return self.fullname.rsplit(".", 1)[-1]
+
+    def describe(self) -> str:
+        return self.fullname if self.fullname else self.kind
+
+
+def parse(schema: Any) -> Node:
+    """Parse an Avro schema (JSON text or its decoded form); SchemaError says what is wrong."""
+    if isinstance(schema, str):
+        text = schema.strip()
+        if text[:1] in ("{", "[", '"'):
+            try:
+                schema = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise SchemaError(f"the Avro schema is not valid JSON: {error}") from error
+    return _Parser().parse(schema, "")
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self.names: dict[str, Node] = {}
+
+    def _fullname(self, name: Any, namespace: str, where: str) -> str:
+        if not isinstance(name, str) or not name:
+            raise SchemaError(f"{where} needs a 'name' string")
+        if "." in name:
+            parts = name.split(".")
+        else:
+            parts = [*(namespace.split(".") if namespace else []), name]
+        if not all(_NAME.match(p) for p in parts):
+            raise SchemaError(f"{name!r} is not a valid Avro name (letters, digits, _)")
+        return ".".join(parts)
+
+    def _define(self, node: Node) -> None:
+        if node.fullname in self.names or node.fullname in PRIMITIVES:
+            raise SchemaError(f"the Avro name {node.fullname!r} is defined twice")
+        self.names[node.fullname] = node
+
+    def parse(self, schema: Any, namespace: str) -> Node:
+        if isinstance(schema, str):
+            if schema in PRIMITIVES:
+                return Node(kind=schema)
+            for candidate in (f"{namespace}.{schema}" if namespace else schema, schema):
+                if candidate in self.names:
+                    return self.names[candidate]
+            raise SchemaError(f"unknown Avro type {schema!r}: define it before using it")
+        if isinstance(schema, list):
+            branches = [self.parse(b, namespace) for b in schema]
+            if any(b.kind == "union" for b in branches):
+                raise SchemaError("an Avro union cannot directly contain another union")
+            return Node(kind="union", children=branches)
+        if not isinstance(schema, Mapping):
+            raise SchemaError(f"an Avro schema is a string, an object or an array, not {schema!r}")
+        kind = schema.get("type")
+        if isinstance(kind, list | Mapping):
+            return self.parse(kind, namespace)
+        if kind in PRIMITIVES:
+            return Node(kind=kind)
+        if kind in ("record", "error", "enum", "fixed"):
+            return self._named(schema, kind, namespace)
+        if kind == "array":
+            if "items" not in schema:
+                raise SchemaError("an Avro array needs 'items'")
+            return Node(kind="array", children=[self.parse(schema["items"], namespace)])
+        if kind == "map":
+            if "values" not in schema:
+                raise SchemaError("an Avro map needs 'values'")
+            return Node(kind="map", children=[self.parse(schema["values"], namespace)])
+        if isinstance(kind, str):
+            return self.parse(kind, namespace)
+        raise SchemaError(f"an Avro schema object needs a 'type', got {dict(schema)!r}")
+
+    def _named(self, schema: Mapping[str, Any], kind: str, namespace: str) -> Node:
+        own_namespace = schema.get("namespace", namespace)
+        if not isinstance(own_namespace, str):
+            raise SchemaError("an Avro 'namespace' is a string")
+        fullname = self._fullname(schema.get("name"), own_namespace, f"an Avro {kind}")
+        inner = fullname.rsplit(".", 1)[0] if "." in fullname else ""
+        aliases = frozenset(
+            self._fullname(a, inner, f"an alias of {fullname}") for a in schema.get("aliases", [])
+        )
+        node = Node(kind="record" if kind == "error" else kind, fullname=fullname, aliases=aliases)
+        self._define(node)
+        if kind == "enum":
+            symbols = schema.get("symbols")
+            if not isinstance(symbols, list) or not all(
+                isinstance(s, str) and _NAME.match(s) for s in symbols
+            ):
+                raise SchemaError(f"the Avro enum {fullname} needs 'symbols', a list of names")
+            if len(set(symbols)) != len(symbols):
+                raise SchemaError(f"the Avro enum {fullname} lists a symbol twice")
+            node.symbols = list(symbols)
+            default = schema.get("default")
+            if default is not None and default not in symbols:
+                raise SchemaError(
+                    f"the default of the Avro enum {fullname} is not one of its symbols"
+                )
+            node.enum_default = default
+        elif kind == "fixed":
+            size = schema.get("size")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise SchemaError(f"the Avro fixed {fullname} needs a non-negative integer 'size'")
+            node.size = size
+        else:
+            fields = schema.get("fields")
+            if not isinstance(fields, list):
+                raise SchemaError(f"the Avro record {fullname} needs 'fields', a list")
+            seen: set[str] = set()
+            for raw in fields:
+                if not isinstance(raw, Mapping) or "type" not in raw:
+                    raise SchemaError(f"each field of the Avro record {fullname} needs a 'type'")
+                name = raw.get("name")
+                if not isinstance(name, str) or not _NAME.match(name):
+                    raise SchemaError(f"a field of the Avro record {fullname} has no valid name")
+                if name in seen:
+                    raise SchemaError(f"the Avro record {fullname} has two fields named {name!r}")
+                seen.add(name)
+                node.fields.append(
+                    Field(
+                        name=name,
+                        type=self.parse(raw["type"], inner),
+                        has_default="default" in raw,
+                        aliases=frozenset(raw.get("aliases", [])),
+                    )
+                )
+        return node
+
+
+def avro_violations(reader: Any, writer: Any) -> list[Violation]:
+    """[] iff data written with ``writer`` can be read with ``reader`` (Avro resolution)."""
+    return _Resolution().read(parse(reader), parse(writer), "#")
+
+
+def _names_match(reader: Node, writer: Node) -> bool:
+    return (
+        reader.short_name == writer.short_name
+        or writer.fullname in reader.aliases
+        or writer.short_name in {a.rsplit(".", 1)[-1] for a in reader.aliases}
+    )
+
+
+def _matches(reader: Node, writer: Node, *, exact: bool) -> bool:
+    """Does a reader union branch match the writer (spec: same kind, or a promotion)?"""
+    if reader.kind != writer.kind:
+        return not exact and reader.kind in _PROMOTIONS.get(writer.kind, set())
+    if reader.kind in ("record", "enum", "fixed"):
+        return _names_match(reader, writer)
+    return True
+
+
+class _Resolution:
+    def __init__(self) -> None:
+        self.active: set[tuple[int, int]] = set()
+
+    def read(self, reader: Node, writer: Node, path: str) -> list[Violation]:
+        if writer.kind == "union":
+            found: list[Violation] = []
+            for index, branch in enumerate(writer.children):
+                found += self.read(
+                    reader, branch, f"{path}/{index}" if reader.kind != "union" else path
+                )
+            return found
+        if reader.kind == "union":
+            for exact in (True, False):
+                for index, branch in enumerate(reader.children):
+                    if _matches(branch, writer, exact=exact):
+                        return self.read(branch, writer, f"{path}/{index}")
+            return [
+                Violation(
+                    path,
+                    "union-branch-missing",
+                    f"the writer may write {writer.describe()}, which no branch of the reader's"
+                    " union can read",
+                )
+            ]
+        if reader.kind != writer.kind:
+            if reader.kind in _PROMOTIONS.get(writer.kind, set()):
+                return []
+            return [
+                Violation(
+                    path,
+                    "type-mismatch",
+                    f"the writer writes {writer.describe()}, which the reader's"
+                    f" {reader.describe()} cannot read",
+                )
+            ]
+        if reader.kind in ("record", "enum", "fixed") and not _names_match(reader, writer):
+            return [
+                Violation(
+                    f"{path}/name",
+                    "name-mismatch",
+                    f"the reader's {reader.kind} {reader.fullname} does not match the writer's"
+                    f" {writer.fullname}; add an alias to the reader to rename it",
+                )
+            ]
+        key = (id(reader), id(writer))
+        if key in self.active:
+            return []  # a recursive type coming back: the enclosing walk decides
+        self.active.add(key)
+        try:
+            return self._same_kind(reader, writer, path)
+        finally:
+            self.active.discard(key)
+
+    def _same_kind(self, reader: Node, writer: Node, path: str) -> list[Violation]:
+        if reader.kind == "record":
+            return self._record(reader, writer, path)
+        if reader.kind == "enum":
+            if reader.enum_default is not None:
+                return []
+            return [
+                Violation(
+                    f"{path}/symbols",
+                    "enum-symbol-missing",
+                    f"the writer may write symbol {symbol!r} of {writer.fullname}, which the"
+                    " reader's enum lacks and has no default for",
+                )
+                for symbol in writer.symbols
+                if symbol not in reader.symbols
+            ]
+        if reader.kind == "fixed" and reader.size != writer.size:
+            return [
+                Violation(
+                    f"{path}/size",
+                    "fixed-size-changed",
+                    f"the writer's fixed {writer.fullname} has {writer.size} bytes, the reader's"
+                    f" {reader.size}",
+                )
+            ]
+        if reader.kind == "array":
+            return self.read(reader.children[0], writer.children[0], f"{path}/items")
+        if reader.kind == "map":
+            return self.read(reader.children[0], writer.children[0], f"{path}/values")
+        return []
+
+    def _record(self, reader: Node, writer: Node, path: str) -> list[Violation]:
+        found: list[Violation] = []
+        by_name = {f.name: f for f in writer.fields}
+        for reader_field in reader.fields:
+            where = f"{path}/fields/{reader_field.name}"
+            writer_field = by_name.get(reader_field.name) or next(
+                (by_name[a] for a in sorted(reader_field.aliases) if a in by_name), None
+            )
+            if writer_field is not None:
+                found += self.read(reader_field.type, writer_field.type, f"{where}/type")
+            elif not reader_field.has_default:
+                found.append(
+                    Violation(
+                        where,
+                        "field-without-default",
+                        f"the reader's field {reader_field.name!r} is missing from the writer's"
+                        f" {writer.fullname} and has no default",
+                    )
+                )
+        return found

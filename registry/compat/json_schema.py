@@ -1,0 +1,941 @@
+"""JSON Schema compatibility by structural comparison, in reader/writer terms.
+
+``json_schema_violations(reader, writer)`` answers: is every document valid
+under ``writer`` accepted by ``reader``? The comparison walks both schemas side
+by side. It is conservative: when it cannot prove acceptance it reports a
+violation, so an empty list is a guarantee while a violation may, in rare
+corner cases (overlapping unions, ``not``, conditionals), be a false alarm.
+
+Two approximations keep it sound:
+* the writer is only ever replaced by something looser (a dropped keyword
+  allows more documents), so "the reader accepts the looser writer" still
+  implies it accepts the real one;
+* where the writer allows a finite set of values (``enum``, ``const``,
+  ``boolean``, ``null``) each value is validated against the reader exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import jsonschema
+from jsonschema.exceptions import UnknownType
+from jsonschema.protocols import Validator as ValidatorProtocol
+from referencing.exceptions import Unresolvable
+
+from registry.compat.model import Violation
+
+# Keywords that never change which documents are valid.
+ANNOTATIONS = frozenset(
+    {
+        "title",
+        "description",
+        "examples",
+        "example",
+        "default",
+        "$comment",
+        "readOnly",
+        "writeOnly",
+        "deprecated",
+        "$id",
+        "id",
+        "$schema",
+        "definitions",
+        "$defs",
+        "$anchor",
+        "contentMediaType",
+        "contentEncoding",
+    }
+)
+
+# Keywords compared by a dedicated rule; any other reader keyword must be unchanged.
+_HANDLED = frozenset(
+    {
+        "$ref",
+        "type",
+        "enum",
+        "const",
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "not",
+        "if",
+        "then",
+        "else",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "format",
+        "items",
+        "prefixItems",
+        "additionalItems",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "properties",
+        "patternProperties",
+        "additionalProperties",
+        "required",
+        "minProperties",
+        "maxProperties",
+    }
+)
+
+_ALL_TYPES = frozenset({"null", "boolean", "object", "array", "number", "integer", "string"})
+_NUMERIC = frozenset({"number", "integer"})
+
+# (keyword, rule, is_lower_bound) for the plain integer bounds of strings, arrays and objects.
+_SIZE_BOUNDS: dict[str, list[tuple[str, str, bool]]] = {
+    "string": [
+        ("minLength", "min-length-tightened", True),
+        ("maxLength", "max-length-tightened", False),
+    ],
+    "array": [
+        ("minItems", "min-items-tightened", True),
+        ("maxItems", "max-items-tightened", False),
+    ],
+    "object": [
+        ("minProperties", "min-properties-tightened", True),
+        ("maxProperties", "max-properties-tightened", False),
+    ],
+}
+
+
+def json_schema_violations(reader: Mapping[str, Any], writer: Mapping[str, Any]) -> list[Violation]:
+    """[] iff every document valid under ``writer`` is accepted by ``reader`` (conservative)."""
+    found = _Comparison(reader, writer).compare(reader, writer, "#")
+    unique: dict[tuple[str, str, str], Violation] = {}
+    for violation in found:
+        unique.setdefault((violation.path, violation.rule, violation.message), violation)
+    return list(unique.values())
+
+
+def strip_annotations(schema: Any) -> Any:
+    """``schema`` without titles, descriptions and other annotations, at schema positions only."""
+    if not isinstance(schema, Mapping):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in ANNOTATIONS and key not in ("definitions", "$defs"):
+            continue
+        if key.startswith("x-"):
+            continue
+        if key in ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas"):
+            out[key] = (
+                {k: strip_annotations(v) for k, v in value.items()}
+                if isinstance(value, Mapping)
+                else value
+            )
+        elif key in ("allOf", "anyOf", "oneOf", "prefixItems") or (
+            key == "items" and isinstance(value, list)
+        ):
+            out[key] = [strip_annotations(v) for v in value] if isinstance(value, list) else value
+        elif key in (
+            "items",
+            "additionalItems",
+            "additionalProperties",
+            "not",
+            "if",
+            "then",
+            "else",
+            "contains",
+            "propertyNames",
+        ):
+            out[key] = strip_annotations(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _pointer(path: str, *tokens: str | int) -> str:
+    for token in tokens:
+        path += "/" + str(token).replace("~", "~0").replace("/", "~1")
+    return path
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _has_ref(node: Any) -> bool:
+    return '"$ref"' in _canonical(node)
+
+
+def _is_trivial(node: Any) -> bool:
+    """True for schemas that accept every document."""
+    if node is True:
+        return True
+    return isinstance(node, Mapping) and all(k in ANNOTATIONS or k.startswith("x-") for k in node)
+
+
+def _types(node: Mapping[str, Any]) -> frozenset[str] | None:
+    declared = node.get("type")
+    if declared is None:
+        return None
+    if isinstance(declared, str):
+        return frozenset({declared})
+    return frozenset(t for t in declared if isinstance(t, str))
+
+
+def _accepts_type(reader_types: frozenset[str] | None, writer_type: str) -> bool:
+    if reader_types is None:
+        return True
+    return writer_type in reader_types or (writer_type == "integer" and "number" in reader_types)
+
+
+def _lower(node: Mapping[str, Any]) -> tuple[Any, bool, str] | None:
+    """The lower numeric bound as (value, exclusive, keyword), draft 4 and draft 6+ forms."""
+    bounds: list[tuple[Any, bool, str]] = []
+    if isinstance(node.get("minimum"), int | float) and not isinstance(node["minimum"], bool):
+        bounds.append((node["minimum"], node.get("exclusiveMinimum") is True, "minimum"))
+    exclusive = node.get("exclusiveMinimum")
+    if isinstance(exclusive, int | float) and not isinstance(exclusive, bool):
+        bounds.append((exclusive, True, "exclusiveMinimum"))
+    if not bounds:
+        return None
+    return max(bounds, key=lambda b: (b[0], b[1]))
+
+
+def _upper(node: Mapping[str, Any]) -> tuple[Any, bool, str] | None:
+    bounds: list[tuple[Any, bool, str]] = []
+    if isinstance(node.get("maximum"), int | float) and not isinstance(node["maximum"], bool):
+        bounds.append((node["maximum"], node.get("exclusiveMaximum") is True, "maximum"))
+    exclusive = node.get("exclusiveMaximum")
+    if isinstance(exclusive, int | float) and not isinstance(exclusive, bool):
+        bounds.append((exclusive, True, "exclusiveMaximum"))
+    if not bounds:
+        return None
+    return min(bounds, key=lambda b: (b[0], not b[1]))
+
+
+def _tuple_form(node: Mapping[str, Any]) -> tuple[list[Any], Any]:
+    """Array items as (positional schemas, schema for the rest), whatever the draft."""
+    if "prefixItems" in node:
+        return list(node["prefixItems"]), node.get("items", True)
+    items = node.get("items", True)
+    if isinstance(items, list):
+        return list(items), node.get("additionalItems", True)
+    return [], items
+
+
+def _validator_class(root: Any) -> type[ValidatorProtocol]:
+    # Draft 4 spells exclusive bounds as booleans; later drafts as numbers. Without a
+    # $schema, pick the draft whose spelling the schema uses.
+    default: type[ValidatorProtocol] = jsonschema.Draft7Validator
+    text = _canonical(root)
+    if '"exclusiveMinimum":true' in text or '"exclusiveMaximum":true' in text:
+        default = jsonschema.Draft4Validator
+    if isinstance(root, Mapping):
+        return jsonschema.validators.validator_for(root, default=default)
+    return default
+
+
+class _Comparison:
+    def __init__(self, reader_root: Any, writer_root: Any) -> None:
+        self.reader_root = reader_root
+        self.writer_root = writer_root
+        self.reader_validator = _validator_class(reader_root)(reader_root)
+        self.writer_validator = _validator_class(writer_root)(writer_root)
+        # (reader node, writer node) pairs under comparison: a recursive $ref that
+        # comes back to one of them is assumed compatible (the rest of the walk decides).
+        self.active: set[tuple[int, int]] = set()
+
+    # -- references -------------------------------------------------------------------
+
+    def _resolve(self, root: Any, ref: str) -> Any:
+        if ref == "#":
+            return root
+        if not ref.startswith("#/"):
+            return None
+        node = root
+        for raw in ref[2:].split("/"):
+            token = raw.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, Mapping) and token in node:
+                node = node[token]
+            elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+                node = node[int(token)]
+            else:
+                return None
+        return node
+
+    def _reader_node(self, node: Any) -> Any:
+        """Resolve local $refs; siblings of $ref still constrain (a stricter reader is safe)."""
+        for _ in range(64):
+            if not (isinstance(node, Mapping) and isinstance(node.get("$ref"), str)):
+                return node
+            target = self._resolve(self.reader_root, node["$ref"])
+            if target is None:
+                return node
+            siblings = {k: v for k, v in node.items() if k != "$ref" and k not in ANNOTATIONS}
+            node = {"allOf": [target, siblings]} if siblings else target
+        return node
+
+    def _writer_node(self, node: Any) -> Any:
+        """Resolve local $refs; an unresolvable one allows anything (a looser writer is safe)."""
+        for _ in range(64):
+            if not (isinstance(node, Mapping) and isinstance(node.get("$ref"), str)):
+                return node
+            target = self._resolve(self.writer_root, node["$ref"])
+            node = True if target is None else target
+        return True
+
+    # -- entry ------------------------------------------------------------------------
+
+    def compare(self, reader: Any, writer: Any, path: str) -> list[Violation]:
+        if (
+            isinstance(reader, Mapping)
+            and isinstance(writer, Mapping)
+            and reader.get("$ref") == writer.get("$ref") is not None
+            and self._resolve(self.reader_root, reader["$ref"]) is None
+        ):
+            # The same external reference on both sides: the same schema, not ours to check.
+            return []
+        r = self._reader_node(reader)
+        w = self._writer_node(writer)
+        if isinstance(r, Mapping) and isinstance(r.get("$ref"), str):
+            return [
+                Violation(
+                    path,
+                    "ref-unresolved",
+                    f"the reader refers to {r['$ref']!r}, which is not a local definition,"
+                    " so nothing can be promised about it",
+                ),
+            ]
+        key = (id(r), id(w))
+        if key in self.active:
+            return []
+        self.active.add(key)
+        try:
+            return self._compare(r, w, path)
+        finally:
+            self.active.discard(key)
+
+    def _compare(self, r: Any, w: Any, path: str) -> list[Violation]:
+        if w is False or _is_trivial(r):
+            return []
+        if r is False:
+            return [
+                Violation(
+                    path,
+                    "schema-false",
+                    "the reader accepts nothing here but the writer allows values",
+                ),
+            ]
+        if w is True:
+            w = {}
+        if not isinstance(r, Mapping) or not isinstance(w, Mapping):
+            return [
+                Violation(
+                    path,
+                    "schema-invalid",
+                    "a schema here is neither an object nor a boolean; fix the schema",
+                )
+            ]
+        if not _has_ref(r) and not _has_ref(w) and strip_annotations(r) == strip_annotations(w):
+            return []
+
+        r, w = dict(r), dict(w)
+        # Identical unions / negations / conditionals on both sides: carry over as they are.
+        for keyword in ("oneOf", "anyOf", "not"):
+            if (
+                keyword in r
+                and keyword in w
+                and not _has_ref(r[keyword])
+                and (strip_annotations(r[keyword]) == strip_annotations(w[keyword]))
+            ):
+                del r[keyword], w[keyword]
+        if ("if" in r or "if" in w) and all(
+            not _has_ref(r.get(k)) and strip_annotations(r.get(k)) == strip_annotations(w.get(k))
+            for k in ("if", "then", "else")
+        ):
+            for k in ("if", "then", "else"):
+                r.pop(k, None)
+                w.pop(k, None)
+
+        # The writer first: reduce it to one branch without combinators.
+        if "allOf" in w:
+            merged = self._merge([{k: v for k, v in w.items() if k != "allOf"}, *w["allOf"]])
+            return self.compare(r, merged, path)
+        for union in ("anyOf", "oneOf"):
+            if union in w:
+                rest = {k: v for k, v in w.items() if k != union}
+                found: list[Violation] = []
+                for branch in w[union]:
+                    found += self.compare(r, self._merge([rest, branch]), path)
+                return found
+        for dropped in ("not", "if", "then", "else"):
+            w.pop(dropped, None)
+
+        finite = self._finite_values(w)
+        if finite is not None:
+            return self._check_values(r, finite, path)
+
+        found = []
+        # Then the reader's combinators, each against the whole (now simple) writer.
+        if "allOf" in r:
+            for index, branch in enumerate(r.pop("allOf")):
+                found += self.compare(branch, w, _pointer(path, "allOf", index))
+        if "anyOf" in r:
+            found += self._union(r.pop("anyOf"), w, _pointer(path, "anyOf"), exclusive=False)
+        if "oneOf" in r:
+            found += self._union(r.pop("oneOf"), w, _pointer(path, "oneOf"), exclusive=True)
+        if "not" in r:
+            negated = r.pop("not")
+            if not self._disjoint(w, negated):
+                found.append(
+                    Violation(
+                        _pointer(path, "not"),
+                        "not-overlaps",
+                        "the reader's 'not' may exclude documents the writer allows",
+                    )
+                )
+        if "if" in r or "then" in r or "else" in r:
+            found.append(
+                Violation(
+                    _pointer(path, "if"),
+                    "conditional-changed",
+                    "the reader's if/then/else differs from the writer's, so documents the"
+                    " writer allows may fail it",
+                )
+            )
+            for k in ("if", "then", "else"):
+                r.pop(k, None)
+        return found + self._keywords(r, w, path)
+
+    # -- the writer side ----------------------------------------------------------------
+
+    def _merge(self, schemas: Sequence[Any]) -> Any:
+        """One schema allowing at least every document that all of ``schemas`` allow."""
+        merged: dict[str, Any] = {}
+        pending = list(schemas)
+        while pending:
+            node = self._writer_node(pending.pop(0))
+            if node is False:
+                return False
+            if node is True or not isinstance(node, Mapping):
+                continue
+            if "allOf" in node:
+                pending = [
+                    {k: v for k, v in node.items() if k != "allOf"},
+                    *node["allOf"],
+                    *pending,
+                ]
+                continue
+            for key, value in node.items():
+                if key in ANNOTATIONS:
+                    continue
+                if key not in merged:
+                    merged[key] = value
+                else:
+                    combined = _combine(key, merged[key], value)
+                    if combined is _DROP:
+                        del merged[key]
+                    else:
+                        merged[key] = combined
+        if "const" in merged:
+            values = merged.pop("const")
+            merged["enum"] = (
+                [v for v in merged["enum"] if _canonical(v) == _canonical(values)]
+                if "enum" in merged
+                else [values]
+            )
+        return merged
+
+    def _finite_values(self, w: Mapping[str, Any]) -> list[Any] | None:
+        """The writer's whole value set, when it is finite and small enough to list."""
+        candidates: list[Any] | None = None
+        if "const" in w:
+            candidates = [w["const"]]
+        elif isinstance(w.get("enum"), list):
+            candidates = list(w["enum"])
+        else:
+            types = _types(w)
+            if types is not None and types <= {"boolean", "null"}:
+                candidates = ([True, False] if "boolean" in types else []) + (
+                    [None] if "null" in types else []
+                )
+        if candidates is None:
+            return None
+        writer = self.writer_validator.evolve(schema=w)
+        return [v for v in candidates if _is_valid(writer, v)]
+
+    def _check_values(self, r: Any, values: list[Any], path: str) -> list[Violation]:
+        reader = self.reader_validator.evolve(schema=r)
+        found = []
+        allowed = None
+        keyword = "enum"
+        if isinstance(r, Mapping):
+            if "const" in r:
+                allowed, keyword = [r["const"]], "const"
+            elif isinstance(r.get("enum"), list):
+                allowed = r["enum"]
+        for value in values:
+            if _is_valid(reader, value):
+                continue
+            shown = _canonical(value)
+            if allowed is not None and shown not in {_canonical(a) for a in allowed}:
+                found.append(
+                    Violation(
+                        _pointer(path, keyword),
+                        "enum-value-removed",
+                        f"the writer allows {shown}, which the reader's enum no longer lists",
+                    )
+                )
+            else:
+                found.append(
+                    Violation(
+                        path,
+                        "value-rejected",
+                        f"the writer allows {shown}, which the reader's schema rejects",
+                    )
+                )
+        return found
+
+    # -- the reader side ----------------------------------------------------------------
+
+    def _union(
+        self, branches: list[Any], w: Mapping[str, Any], path: str, *, exclusive: bool
+    ) -> list[Violation]:
+        results = [self.compare(b, w, _pointer(path, i)) for i, b in enumerate(branches)]
+        matches = [i for i, found in enumerate(results) if not found]
+        if not matches:
+            if len(branches) == 1:
+                return results[0]
+            closest = min(results, key=len)
+            return [
+                Violation(
+                    path,
+                    "union-unmatched",
+                    "no branch of the reader's union accepts everything the writer allows"
+                    f" (closest: {closest[0].message} at {closest[0].path})",
+                )
+            ]
+        if exclusive:
+            chosen = matches[0]
+            for other, branch in enumerate(branches):
+                if other != chosen and not self._disjoint(w, branch):
+                    return [
+                        Violation(
+                            path,
+                            "one-of-ambiguous",
+                            f"documents the writer allows may match both branch {chosen} and"
+                            f" branch {other} of the reader's oneOf, which then rejects them",
+                        )
+                    ]
+        return []
+
+    def _disjoint(self, w: Any, other: Any) -> bool:
+        """True when no document the writer allows can be valid under ``other`` (reader side)."""
+        w = self._writer_node(w)
+        other = self._reader_node(other)
+        if w is False or other is False:
+            return True
+        if not isinstance(w, Mapping) or not isinstance(other, Mapping):
+            return False
+        finite = self._finite_values(w)
+        if finite is not None:
+            check = self.reader_validator.evolve(schema=other)
+            return not any(_is_valid(check, v) for v in finite)
+        wt, ot = _types(w), _types(other)
+        if (
+            wt is not None
+            and ot is not None
+            and not any(_accepts_type(ot, t) for t in wt)
+            and not ("number" in wt and "integer" in ot)
+        ):
+            return True
+        # Discriminated objects: a property both require, with values that cannot meet.
+        both_required = set(w.get("required", [])) & set(other.get("required", []))
+        w_props, o_props = w.get("properties", {}), other.get("properties", {})
+        return any(
+            name in w_props and name in o_props and self._disjoint(w_props[name], o_props[name])
+            for name in sorted(both_required)
+        )
+
+    # -- keyword by keyword ------------------------------------------------------------
+
+    def _keywords(self, r: dict[str, Any], w: dict[str, Any], path: str) -> list[Violation]:
+        found: list[Violation] = []
+        reader_types, writer_types = _types(r), _types(w)
+        if reader_types is not None:
+            if writer_types is None:
+                found.append(
+                    Violation(
+                        _pointer(path, "type"),
+                        "type-narrowed",
+                        f"the reader accepts only {_listing(reader_types)} but the writer allows"
+                        " any type",
+                    )
+                )
+            else:
+                missing = [t for t in sorted(writer_types) if not _accepts_type(reader_types, t)]
+                if missing:
+                    found.append(
+                        Violation(
+                            _pointer(path, "type"),
+                            "type-narrowed",
+                            f"the writer allows {_listing(missing)}, which the reader's type"
+                            f" {_listing(reader_types)} rejects",
+                        )
+                    )
+        produced = set(_ALL_TYPES if writer_types is None else writer_types)
+        if "number" in produced:
+            produced.add("integer")
+        shared = {t for t in produced if _accepts_type(reader_types, t)}
+
+        if "const" in r or "enum" in r:
+            found.append(
+                Violation(
+                    _pointer(path, "enum" if "enum" in r else "const"),
+                    "enum-added",
+                    "the reader allows only a fixed set of values but the writer does not limit"
+                    " them",
+                )
+            )
+        if shared & _NUMERIC:
+            found += self._numbers(r, w, path)
+        if "string" in shared:
+            found += self._strings(r, w, path)
+        if "array" in shared:
+            found += self._arrays(r, w, path)
+        if "object" in shared:
+            found += self._objects(r, w, path)
+        for kind, bounds in _SIZE_BOUNDS.items():
+            if kind in shared:
+                for keyword, rule, is_lower in bounds:
+                    found += _size_bound(r, w, path, keyword, rule, is_lower)
+
+        for keyword, value in r.items():
+            if keyword in _HANDLED or keyword in ANNOTATIONS or keyword.startswith("x-"):
+                continue
+            if _has_ref(value) or _canonical(value) != _canonical(w.get(keyword)):
+                found.append(
+                    Violation(
+                        _pointer(path, keyword),
+                        "constraint-changed",
+                        f"the reader's {keyword!r} differs from the writer's; this engine only"
+                        " accepts it unchanged",
+                    )
+                )
+        return found
+
+    def _numbers(self, r: Mapping[str, Any], w: Mapping[str, Any], path: str) -> list[Violation]:
+        found = []
+        r_low, w_low = _lower(r), _lower(w)
+        if r_low is not None and (
+            w_low is None
+            or w_low[0] < r_low[0]
+            or (w_low[0] == r_low[0] and r_low[1] and not w_low[1])
+        ):
+            found.append(
+                Violation(
+                    _pointer(path, r_low[2]),
+                    "minimum-tightened",
+                    f"the reader requires values {'>' if r_low[1] else '>='} {r_low[0]} but the"
+                    f" writer allows {_bound_text(w_low, 'lower')}",
+                )
+            )
+        r_up, w_up = _upper(r), _upper(w)
+        if r_up is not None and (
+            w_up is None or w_up[0] > r_up[0] or (w_up[0] == r_up[0] and r_up[1] and not w_up[1])
+        ):
+            found.append(
+                Violation(
+                    _pointer(path, r_up[2]),
+                    "maximum-tightened",
+                    f"the reader requires values {'<' if r_up[1] else '<='} {r_up[0]} but the"
+                    f" writer allows {_bound_text(w_up, 'upper')}",
+                )
+            )
+        if "multipleOf" in r and not _divides(r["multipleOf"], w.get("multipleOf"), _types(w)):
+            found.append(
+                Violation(
+                    _pointer(path, "multipleOf"),
+                    "multiple-of-changed",
+                    f"the reader requires multiples of {r['multipleOf']}, which the writer's"
+                    f" values (multipleOf {w.get('multipleOf', 'unset')}) need not be",
+                )
+            )
+        return found
+
+    def _strings(self, r: Mapping[str, Any], w: Mapping[str, Any], path: str) -> list[Violation]:
+        found = []
+        if "pattern" in r and r["pattern"] != w.get("pattern"):
+            found.append(
+                Violation(
+                    _pointer(path, "pattern"),
+                    "pattern-changed",
+                    f"the reader requires pattern {r['pattern']!r} but the writer's strings"
+                    f" follow {w.get('pattern', 'no pattern')!r}",
+                )
+            )
+        if "format" in r and r["format"] != w.get("format"):
+            found.append(
+                Violation(
+                    _pointer(path, "format"),
+                    "format-changed",
+                    f"the reader requires format {r['format']!r} but the writer's strings have"
+                    f" format {w.get('format', 'unset')!r}",
+                )
+            )
+        return found
+
+    def _arrays(self, r: Mapping[str, Any], w: Mapping[str, Any], path: str) -> list[Violation]:
+        found: list[Violation] = []
+        r_fixed, r_rest = _tuple_form(r)
+        w_fixed, w_rest = _tuple_form(w)
+        tuple_key = "prefixItems" if "prefixItems" in r else "items"
+        rest_key = "items" if "prefixItems" in r or not r_fixed else "additionalItems"
+        for index in range(max(len(r_fixed), len(w_fixed))):
+            reader_item = r_fixed[index] if index < len(r_fixed) else r_rest
+            writer_item = w_fixed[index] if index < len(w_fixed) else w_rest
+            where = (
+                _pointer(path, tuple_key, index)
+                if index < len(r_fixed)
+                else _pointer(path, rest_key)
+            )
+            if (
+                self._reader_node(reader_item) is False
+                and self._writer_node(writer_item) is not False
+            ):
+                found.append(
+                    Violation(
+                        where,
+                        "additional-items-rejected",
+                        f"the writer allows an item at position {index} that the reader rejects",
+                    )
+                )
+            else:
+                found += self.compare(reader_item, writer_item, where)
+        if self._reader_node(r_rest) is False and self._writer_node(w_rest) is not False:
+            found.append(
+                Violation(
+                    _pointer(path, rest_key),
+                    "additional-items-rejected",
+                    f"the writer allows more than {len(w_fixed)} items but the reader rejects"
+                    f" items after position {len(r_fixed) - 1}",
+                )
+            )
+        else:
+            found += self.compare(r_rest, w_rest, _pointer(path, rest_key))
+        if r.get("uniqueItems") is True and w.get("uniqueItems") is not True:
+            found.append(
+                Violation(
+                    _pointer(path, "uniqueItems"),
+                    "unique-items-added",
+                    "the reader requires unique items but the writer allows duplicates",
+                )
+            )
+        return found
+
+    def _objects(self, r: Mapping[str, Any], w: Mapping[str, Any], path: str) -> list[Violation]:
+        found: list[Violation] = []
+        r_props: Mapping[str, Any] = r.get("properties", {})
+        w_props: Mapping[str, Any] = w.get("properties", {})
+        r_patterns: Mapping[str, Any] = r.get("patternProperties", {})
+        w_patterns: Mapping[str, Any] = w.get("patternProperties", {})
+        r_extra = r.get("additionalProperties", True)
+        w_extra = w.get("additionalProperties", True)
+
+        for name in list(r_props) + [n for n in w_props if n not in r_props]:
+            where = _pointer(path, "properties", name)
+            if name in w_props:
+                writer_schema = w_props[name]
+            else:
+                matching = [s for p, s in w_patterns.items() if _matches(p, name)]
+                writer_schema = self._merge(matching) if matching else w_extra
+            if self._writer_node(writer_schema) is False:
+                continue
+            if name in r_props:
+                if name not in w_props and _is_trivial(self._writer_node(writer_schema)):
+                    if not _is_trivial(self._reader_node(r_props[name])):
+                        found.append(
+                            Violation(
+                                where,
+                                "property-constrained",
+                                f"the writer does not declare {name!r} and its open content model"
+                                " allows any value there, which the reader constrains",
+                            )
+                        )
+                    continue
+                found += self.compare(r_props[name], writer_schema, where)
+                continue
+            reader_patterns = [(p, s) for p, s in r_patterns.items() if _matches(p, name)]
+            if reader_patterns:
+                for pattern, schema in reader_patterns:
+                    found += self.compare(
+                        schema, writer_schema, _pointer(path, "patternProperties", pattern)
+                    )
+            elif self._reader_node(r_extra) is False:
+                found.append(
+                    Violation(
+                        where,
+                        "property-rejected",
+                        f"the writer allows property {name!r}, which the reader's closed content"
+                        " model (additionalProperties: false) rejects",
+                    )
+                )
+            else:
+                found += self.compare(
+                    r_extra, writer_schema, _pointer(path, "additionalProperties")
+                )
+
+        # Undeclared names: whatever the writer's patterns and additionalProperties allow.
+        writer_sources: list[tuple[str | None, Any]] = list(w_patterns.items())
+        writer_sources.append((None, w_extra))
+        for w_pattern, writer_schema in writer_sources:
+            if self._writer_node(writer_schema) is False:
+                continue
+            for r_pattern, reader_schema in r_patterns.items():
+                found += self.compare(
+                    reader_schema, writer_schema, _pointer(path, "patternProperties", r_pattern)
+                )
+            if w_pattern is not None and w_pattern in r_patterns:
+                continue
+            if self._reader_node(r_extra) is False:
+                allowed = (
+                    f"property names matching {w_pattern!r}"
+                    if w_pattern is not None
+                    else "undeclared properties"
+                )
+                found.append(
+                    Violation(
+                        _pointer(path, "additionalProperties"),
+                        "additional-properties-closed",
+                        f"the writer allows {allowed}, which the reader's closed content model"
+                        " rejects",
+                    )
+                )
+            else:
+                found += self.compare(
+                    r_extra, writer_schema, _pointer(path, "additionalProperties")
+                )
+
+        w_required = set(w.get("required", []) if isinstance(w.get("required"), list) else [])
+        r_required = r.get("required", []) if isinstance(r.get("required"), list) else []
+        for name in r_required:
+            if name not in w_required:
+                found.append(
+                    Violation(
+                        _pointer(path, "required"),
+                        "required-added",
+                        f"the reader requires {name!r}, which the writer may omit",
+                    )
+                )
+        return found
+
+
+_DROP = object()
+
+
+def _combine(key: str, first: Any, second: Any) -> Any:
+    """Both values of ``key`` from allOf branches; _DROP when only dropping stays safe."""
+    if _canonical(first) == _canonical(second):
+        return first
+    if key == "type":
+        a = {first} if isinstance(first, str) else set(first)
+        b = {second} if isinstance(second, str) else set(second)
+        both = (
+            (a & b)
+            | ({"integer"} if ("integer" in a and "number" in b) else set())
+            | ({"integer"} if ("number" in a and "integer" in b) else set())
+        )
+        return sorted(both)
+    if key == "required":
+        return list(dict.fromkeys([*first, *second]))
+    if key == "enum":
+        kept = {_canonical(v) for v in second}
+        return [v for v in first if _canonical(v) in kept]
+    if key in ("properties", "patternProperties"):
+        out = dict(first)
+        for name, schema in second.items():
+            out[name] = {"allOf": [out[name], schema]} if name in out else schema
+        return out
+    if key in ("minLength", "minItems", "minProperties"):
+        return max(first, second)
+    if key in ("maxLength", "maxItems", "maxProperties"):
+        return min(first, second)
+    numeric = (int, float)
+    if key in ("minimum", "exclusiveMinimum") and all(
+        isinstance(v, numeric) and not isinstance(v, bool) for v in (first, second)
+    ):
+        return max(first, second)
+    if key in ("maximum", "exclusiveMaximum") and all(
+        isinstance(v, numeric) and not isinstance(v, bool) for v in (first, second)
+    ):
+        return min(first, second)
+    if key == "items" and isinstance(first, Mapping | bool) and isinstance(second, Mapping | bool):
+        return {"allOf": [first, second]}
+    return _DROP
+
+
+def _is_valid(validator: ValidatorProtocol, value: Any) -> bool:
+    try:
+        return bool(validator.is_valid(value))
+    except (UnknownType, Unresolvable, TypeError, re.error):
+        return False  # a schema the validator cannot apply proves nothing: not accepted
+
+
+def _matches(pattern: str, name: str) -> bool:
+    try:
+        return re.search(pattern, name) is not None
+    except re.error:
+        return True  # an unreadable pattern may match anything
+
+
+def _divides(reader: Any, writer: Any, writer_types: frozenset[str] | None) -> bool:
+    """Is every multiple of ``writer`` (or every integer) a multiple of ``reader``?"""
+    try:
+        r = Decimal(str(reader))
+        if writer is None:
+            return writer_types is not None and writer_types == {"integer"} and r == 1
+        return r != 0 and (Decimal(str(writer)) / r) % 1 == 0
+    except (InvalidOperation, ArithmeticError):
+        return False
+
+
+def _size_bound(
+    r: Mapping[str, Any],
+    w: Mapping[str, Any],
+    path: str,
+    keyword: str,
+    rule: str,
+    is_lower: bool,
+) -> list[Violation]:
+    if keyword not in r:
+        return []
+    reader_bound, writer_bound = r[keyword], w.get(keyword)
+    if is_lower:
+        ok = reader_bound <= (writer_bound or 0)
+    else:
+        ok = writer_bound is not None and writer_bound <= reader_bound
+    if ok:
+        return []
+    return [
+        Violation(
+            _pointer(path, keyword),
+            rule,
+            f"the reader's {keyword} is {reader_bound} but the writer's is"
+            f" {'unset' if writer_bound is None else writer_bound}",
+        )
+    ]
+
+
+def _bound_text(bound: tuple[Any, bool, str] | None, side: str) -> str:
+    if bound is None:
+        return f"values without a {side} bound"
+    sign = (">" if bound[1] else ">=") if side == "lower" else ("<" if bound[1] else "<=")
+    return f"values {sign} {bound[0]}"
+
+
+def _listing(types: Any) -> str:
+    return "/".join(sorted(types))

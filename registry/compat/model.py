@@ -1,0 +1,48 @@
+"""The engine's vocabulary: modes, violations, Nakadi version levels."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class Mode(enum.StrEnum):
+    """OpenSchema compatibility settings (seed 004, chapter 2)."""
+
+    BACKWARD = "BACKWARD"
+    BACKWARD_TRANSITIVE = "BACKWARD_TRANSITIVE"
+    FORWARD = "FORWARD"
+    FORWARD_TRANSITIVE = "FORWARD_TRANSITIVE"
+    FULL = "FULL"
+    FULL_TRANSITIVE = "FULL_TRANSITIVE"
+    NONE = "NONE"
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One reason a reader cannot read what a writer may produce."""
+
+    path: str  # JSON-pointer style location in the schema, e.g. "#/properties/price/type"
+    rule: str  # stable kebab-case id, e.g. "type-narrowed"
+    message: str  # one sentence a person understands
+
+
+class Level(enum.StrEnum):
+    """Semantic-version level of a schema change; NONE means nothing changed."""
+
+    NONE = "NONE"
+    PATCH = "PATCH"
+    MINOR = "MINOR"
+    MAJOR = "MAJOR"
+
+
+@dataclass(frozen=True)
+class Evolution:
+    """How big a Nakadi schema change is, and why it is rejected (if it is)."""
+
+    level: Level
+    violations: list[Violation] = field(default_factory=list)
+
+
+class SchemaError(ValueError):
+    """The schema itself is malformed (not a compatibility problem)."""

@@ -1,0 +1,58 @@
+"""OpenSchema compatibility modes over the JSON Schema and Avro comparisons."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from registry.compat.avro import avro_violations
+from registry.compat.json_schema import json_schema_violations
+from registry.compat.model import Mode, Violation
+
+Format = Literal["JSON", "AVRO"]
+
+_BACKWARD = {Mode.BACKWARD, Mode.BACKWARD_TRANSITIVE, Mode.FULL, Mode.FULL_TRANSITIVE}
+_FORWARD = {Mode.FORWARD, Mode.FORWARD_TRANSITIVE, Mode.FULL, Mode.FULL_TRANSITIVE}
+_TRANSITIVE = {Mode.BACKWARD_TRANSITIVE, Mode.FORWARD_TRANSITIVE, Mode.FULL_TRANSITIVE}
+
+
+def comparison(fmt: Format) -> Callable[[Any, Any], list[Violation]]:
+    """``(reader, writer) -> violations`` for ``fmt``."""
+    if fmt == "JSON":
+        return json_schema_violations
+    if fmt == "AVRO":
+        return avro_violations
+    raise ValueError(f"no compatibility rules for format {fmt!r}: use JSON or AVRO")
+
+
+def check(mode: Mode, new: Any, history: Sequence[Any], fmt: Format) -> list[Violation]:
+    """Violations of ``mode`` by ``new`` against ``history`` (oldest first); [] = compatible."""
+    labels = [
+        "the latest schema" if index == len(history) - 1 else f"earlier schema #{index + 1}"
+        for index in range(len(history))
+    ]
+    return check_labelled(mode, new, list(zip(labels, history, strict=True)), fmt)
+
+
+def check_labelled(
+    mode: Mode, new: Any, history: Sequence[tuple[str, Any]], fmt: Format
+) -> list[Violation]:
+    """As ``check``, with each historical schema named (e.g. "version 3") in the messages."""
+    mode = Mode(mode)
+    if mode is Mode.NONE or not history:
+        return []
+    compare = comparison(fmt)
+    against = history if mode in _TRANSITIVE else history[-1:]
+    found: list[Violation] = []
+    for label, old in reversed(against):  # newest first: the likeliest culprit leads
+        if mode in _BACKWARD:
+            found += [
+                Violation(v.path, v.rule, f"{v.message} (new schema reading data of {label})")
+                for v in compare(new, old)
+            ]
+        if mode in _FORWARD:
+            found += [
+                Violation(v.path, v.rule, f"{v.message} ({label} reading data of the new schema)")
+                for v in compare(old, new)
+            ]
+    return found

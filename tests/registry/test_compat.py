@@ -1,0 +1,260 @@
+"""The compatibility engine: the matrix in every mode, transitive history, Nakadi levels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from registry.compat import (
+    Evolution,
+    Level,
+    Mode,
+    SchemaError,
+    Violation,
+    avro_violations,
+    check,
+    json_schema_violations,
+    nakadi_evolution,
+    next_version,
+)
+from tests.registry.compat_cases import AVRO_CASES, JSON_CASES, Case, f, obj, record
+
+_BACKWARD = {Mode.BACKWARD, Mode.BACKWARD_TRANSITIVE, Mode.FULL, Mode.FULL_TRANSITIVE}
+_FORWARD = {Mode.FORWARD, Mode.FORWARD_TRANSITIVE, Mode.FULL, Mode.FULL_TRANSITIVE}
+
+
+def expected(case: Case, mode: Mode) -> set[tuple[str, str]]:
+    found: set[tuple[str, str]] = set()
+    if mode in _BACKWARD:
+        found |= set(case.backward)
+    if mode in _FORWARD:
+        found |= set(case.forward)
+    return found
+
+
+def verdict(violations: list[Violation]) -> set[tuple[str, str]]:
+    assert all(v.message and v.message[0].islower() for v in violations), violations
+    return {(v.rule, v.path) for v in violations}
+
+
+def test_matrix_is_big_enough() -> None:
+    assert len(JSON_CASES) >= 60
+    assert len(AVRO_CASES) >= 30
+    names = [c.name for c in JSON_CASES + AVRO_CASES]
+    assert len(names) == len(set(names)), "case names must be unique"
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+@pytest.mark.parametrize("case", JSON_CASES, ids=lambda c: c.name)
+def test_json_schema_matrix(case: Case, mode: Mode) -> None:
+    found = check(mode, case.new, [case.old], "JSON")
+    assert verdict(found) == expected(case, mode)
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+@pytest.mark.parametrize("case", AVRO_CASES, ids=lambda c: c.name)
+def test_avro_matrix(case: Case, mode: Mode) -> None:
+    found = check(mode, case.new, [case.old], "AVRO")
+    assert verdict(found) == expected(case, mode)
+
+
+@pytest.mark.parametrize("case", JSON_CASES, ids=lambda c: c.name)
+def test_json_schema_directions(case: Case) -> None:
+    """The reader/writer function itself, without the mode layer."""
+    assert verdict(json_schema_violations(case.new, case.old)) == set(case.backward)
+    assert verdict(json_schema_violations(case.old, case.new)) == set(case.forward)
+
+
+@pytest.mark.parametrize("case", AVRO_CASES, ids=lambda c: c.name)
+def test_avro_directions(case: Case) -> None:
+    assert verdict(avro_violations(case.new, case.old)) == set(case.backward)
+    assert verdict(avro_violations(case.old, case.new)) == set(case.forward)
+
+
+# History (oldest first) where only the oldest schema conflicts with the new one.
+TRANSITIVE: list[tuple[str, Any, list[Any], Any, dict[Mode, set[tuple[str, str]]]]] = [
+    (
+        "JSON",
+        "bound tightened two versions ago",
+        [{"type": "string", "maxLength": 10}, {"type": "string", "maxLength": 5}],
+        {"type": "string", "maxLength": 5},
+        {
+            Mode.BACKWARD_TRANSITIVE: {("max-length-tightened", "#/maxLength")},
+            Mode.FULL_TRANSITIVE: {("max-length-tightened", "#/maxLength")},
+        },
+    ),
+    (
+        "AVRO",
+        "field lost its default two versions ago",
+        [
+            record("R", f("a", "int"), f("b", "string")),
+            record("R", f("a", "int"), f("b", "string", default="")),
+        ],
+        record("R", f("a", "int")),
+        {
+            Mode.FORWARD_TRANSITIVE: {("field-without-default", "#/fields/b")},
+            Mode.FULL_TRANSITIVE: {("field-without-default", "#/fields/b")},
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+@pytest.mark.parametrize(
+    ("fmt", "name", "history", "new", "answers"), TRANSITIVE, ids=[t[1] for t in TRANSITIVE]
+)
+def test_transitive_modes_check_the_whole_history(
+    fmt: Any, name: str, history: list[Any], new: Any, answers: dict[Mode, Any], mode: Mode
+) -> None:
+    found = check(mode, new, history, fmt)
+    assert verdict(found) == answers.get(mode, set())
+    for violation in found:
+        assert "earlier schema #1" in violation.message
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_first_schema_is_always_compatible(mode: Mode) -> None:
+    assert check(mode, {"type": "string"}, [], "JSON") == []
+
+
+def test_full_explains_both_directions() -> None:
+    found = check(Mode.FULL, {"type": "string"}, [{"type": "integer"}], "JSON")
+    assert [
+        v.message.endswith("(new schema reading data of the latest schema)") for v in found
+    ] == [
+        True,
+        False,
+    ]
+    assert found[1].message.endswith("(the latest schema reading data of the new schema)")
+
+
+def test_unknown_format_is_refused() -> None:
+    with pytest.raises(ValueError, match="use JSON or AVRO"):
+        check(Mode.BACKWARD, "x", ["y"], "PB")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("schema", "complaint"),
+    [
+        ({"type": "record", "fields": []}, "needs a 'name'"),
+        ({"type": "record", "name": "R"}, "needs 'fields'"),
+        ({"type": "enum", "name": "E", "symbols": ["A", "A"]}, "symbol twice"),
+        ({"type": "fixed", "name": "F"}, "'size'"),
+        ("Missing", "unknown Avro type"),
+        ("{not json", "not valid JSON"),
+        (["null", ["int"]], "cannot directly contain another union"),
+        ({"type": "array"}, "needs 'items'"),
+    ],
+)
+def test_malformed_avro_says_what_is_wrong(schema: Any, complaint: str) -> None:
+    with pytest.raises(SchemaError, match=complaint):
+        avro_violations(schema, "int")
+
+
+OLD = obj({"a": {"type": "string"}, "n": {"type": "number"}, "e": {"enum": ["x", "y"]}})
+
+NAKADI: list[tuple[str, dict[str, Any], dict[str, Level], set[str]]] = [
+    ("identical", OLD, dict.fromkeys(("compatible", "forward", "none"), Level.NONE), set()),
+    (
+        "title and description",
+        {**OLD, "title": "Order", "description": "an order"},
+        dict.fromkeys(("compatible", "forward", "none"), Level.PATCH),
+        set(),
+    ),
+    (
+        "optional property added",
+        obj({**OLD["properties"], "b": {"type": "string"}}),
+        dict.fromkeys(("compatible", "forward", "none"), Level.MINOR),
+        set(),
+    ),
+    (
+        "required property added",
+        obj({**OLD["properties"], "b": {"type": "string"}}, ["b"]),
+        {"compatible": Level.MAJOR, "forward": Level.MINOR, "none": Level.MAJOR},
+        {"required-added"},
+    ),
+    (
+        "number narrowed to integer",
+        obj({**OLD["properties"], "n": {"type": "integer"}}),
+        {"compatible": Level.MAJOR, "forward": Level.MINOR, "none": Level.MAJOR},
+        {"type-narrowed"},
+    ),
+    (
+        "enum value removed",
+        obj({**OLD["properties"], "e": {"enum": ["x"]}}),
+        {"compatible": Level.MAJOR, "forward": Level.MINOR, "none": Level.MAJOR},
+        {"enum-value-removed"},
+    ),
+    (
+        "enum value added",
+        obj({**OLD["properties"], "e": {"enum": ["x", "y", "z"]}}),
+        dict.fromkeys(("compatible", "forward", "none"), Level.MAJOR),
+        {"enum-value-removed"},
+    ),
+    (
+        "string widened to any type",
+        obj({**OLD["properties"], "a": {}}),
+        dict.fromkeys(("compatible", "forward", "none"), Level.MAJOR),
+        {"type-narrowed"},
+    ),
+    (
+        "property removed",
+        obj({"a": {"type": "string"}, "n": {"type": "number"}}),
+        dict.fromkeys(("compatible", "forward", "none"), Level.MAJOR),
+        {"property-rejected", "property-constrained"},
+    ),
+    (
+        "additionalProperties turned into a schema",
+        {**OLD, "additionalProperties": {"type": "string"}},
+        {"compatible": Level.MAJOR, "forward": Level.MINOR, "none": Level.MINOR},
+        {"keyword-not-supported"},
+    ),
+]
+
+
+@pytest.mark.parametrize("mode", ["compatible", "forward", "none"])
+@pytest.mark.parametrize(("name", "new", "levels", "rules"), NAKADI, ids=[n[0] for n in NAKADI])
+def test_nakadi_levels(
+    name: str, new: dict[str, Any], levels: dict[str, Level], rules: set[str], mode: Any
+) -> None:
+    evolution = nakadi_evolution(mode, OLD, new)
+    assert evolution.level == levels[mode]
+    rejected = mode != "none" and levels[mode] is Level.MAJOR
+    assert bool(evolution.violations) == rejected
+    if rejected:
+        assert {v.rule for v in evolution.violations} <= rules
+        assert {v.rule for v in evolution.violations} & rules
+
+
+def test_nakadi_compatible_mode_names_the_unsupported_keyword() -> None:
+    new = {**OLD, "properties": {**OLD["properties"], "m": {"type": "object", "not": {}}}}
+    found = nakadi_evolution("compatible", OLD, new).violations
+    assert ("keyword-not-supported", "#/properties/m/not") in {(v.rule, v.path) for v in found}
+
+
+def test_nakadi_unknown_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="compatible, forward or none"):
+        nakadi_evolution("strict", OLD, {**OLD, "required": ["a"]})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("current", "level", "after"),
+    [
+        ("1.0.0", Level.MINOR, "1.1.0"),
+        ("1.4.2", Level.PATCH, "1.4.3"),
+        ("1.4.2", Level.MAJOR, "2.0.0"),
+        ("1.4.2", Level.NONE, "1.4.2"),
+    ],
+)
+def test_next_version(current: str, level: Level, after: str) -> None:
+    assert next_version(current, level) == after
+
+
+def test_next_version_refuses_non_semantic_versions() -> None:
+    with pytest.raises(ValueError, match=r"MAJOR\.MINOR\.PATCH"):
+        next_version("1.0", Level.MINOR)
+
+
+def test_evolution_is_a_value() -> None:
+    assert Evolution(Level.MINOR, []) == Evolution(Level.MINOR, [])
