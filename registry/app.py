@@ -1,0 +1,281 @@
+"""The OpenSchema REST API (seed 004) over ``Store``.
+
+Requests and responses are JSON, as ``application/vnd.openschema.v1+json``
+(the default) or ``application/json``; every error is
+``{"errorCode", "errorMessage"}``. With an auth token configured, every call
+but ``/health`` needs ``Authorization: Bearer <token>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import psycopg
+from psycopg_pool import PoolTimeout
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from changebroker import logs, pg
+from registry import errors
+from registry.errors import RegistryError, violations_json
+from registry.store import Store, SubjectKey, parse_version
+
+log = logging.getLogger(__name__)
+
+OPENSCHEMA_JSON = "application/vnd.openschema.v1+json"
+MEDIA_TYPES = (OPENSCHEMA_JSON, "application/json")
+
+Handler = Callable[[Request, Store], Awaitable[Any]]
+
+
+def negotiate(accept: str | None) -> str:
+    """The response media type the Accept header prefers; 406 when it takes neither."""
+    if not accept or not accept.strip():
+        return OPENSCHEMA_JSON
+    offers: list[tuple[float, int, str]] = []
+    for position, part in enumerate(accept.split(",")):
+        media, *params = (p.strip() for p in part.split(";"))
+        weight = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip() == "q":
+                try:
+                    weight = float(value)
+                except ValueError:
+                    weight = 0.0
+        if weight > 0:
+            offers.append((-weight, position, media.lower()))
+    for _, _, media in sorted(offers):
+        if media in MEDIA_TYPES:
+            return media
+        if media in ("*/*", "application/*"):
+            return OPENSCHEMA_JSON
+    raise RegistryError(
+        errors.NOT_ACCEPTABLE, f"this API answers only in {' or '.join(MEDIA_TYPES)}; fix Accept"
+    )
+
+
+async def read_json(request: Request) -> dict[str, Any]:
+    """The request body as a JSON object; 415 for other media types, 42201 for bad JSON."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type and content_type not in MEDIA_TYPES:
+        raise RegistryError(
+            errors.UNSUPPORTED_MEDIA_TYPE,
+            f"send the body as {' or '.join(MEDIA_TYPES)}, not {content_type}",
+        )
+    raw = await request.body()
+    if not raw.strip():
+        raise RegistryError(errors.INVALID_INPUT, "the request needs a JSON body")
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise RegistryError(errors.INVALID_INPUT, f"the body is not valid JSON: {error}") from None
+    if not isinstance(body, dict):
+        raise RegistryError(errors.INVALID_INPUT, "the body must be a JSON object")
+    return body
+
+
+def subject_key(request: Request) -> SubjectKey:
+    return SubjectKey(
+        request.path_params["subject"],
+        request.query_params.get("tenant"),
+        request.query_params.get("namespace"),
+    )
+
+
+def _error_response(error: RegistryError, media_type: str) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status, media_type=media_type)
+
+
+def endpoint(handler: Handler, auth_token: str | None) -> Callable[[Request], Awaitable[Response]]:
+    """Auth, content negotiation and the error format around one handler."""
+
+    async def run(request: Request) -> Response:
+        media_type = OPENSCHEMA_JSON
+        try:
+            if auth_token is not None:
+                supplied = request.headers.get("authorization", "")
+                if not hmac.compare_digest(supplied.encode(), f"Bearer {auth_token}".encode()):
+                    raise RegistryError(
+                        errors.UNAUTHORIZED, "send Authorization: Bearer <the registry's token>"
+                    )
+            media_type = negotiate(request.headers.get("accept"))
+            result = await handler(request, request.app.state.store)
+            return JSONResponse(result, media_type=media_type)
+        except RegistryError as error:
+            return _error_response(error, media_type)
+        except (PoolTimeout, psycopg.errors.QueryCanceled) as error:
+            log.warning("storage timeout", extra=logs.fields(error=str(error)))
+            timeout = RegistryError(
+                errors.STORAGE_TIMEOUT, "the schema store did not answer in time; try again"
+            )
+            return _error_response(timeout, media_type)
+        except psycopg.Error as error:
+            log.error("storage error", extra=logs.fields(error=str(error)))
+            failure = RegistryError(
+                errors.STORAGE_ERROR, f"the schema store failed: {type(error).__name__}"
+            )
+            return _error_response(failure, media_type)
+
+    return run
+
+
+# -- handlers ---------------------------------------------------------------------------
+
+
+async def health(request: Request, store: Store) -> Any:
+    await store.ping()
+    return {"status": "UP"}
+
+
+async def get_schema(request: Request, store: Store) -> Any:
+    return await store.schema(request.path_params["id"])
+
+
+async def get_schema_subject(request: Request, store: Store) -> Any:
+    return await store.schema_subject(request.path_params["id"])
+
+
+async def list_subjects(request: Request, store: Store) -> Any:
+    query = request.query_params
+    return {"name": await store.list_subjects(query.get("tenant"), query.get("namespace"))}
+
+
+async def get_subject(request: Request, store: Store) -> Any:
+    return await store.subject(subject_key(request))
+
+
+async def put_subject(request: Request, store: Store) -> Any:
+    body = await read_json(request)
+    query = request.query_params
+    tenant = body.get("tenant", query.get("tenant"))
+    namespace = body.get("namespace", query.get("namespace"))
+    if not all(isinstance(v, str | None) for v in (tenant, namespace)):
+        raise RegistryError(errors.INVALID_INPUT, "tenant and namespace must be strings")
+    key = SubjectKey(request.path_params["subject"], tenant, namespace)
+    return await store.put_subject(key, body)
+
+
+async def delete_subject(request: Request, store: Store) -> Any:
+    return {"version": await store.delete_subject(subject_key(request))}
+
+
+async def list_versions(request: Request, store: Store) -> Any:
+    return {"version": await store.versions(subject_key(request))}
+
+
+async def get_version_schema(request: Request, store: Store) -> Any:
+    version = parse_version(request.path_params["version"])
+    return await store.version(subject_key(request), version)
+
+
+async def register(request: Request, store: Store) -> Any:
+    body = await read_json(request)
+    return {"id": await store.register(subject_key(request), body)}
+
+
+async def delete_version(request: Request, store: Store) -> Any:
+    version = parse_version(request.path_params["version"])
+    return {"version": await store.delete_version(subject_key(request), version)}
+
+
+async def test_compatibility(request: Request, store: Store) -> Any:
+    version = parse_version(request.path_params["version"])
+    body = await read_json(request)
+    # {"schema": <definition>} as the seed shows; a full schema object works too.
+    if "schema" in body:
+        schema = body["schema"]
+        wrapped = isinstance(schema, dict) and "schemaDefinition" in schema
+        definition = schema["schemaDefinition"] if wrapped else schema
+    elif "schemaDefinition" in body:
+        definition = body["schemaDefinition"]
+    else:
+        raise RegistryError(errors.INVALID_INPUT, 'send the schema to test as {"schema": ...}')
+    found = await store.test_compatibility(subject_key(request), version, definition)
+    return {"isCompatible": not found, "violations": violations_json(found)}
+
+
+async def get_config(request: Request, store: Store) -> Any:
+    return {"compatibility": await store.compatibility(subject_key(request))}
+
+
+async def put_config(request: Request, store: Store) -> Any:
+    body = await read_json(request)
+    if "compatibility" not in body:
+        raise RegistryError(
+            errors.INVALID_INPUT, 'send {"compatibility": "BACKWARD"} or another mode'
+        )
+    return {
+        "compatibility": await store.set_compatibility(subject_key(request), body["compatibility"])
+    }
+
+
+ROUTES: list[tuple[str, list[str], Handler]] = [
+    ("/schemas/{id}", ["GET"], get_schema),
+    ("/schemas/{id}/subject", ["GET"], get_schema_subject),
+    ("/subjects", ["GET"], list_subjects),
+    ("/subjects/{subject}", ["GET"], get_subject),
+    ("/subjects/{subject}", ["POST"], put_subject),
+    ("/subjects/{subject}/", ["POST"], put_subject),
+    ("/subjects/{subject}", ["DELETE"], delete_subject),
+    ("/subjects/{subject}/versions", ["GET"], list_versions),
+    ("/subjects/{subject}/versions", ["POST"], register),
+    ("/subjects/{subject}/versions/{version}/schema", ["GET"], get_version_schema),
+    ("/subjects/{subject}/versions/{version}", ["DELETE"], delete_version),
+    ("/compatibility/subjects/{subject}/versions/{version}", ["POST"], test_compatibility),
+    ("/config/{subject}", ["GET"], get_config),
+    ("/config/{subject}", ["PUT"], put_config),
+]
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Unknown paths and methods, in the API's error format."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    code = {404: errors.ROUTE_NOT_FOUND, 405: errors.METHOD_NOT_ALLOWED}.get(status, status * 100)
+    message = {404: "no such endpoint; see the OpenSchema API", 405: "method not allowed here"}
+    return JSONResponse(
+        {"errorCode": code, "errorMessage": message.get(status, "request failed")},
+        status_code=status,
+        media_type=OPENSCHEMA_JSON,
+    )
+
+
+def create_app(
+    dsn: str,
+    *,
+    auth_token: str | None = None,
+    statement_timeout_ms: int = 10_000,
+    pool_size: int = 10,
+) -> Starlette:
+    """The registry on the database ``dsn`` (migrated at start)."""
+    store = Store(dsn, pool_size=pool_size, statement_timeout_ms=statement_timeout_ms)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await asyncio.to_thread(pg.migrate, dsn, "registry")
+        await store.open()
+        app.state.store = store
+        try:
+            yield
+        finally:
+            await store.close()
+
+    routes = [Route("/health", endpoint(health, None), methods=["GET"])]
+    routes += [
+        Route(path, endpoint(handler, auth_token), methods=methods)
+        for path, methods, handler in ROUTES
+    ]
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error},
+    )

@@ -1,0 +1,101 @@
+"""Subject formats and schema definitions: what the registry accepts and how it compares them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+import jsonschema
+
+from registry import errors
+from registry.compat import SchemaError
+from registry.compat.avro import parse as parse_avro
+from registry.errors import RegistryError
+
+# Seed 004, 5.1: the format enumeration, spelled as the seed spells it.
+FORMATS = ("NONE", "JSON", "PB", "AVRO", "USER-DEFINED", "Int", "Long", "String", "Map")
+_SERIALIZATION_FORMATS = {
+    "json": "JSON",
+    "avro": "AVRO",
+    "pb": "PB",
+    "user-defined": "USER-DEFINED",
+}
+
+EngineFormat = Literal["JSON", "AVRO"]
+
+
+def normalize_format(value: Any) -> str:
+    """The seed's spelling of ``value`` (case-insensitive), else 42201."""
+    if isinstance(value, str):
+        for known in FORMATS:
+            if known.lower() == value.lower():
+                return known
+    raise RegistryError(
+        errors.INVALID_INPUT, f"format {value!r} is not one of {', '.join(FORMATS)}"
+    )
+
+
+def format_of_serialization(serialization: Any) -> str | None:
+    """The subject format a schema's ``serialization`` implies (json -> JSON), if any."""
+    if isinstance(serialization, str):
+        return _SERIALIZATION_FORMATS.get(serialization.lower())
+    return None
+
+
+def engine_format(fmt: str | None) -> EngineFormat | None:
+    """The formats the compatibility engine has rules for."""
+    if fmt == "JSON":
+        return "JSON"
+    if fmt == "AVRO":
+        return "AVRO"
+    return None
+
+
+def parse_definition(fmt: str | None, raw: Any) -> Any:
+    """``schemaDefinition`` decoded and checked for ``fmt``; 42201 says what is wrong."""
+    # {} is a real JSON Schema (anything goes); for other formats it says nothing.
+    empty_object = isinstance(raw, dict) and not raw and fmt != "JSON"
+    if raw is None or (isinstance(raw, str | list) and not raw) or empty_object:
+        raise RegistryError(
+            errors.INVALID_INPUT, "schema info cannot be empty: send schemaDefinition"
+        )
+    if fmt == "JSON":
+        value = _decode(raw) if isinstance(raw, str) else raw
+        if not isinstance(value, dict | bool):
+            raise RegistryError(
+                errors.INVALID_INPUT, "a JSON schemaDefinition is a JSON Schema object (or boolean)"
+            )
+        if isinstance(value, dict):
+            validator = jsonschema.validators.validator_for(
+                value, default=jsonschema.Draft7Validator
+            )
+            try:
+                validator.check_schema(value)
+            except jsonschema.SchemaError as error:
+                where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+                raise RegistryError(
+                    errors.INVALID_INPUT, f"invalid JSON Schema at {where}: {error.message}"
+                ) from error
+        return value
+    if fmt == "AVRO":
+        value = _decode(raw) if isinstance(raw, str) and raw.strip()[:1] in '{["' else raw
+        try:
+            parse_avro(value)
+        except SchemaError as error:
+            raise RegistryError(errors.INVALID_INPUT, f"invalid Avro schema: {error}") from error
+        return value
+    return raw
+
+
+def canonical(value: Any) -> str:
+    """One text per definition, whatever its key order or spacing."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _decode(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise RegistryError(
+            errors.INVALID_INPUT, f"schemaDefinition is a string but not JSON: {error}"
+        ) from error

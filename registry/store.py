@@ -1,0 +1,498 @@
+"""Subjects and schema versions in Postgres, and the rules that guard them.
+
+Every change to one subject runs in a transaction holding that subject's row
+lock, so concurrent registrations of one subject are serialised: versions go
+1..N with no gaps or duplicates, and one definition gets one id. Schema ids come
+from a sequence and are unique across all subjects.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow, dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from changebroker import logs
+from registry import errors
+from registry.compat import Mode, Violation, check_labelled
+from registry.definitions import (
+    canonical,
+    engine_format,
+    format_of_serialization,
+    normalize_format,
+    parse_definition,
+)
+from registry.errors import RegistryError
+
+log = logging.getLogger(__name__)
+
+SUBJECT_COLUMNS = (
+    "id, tenant, namespace, subject, app, description, status, compatibility, coordinate,"
+    " format, created_time, last_modified_time"
+)
+# Subject metadata a client may set (seed 004, 7.2.5), besides tenant and namespace.
+EDITABLE = ("app", "description", "status", "compatibility", "coordinate", "format")
+
+Conn = AsyncConnection[DictRow]
+
+
+@dataclass(frozen=True)
+class SubjectKey:
+    """A subject name; tenant and namespace narrow it down when given (None: any)."""
+
+    subject: str
+    tenant: str | None = None
+    namespace: str | None = None
+
+
+def parse_mode(value: Any) -> Mode:
+    try:
+        return Mode(str(value).upper())
+    except ValueError:
+        raise RegistryError(
+            errors.INVALID_INPUT,
+            f"compatibility {value!r} is not one of {', '.join(m.value for m in Mode)}",
+        ) from None
+
+
+def parse_version(value: str) -> int | None:
+    """A version path segment: a positive integer, or ``latest`` (None); else 42202."""
+    if value.lower() == "latest":
+        return None
+    if value.isdigit() and 0 < int(value) < 2**31:
+        return int(value)
+    raise RegistryError(
+        errors.INVALID_VERSION, f"version {value!r} is not a positive integer or 'latest'"
+    )
+
+
+def _timestamp(value: datetime.datetime) -> str:
+    """The seed's style: ``2021-09-14T02:26:09.018`` (UTC)."""
+    utc = value.astimezone(datetime.UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}"
+
+
+def subject_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "subject": row["subject"],
+        "namespace": row["namespace"],
+        "tenant": row["tenant"],
+        "app": row["app"],
+        "description": row["description"],
+        "status": row["status"],
+        "compatibility": row["compatibility"],
+        "coordinate": row["coordinate"],
+        "format": row["format"],
+        "createdTime": _timestamp(row["created_time"]),
+        "lastModifiedTime": _timestamp(row["last_modified_time"]),
+    }
+
+
+def schema_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "version": row["version"],
+        "id": str(row["id"]),
+        "serialization": row["serialization"],
+        "schemaDefinition": row["definition"],
+    }
+    for optional in ("name", "comment", "validator"):
+        if row[optional] is not None:
+            body[optional] = row[optional]
+    return body
+
+
+def _optional_text(body: Mapping[str, Any], key: str) -> str | None:
+    value = body.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise RegistryError(errors.INVALID_INPUT, f"{key!r} must be a string")
+
+
+class Store:
+    def __init__(self, dsn: str, *, pool_size: int = 10, statement_timeout_ms: int = 10_000):
+        self.pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+            dsn,
+            connection_class=Conn,
+            open=False,
+            min_size=1,
+            max_size=pool_size,
+            timeout=max(statement_timeout_ms / 1000, 1.0),
+            kwargs={
+                "autocommit": True,
+                "row_factory": dict_row,
+                "application_name": "changebroker-registry",
+                "options": f"-c statement_timeout={statement_timeout_ms}",
+            },
+        )
+
+    async def open(self) -> None:
+        await self.pool.open(wait=True)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def ping(self) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute("SELECT 1")
+
+    # -- subjects ---------------------------------------------------------------------
+
+    async def _find(self, conn: Conn, key: SubjectKey, *, lock: bool = False) -> DictRow | None:
+        query = (
+            f"SELECT {SUBJECT_COLUMNS} FROM registry_subjects WHERE subject = %s"
+            " AND (%s::text IS NULL OR tenant = %s) AND (%s::text IS NULL OR namespace = %s)"
+            + (" FOR UPDATE" if lock else "")
+        )
+        rows = await (
+            await conn.execute(
+                query, (key.subject, key.tenant, key.tenant, key.namespace, key.namespace)
+            )
+        ).fetchall()
+        if len(rows) > 1:
+            raise RegistryError(
+                errors.INVALID_INPUT,
+                f"subject {key.subject!r} exists in several tenants or namespaces:"
+                " pass the tenant and namespace parameters",
+            )
+        return rows[0] if rows else None
+
+    async def _get(self, conn: Conn, key: SubjectKey, *, lock: bool = False) -> DictRow:
+        row = await self._find(conn, key, lock=lock)
+        if row is None:
+            raise RegistryError(errors.SUBJECT_NOT_FOUND, f"subject {key.subject!r} not found")
+        return row
+
+    async def list_subjects(self, tenant: str | None, namespace: str | None) -> list[str]:
+        async with self.pool.connection() as conn:
+            rows = await (
+                await conn.execute(
+                    "SELECT DISTINCT subject FROM registry_subjects"
+                    " WHERE (%s::text IS NULL OR tenant = %s)"
+                    " AND (%s::text IS NULL OR namespace = %s) ORDER BY subject",
+                    (tenant, tenant, namespace, namespace),
+                )
+            ).fetchall()
+        return [r["subject"] for r in rows]
+
+    async def subject(self, key: SubjectKey) -> dict[str, Any]:
+        async with self.pool.connection() as conn:
+            return subject_json(await self._get(conn, key))
+
+    async def put_subject(self, key: SubjectKey, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create the subject, or update the metadata ``body`` carries (seed 004, 7.2.5)."""
+        if key.tenant is None or key.namespace is None:
+            raise RegistryError(
+                errors.INVALID_INPUT, "tenant and namespace are required to create or update"
+            )
+        changes: dict[str, Any] = {}
+        for column in EDITABLE:
+            if column in body:
+                changes[column] = _optional_text(body, column)
+        if changes.get("compatibility") is not None:
+            changes["compatibility"] = parse_mode(changes["compatibility"]).value
+        elif "compatibility" in changes:
+            del changes["compatibility"]  # null: keep the current mode (BACKWARD when new)
+        if changes.get("format") is not None:
+            changes["format"] = normalize_format(changes["format"])
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute(
+                "INSERT INTO registry_subjects (tenant, namespace, subject, status) VALUES"
+                " (%s, %s, %s, %s) ON CONFLICT (tenant, namespace, subject) DO NOTHING",
+                (key.tenant, key.namespace, key.subject, changes.get("status")),
+            )
+            row = await self._get(conn, key, lock=True)
+            if "status" not in changes and row["status"] is None:
+                raise RegistryError(errors.INVALID_INPUT, "status is required (e.g. released)")
+            if "compatibility" in changes and changes["compatibility"] != row["compatibility"]:
+                await self._check_history(conn, row, Mode(changes["compatibility"]), "the new mode")
+            if "format" in changes and changes["format"] != row["format"]:
+                await self._check_format_change(conn, row, changes["format"])
+            if changes:
+                assignments = ", ".join(f"{column} = %s" for column in changes)
+                row = (
+                    await (
+                        await conn.execute(
+                            f"UPDATE registry_subjects SET {assignments},"
+                            " last_modified_time = now() WHERE id = %s"
+                            f" RETURNING {SUBJECT_COLUMNS}",
+                            (*changes.values(), row["id"]),
+                        )
+                    ).fetchone()
+                    or row
+                )
+        return subject_json(row)
+
+    async def _check_format_change(self, conn: Conn, row: Mapping[str, Any], fmt: str) -> None:
+        count = await (
+            await conn.execute(
+                "SELECT count(*) AS n FROM registry_schemas WHERE subject_id = %s", (row["id"],)
+            )
+        ).fetchone()
+        if count and count["n"]:
+            raise RegistryError(
+                errors.INVALID_INPUT,
+                f"subject {row['subject']!r} already has {row['format']} schemas;"
+                " its format cannot change (use a new subject)",
+            )
+
+    async def delete_subject(self, key: SubjectKey) -> list[int]:
+        async with self.pool.connection() as conn, conn.transaction():
+            row = await self._get(conn, key, lock=True)
+            versions = await (
+                await conn.execute(
+                    "SELECT version FROM registry_schemas WHERE subject_id = %s ORDER BY version",
+                    (row["id"],),
+                )
+            ).fetchall()
+            await conn.execute("DELETE FROM registry_subjects WHERE id = %s", (row["id"],))
+        log.info("subject deleted", extra=logs.fields(subject=key.subject, versions=len(versions)))
+        return [v["version"] for v in versions]
+
+    # -- config ---------------------------------------------------------------------
+
+    async def compatibility(self, key: SubjectKey) -> str:
+        async with self.pool.connection() as conn:
+            return str((await self._get(conn, key))["compatibility"])
+
+    async def set_compatibility(self, key: SubjectKey, value: Any) -> str:
+        mode = parse_mode(value)
+        async with self.pool.connection() as conn, conn.transaction():
+            row = await self._get(conn, key, lock=True)
+            if mode.value != row["compatibility"]:
+                await self._check_history(conn, row, mode, "the new mode")
+                await conn.execute(
+                    "UPDATE registry_subjects SET compatibility = %s, last_modified_time = now()"
+                    " WHERE id = %s",
+                    (mode.value, row["id"]),
+                )
+        return mode.value
+
+    # -- schemas ----------------------------------------------------------------------
+
+    async def versions(self, key: SubjectKey) -> list[int]:
+        async with self.pool.connection() as conn:
+            row = await self._get(conn, key)
+            rows = await (
+                await conn.execute(
+                    "SELECT version FROM registry_schemas WHERE subject_id = %s ORDER BY version",
+                    (row["id"],),
+                )
+            ).fetchall()
+        return [r["version"] for r in rows]
+
+    async def _version_row(
+        self, conn: Conn, subject_id: int, version: int | None
+    ) -> DictRow | None:
+        if version is None:
+            query = (
+                "SELECT * FROM registry_schemas WHERE subject_id = %s ORDER BY version DESC LIMIT 1"
+            )
+            return await (await conn.execute(query, (subject_id,))).fetchone()
+        query = "SELECT * FROM registry_schemas WHERE subject_id = %s AND version = %s"
+        return await (await conn.execute(query, (subject_id, version))).fetchone()
+
+    async def version(self, key: SubjectKey, version: int | None) -> dict[str, Any]:
+        """Subject metadata with ``schema`` (seed 004, 7.2.4); ``None`` is the latest."""
+        async with self.pool.connection() as conn:
+            subject = await self._get(conn, key)
+            row = await self._version_row(conn, subject["id"], version)
+        if row is None:
+            raise _version_missing(key, version)
+        return {**subject_json(subject), "schema": schema_json(row)}
+
+    async def schema(self, schema_id: str) -> dict[str, Any]:
+        row = await self._schema_with_subject(schema_id)
+        return schema_json(row)
+
+    async def schema_subject(self, schema_id: str) -> dict[str, Any]:
+        row = await self._schema_with_subject(schema_id)
+        return {"subject": row["subject"], "version": row["version"]}
+
+    async def _schema_with_subject(self, schema_id: str) -> DictRow:
+        if not schema_id.isdigit() or int(schema_id) >= 2**63:
+            raise RegistryError(errors.SUBJECT_NOT_FOUND, f"schema {schema_id!r} not found")
+        async with self.pool.connection() as conn:
+            row = await (
+                await conn.execute(
+                    "SELECT s.*, j.subject FROM registry_schemas s"
+                    " JOIN registry_subjects j ON j.id = s.subject_id WHERE s.id = %s",
+                    (int(schema_id),),
+                )
+            ).fetchone()
+        if row is None:
+            raise RegistryError(errors.SUBJECT_NOT_FOUND, f"schema {schema_id!r} not found")
+        return row
+
+    async def register(self, key: SubjectKey, body: Mapping[str, Any]) -> str:
+        """The id of ``body``'s definition in the subject: existing, or a new version."""
+        serialization = _optional_text(body, "serialization")
+        async with self.pool.connection() as conn, conn.transaction():
+            subject = await self._find(conn, key, lock=True)
+            if subject is None:
+                await conn.execute(
+                    "INSERT INTO registry_subjects (tenant, namespace, subject) VALUES (%s, %s, %s)"
+                    " ON CONFLICT (tenant, namespace, subject) DO NOTHING",
+                    (key.tenant or "", key.namespace or "", key.subject),
+                )
+                subject = await self._get(
+                    conn, SubjectKey(key.subject, key.tenant or "", key.namespace or ""), lock=True
+                )
+            fmt = subject["format"] or format_of_serialization(serialization)
+            implied = format_of_serialization(serialization)
+            if subject["format"] and implied and implied != subject["format"]:
+                raise RegistryError(
+                    errors.INVALID_INPUT,
+                    f"serialization {serialization!r} does not fit the subject's format"
+                    f" {subject['format']}",
+                )
+            parsed = parse_definition(fmt, body.get("schemaDefinition"))
+            text = canonical(parsed)
+            existing = await (
+                await conn.execute(
+                    "SELECT id FROM registry_schemas WHERE subject_id = %s"
+                    " AND md5(canonical) = md5(%s) AND canonical = %s ORDER BY version LIMIT 1",
+                    (subject["id"], text, text),
+                )
+            ).fetchone()
+            if existing is not None:
+                return str(existing["id"])
+            history = await self._history(conn, subject["id"])
+            mode = Mode(subject["compatibility"])
+            found = _violations(mode, parsed, history, fmt)
+            if found:
+                raise errors.incompatible(
+                    found, f"the schema is not {mode.value} compatible with {key.subject!r}"
+                )
+            version = (history[-1][0] + 1) if history else 1
+            row = await (
+                await conn.execute(
+                    "INSERT INTO registry_schemas (subject_id, version, name, comment,"
+                    " serialization, definition, canonical, validator)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+                    (
+                        subject["id"],
+                        version,
+                        _optional_text(body, "name"),
+                        _optional_text(body, "comment"),
+                        serialization,
+                        Jsonb(body.get("schemaDefinition")),
+                        text,
+                        _optional_text(body, "validator"),
+                    ),
+                )
+            ).fetchone()
+            if subject["format"] is None and fmt is not None:
+                await conn.execute(
+                    "UPDATE registry_subjects SET format = %s WHERE id = %s", (fmt, subject["id"])
+                )
+        assert row is not None
+        log.info(
+            "schema registered",
+            extra=logs.fields(subject=key.subject, version=version, id=row["id"]),
+        )
+        return str(row["id"])
+
+    async def delete_version(self, key: SubjectKey, version: int | None) -> int:
+        async with self.pool.connection() as conn, conn.transaction():
+            subject = await self._get(conn, key, lock=True)
+            row = await self._version_row(conn, subject["id"], version)
+            if row is None:
+                raise _version_missing(key, version)
+            remaining = [
+                h for h in await self._history(conn, subject["id"]) if h[0] != row["version"]
+            ]
+            mode = Mode(subject["compatibility"])
+            found = _history_violations(mode, remaining, subject["format"])
+            if found:
+                raise errors.incompatible(
+                    found,
+                    f"without version {row['version']} the remaining versions of"
+                    f" {key.subject!r} break {mode.value}",
+                )
+            await conn.execute("DELETE FROM registry_schemas WHERE id = %s", (row["id"],))
+        return int(row["version"])
+
+    async def test_compatibility(
+        self, key: SubjectKey, version: int | None, definition: Any
+    ) -> list[Violation]:
+        """Violations of the subject's mode by ``definition`` against history up to ``version``."""
+        async with self.pool.connection() as conn:
+            subject = await self._get(conn, key)
+            row = await self._version_row(conn, subject["id"], version)
+            if row is None:
+                raise _version_missing(key, version)
+            history = [
+                h for h in await self._history(conn, subject["id"]) if h[0] <= row["version"]
+            ]
+        fmt = subject["format"] or format_of_serialization(row["serialization"])
+        parsed = parse_definition(fmt, definition)
+        return _violations(Mode(subject["compatibility"]), parsed, history, fmt)
+
+    async def _history(self, conn: Conn, subject_id: int) -> list[tuple[int, Any]]:
+        rows = await (
+            await conn.execute(
+                "SELECT version, canonical FROM registry_schemas WHERE subject_id = %s"
+                " ORDER BY version",
+                (subject_id,),
+            )
+        ).fetchall()
+        return [(r["version"], json.loads(r["canonical"])) for r in rows]
+
+    async def _check_history(
+        self, conn: Conn, subject: Mapping[str, Any], mode: Mode, what: str
+    ) -> None:
+        found = _history_violations(
+            mode, await self._history(conn, subject["id"]), subject["format"]
+        )
+        if found:
+            raise errors.incompatible(
+                found, f"the versions of {subject['subject']!r} already break {what} {mode.value}"
+            )
+
+
+def _version_missing(key: SubjectKey, version: int | None) -> RegistryError:
+    if version is None:
+        return RegistryError(errors.VERSION_NOT_FOUND, f"subject {key.subject!r} has no versions")
+    return RegistryError(
+        errors.VERSION_NOT_FOUND, f"subject {key.subject!r} has no version {version}"
+    )
+
+
+def _violations(
+    mode: Mode, new: Any, history: Sequence[tuple[int, Any]], fmt: str | None
+) -> list[Violation]:
+    if mode is Mode.NONE or not history:
+        return []
+    checked = engine_format(fmt)
+    if checked is None:
+        return [
+            Violation(
+                "#",
+                "format-not-checkable",
+                f"there are no compatibility rules for format {fmt or 'unset'}; set the subject's"
+                " compatibility to NONE to register new versions",
+            )
+        ]
+    return check_labelled(mode, new, [(f"version {v}", d) for v, d in history], checked)
+
+
+def _history_violations(
+    mode: Mode, history: Sequence[tuple[int, Any]], fmt: str | None
+) -> list[Violation]:
+    """Each version against the ones before it, as if registered in order under ``mode``."""
+    found: list[Violation] = []
+    for index in range(1, len(history)):
+        version, definition = history[index]
+        found += [
+            Violation(v.path, v.rule, f"version {version}: {v.message}")
+            for v in _violations(mode, definition, history[:index], fmt)
+        ]
+    return found
