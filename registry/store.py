@@ -364,8 +364,8 @@ class Store:
             ).fetchone()
             if existing is not None:
                 return str(existing["id"])
-            history = await self._history(conn, subject["id"])
             mode = Mode(subject["compatibility"])
+            history = await self._history(conn, subject["id"], latest_only=not mode.transitive)
             found = _violations(mode, parsed, history, fmt)
             if found:
                 raise errors.incompatible(
@@ -436,15 +436,18 @@ class Store:
         parsed = parse_definition(fmt, definition)
         return _violations(Mode(subject["compatibility"]), parsed, history, fmt)
 
-    async def _history(self, conn: Conn, subject_id: int) -> list[tuple[int, Any]]:
+    async def _history(
+        self, conn: Conn, subject_id: int, *, latest_only: bool = False
+    ) -> list[tuple[int, Any]]:
+        """(version, definition), oldest first; non-transitive checks need the latest alone."""
         rows = await (
             await conn.execute(
                 "SELECT version, canonical FROM registry_schemas WHERE subject_id = %s"
-                " ORDER BY version",
+                " ORDER BY version DESC" + (" LIMIT 1" if latest_only else ""),
                 (subject_id,),
             )
         ).fetchall()
-        return [(r["version"], json.loads(r["canonical"])) for r in rows]
+        return [(r["version"], json.loads(r["canonical"])) for r in reversed(rows)]
 
     async def _check_history(
         self, conn: Conn, subject: Mapping[str, Any], mode: Mode, what: str

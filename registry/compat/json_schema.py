@@ -16,6 +16,7 @@ Two approximations keep it sound:
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -243,11 +244,28 @@ class _Comparison:
     def __init__(self, reader_root: Any, writer_root: Any) -> None:
         self.reader_root = reader_root
         self.writer_root = writer_root
-        self.reader_validator = _validator_class(reader_root)(reader_root)
-        self.writer_validator = _validator_class(writer_root)(writer_root)
+        # Without any $ref, equal subtrees mean equal schemas: a cheap shortcut.
+        self.refs = _has_ref(reader_root) or _has_ref(writer_root)
         # (reader node, writer node) pairs under comparison: a recursive $ref that
         # comes back to one of them is assumed compatible (the rest of the walk decides).
         self.active: set[tuple[int, int]] = set()
+
+    @functools.cached_property
+    def reader_validator(self) -> ValidatorProtocol:
+        return _validator_class(self.reader_root)(self.reader_root)
+
+    @functools.cached_property
+    def writer_validator(self) -> ValidatorProtocol:
+        return _validator_class(self.writer_root)(self.writer_root)
+
+    def _same(self, r: Any, w: Any, *, annotations_matter: bool = False) -> bool:
+        """``r`` and ``w`` allow the same documents because they are the same ref-free text."""
+        if self.refs and (_has_ref(r) or _has_ref(w)):
+            return False
+        if not annotations_matter:
+            r, w = strip_annotations(r), strip_annotations(w)
+        # == first (cheap); the text then tells true from 1, which == does not.
+        return bool(r == w) and _canonical(r) == _canonical(w)
 
     # -- references -------------------------------------------------------------------
 
@@ -340,22 +358,16 @@ class _Comparison:
                     "a schema here is neither an object nor a boolean; fix the schema",
                 )
             ]
-        if not _has_ref(r) and not _has_ref(w) and strip_annotations(r) == strip_annotations(w):
+        if r == w and self._same(r, w, annotations_matter=True):
             return []
 
         r, w = dict(r), dict(w)
         # Identical unions / negations / conditionals on both sides: carry over as they are.
         for keyword in ("oneOf", "anyOf", "not"):
-            if (
-                keyword in r
-                and keyword in w
-                and not _has_ref(r[keyword])
-                and (strip_annotations(r[keyword]) == strip_annotations(w[keyword]))
-            ):
+            if keyword in r and keyword in w and self._same(r[keyword], w[keyword]):
                 del r[keyword], w[keyword]
         if ("if" in r or "if" in w) and all(
-            not _has_ref(r.get(k)) and strip_annotations(r.get(k)) == strip_annotations(w.get(k))
-            for k in ("if", "then", "else")
+            self._same(r.get(k), w.get(k)) for k in ("if", "then", "else")
         ):
             for k in ("if", "then", "else"):
                 r.pop(k, None)
@@ -617,7 +629,8 @@ class _Comparison:
         for keyword, value in r.items():
             if keyword in _HANDLED or keyword in ANNOTATIONS or keyword.startswith("x-"):
                 continue
-            if _has_ref(value) or _canonical(value) != _canonical(w.get(keyword)):
+            # Not a schema keyword we know: its value is compared as plain JSON.
+            if not self._same(value, w.get(keyword), annotations_matter=True):
                 found.append(
                     Violation(
                         _pointer(path, keyword),

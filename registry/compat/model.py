@@ -17,6 +17,11 @@ class Mode(enum.StrEnum):
     FULL_TRANSITIVE = "FULL_TRANSITIVE"
     NONE = "NONE"
 
+    @property
+    def transitive(self) -> bool:
+        """Checked against every earlier schema, not just the latest."""
+        return self.value.endswith("_TRANSITIVE")
+
 
 @dataclass(frozen=True)
 class Violation:

@@ -13,7 +13,6 @@ Format = Literal["JSON", "AVRO"]
 
 _BACKWARD = {Mode.BACKWARD, Mode.BACKWARD_TRANSITIVE, Mode.FULL, Mode.FULL_TRANSITIVE}
 _FORWARD = {Mode.FORWARD, Mode.FORWARD_TRANSITIVE, Mode.FULL, Mode.FULL_TRANSITIVE}
-_TRANSITIVE = {Mode.BACKWARD_TRANSITIVE, Mode.FORWARD_TRANSITIVE, Mode.FULL_TRANSITIVE}
 
 
 def comparison(fmt: Format) -> Callable[[Any, Any], list[Violation]]:
@@ -42,7 +41,7 @@ def check_labelled(
     if mode is Mode.NONE or not history:
         return []
     compare = comparison(fmt)
-    against = history if mode in _TRANSITIVE else history[-1:]
+    against = history if mode.transitive else history[-1:]
     found: list[Violation] = []
     for label, old in reversed(against):  # newest first: the likeliest culprit leads
         if mode in _BACKWARD:

@@ -454,6 +454,19 @@ JSON_CASES = [
         forward=[("multiple-of-changed", "#/multipleOf")],
     ),
     Case(
+        "const true is not const 1",
+        {"const": 1},
+        {"const": True},
+        backward=[("enum-value-removed", "#/const")],
+        forward=[("enum-value-removed", "#/const")],
+    ),
+    Case(
+        "dependency on a property named like an annotation",
+        {"type": "object"},
+        {"type": "object", "dependencies": {"title": ["x"]}},
+        backward=[("constraint-changed", "#/dependencies")],
+    ),
+    Case(
         "exclusiveMaximum lowered below maximum",
         {"type": "number", "maximum": 10},
         {"type": "number", "exclusiveMaximum": 10},

@@ -1,0 +1,281 @@
+"""Registry throughput and p99 latency, each against a baseline measured in the same run.
+
+    .venv/bin/python -m bench registry_throughput
+
+* registration (HTTP, new compatible versions of one subject) vs a raw psycopg
+  INSERT of the same row in its own transaction;
+* lookups by id, by subject/version and latest (HTTP) vs a raw psycopg SELECT
+  of the same row;
+* compatibility checks (BACKWARD_TRANSITIVE against the subject's whole history,
+  in process) vs jsonschema's ``check_schema`` of the same schema.
+
+The registry runs as its own process (``changebroker registry``) on a scratch
+database of the server in ``CHANGEBROKER_PG_DSN``, dropped at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import jsonschema
+import psycopg
+
+from bench.report import Figure, report
+from changebroker import pg
+from changebroker.stack.processes import wait_until
+from registry.compat import Mode, check
+
+CLIENTS = 4
+REGISTRATIONS = 400
+LOOKUPS = 2000
+HISTORY = 25
+COMPAT_CHECKS = 300
+
+
+def schema_version(index: int) -> dict[str, Any]:
+    """Version ``index`` of an order schema: each adds an optional property (BACKWARD-safe)."""
+    properties: dict[str, Any] = {
+        "order_id": {"type": "string", "format": "uuid"},
+        "amount": {"type": "number", "minimum": 0},
+        "currency": {"type": "string", "enum": ["EUR", "USD", "GBP"]},
+        "items": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"sku": {"type": "string"}, "quantity": {"type": "integer"}},
+                "required": ["sku", "quantity"],
+            },
+        },
+    }
+    for extra in range(index):
+        properties[f"note_{extra}"] = {"type": "string", "maxLength": 200}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": ["order_id", "amount"],
+        "additionalProperties": False,
+    }
+
+
+def timed(work: Callable[[int], None], count: int, clients: int) -> tuple[float, float]:
+    """Run ``work(i)`` for i in range(count) on ``clients`` threads: (ops/s, p99 ms)."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def worker(offset: int) -> None:
+        mine: list[float] = []
+        for i in range(offset, count, clients):
+            started = time.perf_counter()
+            work(i)
+            mine.append(time.perf_counter() - started)
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=worker, args=(c,)) for c in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    p99 = statistics.quantiles(latencies, n=100)[98] * 1000
+    return count / elapsed, p99
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def scratch_database(server_dsn: str) -> Iterator[str]:
+    name = f"bench_registry_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield pg.with_database(server_dsn, name)
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def registry_process(dsn: str) -> Iterator[str]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryFile() as log:
+        command = [sys.executable, "-m", "changebroker.cli", "registry", "--port", str(port)]
+        process = subprocess.Popen(
+            [*command, "--pg-url", dsn],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "CHANGEBROKER_REGISTRY_AUTH_TOKEN": ""},
+        )
+        try:
+            wait_until(
+                lambda: process.poll() is not None or _answers(f"{url}/health"),
+                timeout=60,
+                what="the registry to start",
+            )
+            if process.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"the registry exited: {log.read()[-2000:]!r}")
+            yield url
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def main() -> int:
+    server_dsn = os.environ.get(
+        "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
+    )
+    figures: list[Figure] = []
+    with scratch_database(server_dsn) as dsn, registry_process(dsn) as url:
+        clients = [httpx.Client(base_url=url, timeout=60) for _ in range(CLIENTS)]
+        connections = [psycopg.connect(dsn, autocommit=True) for _ in range(CLIENTS)]
+        try:
+            figures += registration(clients, connections)
+            figures += lookups(clients, connections)
+        finally:
+            for client in clients:
+                client.close()
+            for conn in connections:
+                conn.close()
+    figures += compatibility()
+    report(figures)
+    return 0
+
+
+def registration(
+    clients: list[httpx.Client], connections: list[psycopg.Connection]
+) -> list[Figure]:
+    # Titles make each definition distinct while every version stays compatible.
+    base = schema_version(3)
+
+    def ours(i: int) -> None:
+        body = {"serialization": "json", "schemaDefinition": {**base, "title": f"v{i}"}}
+        response = clients[i % CLIENTS].post("/subjects/bench-register/versions", json=body)
+        response.raise_for_status()
+
+    subject_id = _subject_id(connections[0], "bench-register")
+
+    def baseline(i: int) -> None:
+        text = json.dumps({**base, "title": f"raw{i}"}, sort_keys=True)
+        conn = connections[i % CLIENTS]
+        with conn.transaction():
+            conn.execute(
+                "INSERT INTO registry_schemas (subject_id, version, serialization, definition,"
+                " canonical) VALUES (%s, %s, 'json', %s::jsonb, %s)",
+                (subject_id, 1_000_000 + i, text, text),
+            )
+
+    ours_rate, ours_p99 = timed(ours, REGISTRATIONS, CLIENTS)
+    base_rate, base_p99 = timed(baseline, REGISTRATIONS, CLIENTS)
+    name, raw = "registry_throughput", "psycopg INSERT"
+    return [
+        Figure(name, "register ops/s", ours_rate, "ops/s", base_rate, raw),
+        Figure(name, "register p99", ours_p99, "ms", base_p99, raw, higher_is_better=False),
+    ]
+
+
+def _subject_id(conn: psycopg.Connection, subject: str) -> int:
+    # The HTTP run creates the subject on its first registration; make sure it exists first.
+    conn.execute(
+        "INSERT INTO registry_subjects (subject) VALUES (%s) ON CONFLICT DO NOTHING", (subject,)
+    )
+    row = conn.execute("SELECT id FROM registry_subjects WHERE subject = %s", (subject,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def lookups(clients: list[httpx.Client], connections: list[psycopg.Connection]) -> list[Figure]:
+    for version in range(HISTORY):
+        body = {"serialization": "json", "schemaDefinition": schema_version(version)}
+        clients[0].post("/subjects/bench-lookup/versions", json=body).raise_for_status()
+    latest = clients[0].get("/subjects/bench-lookup/versions/latest/schema").json()["schema"]
+    schema_id = latest["id"]
+
+    def raw_select(i: int) -> None:
+        connections[i % CLIENTS].execute(
+            "SELECT * FROM registry_schemas WHERE id = %s", (int(schema_id),)
+        ).fetchone()
+
+    base_rate, base_p99 = timed(raw_select, LOOKUPS, CLIENTS)
+    figures = []
+    for label, path in [
+        ("by id", f"/schemas/{schema_id}"),
+        ("by subject/version", "/subjects/bench-lookup/versions/10/schema"),
+        ("latest", "/subjects/bench-lookup/versions/latest/schema"),
+    ]:
+
+        def get(i: int, path: str = path) -> None:
+            clients[i % CLIENTS].get(path).raise_for_status()
+
+        rate, p99 = timed(get, LOOKUPS, CLIENTS)
+        raw = "psycopg SELECT"
+        figures += [
+            Figure("registry_throughput", f"lookup {label} ops/s", rate, "ops/s", base_rate, raw),
+            Figure(
+                "registry_throughput",
+                f"lookup {label} p99",
+                p99,
+                "ms",
+                base_p99,
+                raw,
+                higher_is_better=False,
+            ),
+        ]
+    return figures
+
+
+def compatibility() -> list[Figure]:
+    history = [schema_version(v) for v in range(HISTORY)]
+    new = schema_version(HISTORY)
+
+    def ours(i: int) -> None:
+        if check(Mode.BACKWARD_TRANSITIVE, new, history, "JSON"):
+            raise AssertionError("the bench's history is meant to be compatible")
+
+    def baseline(i: int) -> None:
+        jsonschema.Draft7Validator.check_schema(new)
+
+    ours_rate, _ = timed(ours, COMPAT_CHECKS, 1)
+    base_rate, _ = timed(baseline, COMPAT_CHECKS, 1)
+    return [
+        Figure(
+            "registry_throughput",
+            f"BACKWARD_TRANSITIVE check vs {HISTORY} versions",
+            ours_rate,
+            "checks/s",
+            base_rate,
+            "jsonschema check_schema",
+        )
+    ]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
