@@ -145,17 +145,36 @@ class Store:
 
     # -- subjects ---------------------------------------------------------------------
 
-    async def _find(self, conn: Conn, key: SubjectKey, *, lock: bool = False) -> DictRow | None:
-        query = (
-            f"SELECT {SUBJECT_COLUMNS} FROM registry_subjects WHERE subject = %s"
+    async def _find(
+        self,
+        conn: Conn,
+        key: SubjectKey,
+        *,
+        lock: bool = False,
+        with_version: tuple[int | None] | None = None,
+    ) -> DictRow | None:
+        """The subject row; ``with_version=(v,)`` adds version v's columns (None: latest)."""
+        query = f"SELECT {SUBJECT_COLUMNS}"
+        params: list[Any] = []
+        if with_version is not None:
+            # One round trip for the lookup the API serves most.
+            query += (
+                ", v.* FROM registry_subjects j LEFT JOIN LATERAL (SELECT s.id AS schema_id,"
+                " s.version, s.name, s.comment, s.serialization, s.definition, s.validator"
+                " FROM registry_schemas s WHERE s.subject_id = j.id"
+                " AND (%s::int IS NULL OR s.version = %s) ORDER BY s.version DESC LIMIT 1) v"
+                " ON true"
+            )
+            params += [with_version[0], with_version[0]]
+        else:
+            query += " FROM registry_subjects j"
+        query += (
+            " WHERE subject = %s"
             " AND (%s::text IS NULL OR tenant = %s) AND (%s::text IS NULL OR namespace = %s)"
             + (" FOR UPDATE" if lock else "")
         )
-        rows = await (
-            await conn.execute(
-                query, (key.subject, key.tenant, key.tenant, key.namespace, key.namespace)
-            )
-        ).fetchall()
+        params += [key.subject, key.tenant, key.tenant, key.namespace, key.namespace]
+        rows = await (await conn.execute(query, params)).fetchall()
         if len(rows) > 1:
             raise RegistryError(
                 errors.INVALID_INPUT,
@@ -302,11 +321,12 @@ class Store:
     async def version(self, key: SubjectKey, version: int | None) -> dict[str, Any]:
         """Subject metadata with ``schema`` (seed 004, 7.2.4); ``None`` is the latest."""
         async with self.pool.connection() as conn:
-            subject = await self._get(conn, key)
-            row = await self._version_row(conn, subject["id"], version)
+            row = await self._find(conn, key, with_version=(version,))
         if row is None:
+            raise RegistryError(errors.SUBJECT_NOT_FOUND, f"subject {key.subject!r} not found")
+        if row["schema_id"] is None:
             raise _version_missing(key, version)
-        return {**subject_json(subject), "schema": schema_json(row)}
+        return {**subject_json(row), "schema": schema_json({**row, "id": row["schema_id"]})}
 
     async def schema(self, schema_id: str) -> dict[str, Any]:
         row = await self._schema_with_subject(schema_id)

@@ -374,24 +374,29 @@ class _Comparison:
                 w.pop(k, None)
 
         # The writer first: reduce it to one branch without combinators.
+        found: list[Violation] = []
         if "allOf" in w:
             merged = self._merge([{k: v for k, v in w.items() if k != "allOf"}, *w["allOf"]])
             return self.compare(r, merged, path)
         for union in ("anyOf", "oneOf"):
             if union in w:
                 rest = {k: v for k, v in w.items() if k != union}
-                found: list[Violation] = []
                 for branch in w[union]:
                     found += self.compare(r, self._merge([rest, branch]), path)
                 return found
         for dropped in ("not", "if", "then", "else"):
             w.pop(dropped, None)
+        writer_types = _types(w)
+        if writer_types and len(writer_types) > 1 and ("anyOf" in r or "oneOf" in r):
+            # A union reader may take each writer type with another branch: one at a time.
+            for single in sorted(writer_types):
+                found += self.compare(r, {**w, "type": single}, path)
+            return found
 
         finite = self._finite_values(w)
         if finite is not None:
             return self._check_values(r, finite, path)
 
-        found = []
         # Then the reader's combinators, each against the whole (now simple) writer.
         if "allOf" in r:
             for index, branch in enumerate(r.pop("allOf")):

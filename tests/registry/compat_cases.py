@@ -454,6 +454,11 @@ JSON_CASES = [
         forward=[("multiple-of-changed", "#/multipleOf")],
     ),
     Case(
+        "nullable type list spelled as anyOf",
+        {"type": ["string", "null"]},
+        {"anyOf": [S, {"type": "null"}]},
+    ),
+    Case(
         "const true is not const 1",
         {"const": 1},
         {"const": True},
