@@ -79,6 +79,8 @@ async def read_json(request: Request) -> dict[str, Any]:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise RegistryError(errors.INVALID_INPUT, f"the body is not valid JSON: {error}") from None
+    except RecursionError:
+        raise RegistryError(errors.INVALID_INPUT, "the body nests too deeply") from None
     if not isinstance(body, dict):
         raise RegistryError(errors.INVALID_INPUT, "the body must be a JSON object")
     return body

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import jsonschema
@@ -10,6 +11,7 @@ import jsonschema
 from registry import errors
 from registry.compat import SchemaError
 from registry.compat.avro import parse as parse_avro
+from registry.compat.json_schema import validator_class
 from registry.errors import RegistryError
 
 # Seed 004, 5.1: the format enumeration, spelled as the seed spells it.
@@ -51,8 +53,24 @@ def engine_format(fmt: str | None) -> EngineFormat | None:
     return None
 
 
-def parse_definition(fmt: str | None, raw: Any) -> Any:
+@dataclass(frozen=True)
+class Definition:
+    value: Any  # decoded: what the compatibility engine compares
+    canonical: str  # one text per definition, whatever its key order or spacing
+
+
+def parse_definition(fmt: str | None, raw: Any) -> Definition:
     """``schemaDefinition`` decoded and checked for ``fmt``; 42201 says what is wrong."""
+    try:
+        value = _checked(fmt, raw)
+        return Definition(value, canonical(value))
+    except RecursionError:
+        raise RegistryError(
+            errors.INVALID_INPUT, "the schema nests too deeply; reuse parts by reference"
+        ) from None
+
+
+def _checked(fmt: str | None, raw: Any) -> Any:
     # {} is a real JSON Schema (anything goes); for other formats it says nothing.
     empty_object = isinstance(raw, dict) and not raw and fmt != "JSON"
     if raw is None or (isinstance(raw, str | list) and not raw) or empty_object:
@@ -66,9 +84,7 @@ def parse_definition(fmt: str | None, raw: Any) -> Any:
                 errors.INVALID_INPUT, "a JSON schemaDefinition is a JSON Schema object (or boolean)"
             )
         if isinstance(value, dict):
-            validator = jsonschema.validators.validator_for(
-                value, default=jsonschema.Draft7Validator
-            )
+            validator = validator_class(value)
             try:
                 validator.check_schema(value)
             except jsonschema.SchemaError as error:

@@ -24,7 +24,6 @@ from changebroker import logs
 from registry import errors
 from registry.compat import Mode, Violation, check_labelled
 from registry.definitions import (
-    canonical,
     engine_format,
     format_of_serialization,
     normalize_format,
@@ -374,7 +373,7 @@ class Store:
                     f" {subject['format']}",
                 )
             parsed = parse_definition(fmt, body.get("schemaDefinition"))
-            text = canonical(parsed)
+            text = parsed.canonical
             existing = await (
                 await conn.execute(
                     "SELECT id FROM registry_schemas WHERE subject_id = %s"
@@ -386,7 +385,7 @@ class Store:
                 return str(existing["id"])
             mode = Mode(subject["compatibility"])
             history = await self._history(conn, subject["id"], latest_only=not mode.transitive)
-            found = _violations(mode, parsed, history, fmt)
+            found = _violations(mode, parsed.value, history, fmt)
             if found:
                 raise errors.incompatible(
                     found, f"the schema is not {mode.value} compatible with {key.subject!r}"
@@ -454,7 +453,7 @@ class Store:
             ]
         fmt = subject["format"] or format_of_serialization(row["serialization"])
         parsed = parse_definition(fmt, definition)
-        return _violations(Mode(subject["compatibility"]), parsed, history, fmt)
+        return _violations(Mode(subject["compatibility"]), parsed.value, history, fmt)
 
     async def _history(
         self, conn: Conn, subject_id: int, *, latest_only: bool = False

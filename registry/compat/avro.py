@@ -71,7 +71,10 @@ def parse(schema: Any) -> Node:
                 schema = json.loads(text)
             except json.JSONDecodeError as error:
                 raise SchemaError(f"the Avro schema is not valid JSON: {error}") from error
-    return _Parser().parse(schema, "")
+    try:
+        return _Parser().parse(schema, "")
+    except RecursionError:
+        raise SchemaError("the Avro schema nests too deeply; name and reuse types") from None
 
 
 class _Parser:
@@ -186,7 +189,11 @@ class _Parser:
 
 def avro_violations(reader: Any, writer: Any) -> list[Violation]:
     """[] iff data written with ``writer`` can be read with ``reader`` (Avro resolution)."""
-    return _Resolution().read(parse(reader), parse(writer), "#")
+    reader_node, writer_node = parse(reader), parse(writer)
+    try:
+        return _Resolution().read(reader_node, writer_node, "#")
+    except RecursionError:
+        return [Violation("#", "schema-too-deep", "the schemas nest too deeply to compare")]
 
 
 def _names_match(reader: Node, writer: Node) -> bool:

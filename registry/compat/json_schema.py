@@ -113,7 +113,16 @@ _SIZE_BOUNDS: dict[str, list[tuple[str, str, bool]]] = {
 
 def json_schema_violations(reader: Mapping[str, Any], writer: Mapping[str, Any]) -> list[Violation]:
     """[] iff every document valid under ``writer`` is accepted by ``reader`` (conservative)."""
-    found = _Comparison(reader, writer).compare(reader, writer, "#")
+    try:
+        found = _Comparison(reader, writer).compare(reader, writer, "#")
+    except RecursionError:
+        return [
+            Violation(
+                "#",
+                "schema-too-deep",
+                "the schemas nest too deeply to compare; flatten them with definitions and $ref",
+            )
+        ]
     unique: dict[tuple[str, str, str], Violation] = {}
     for violation in found:
         unique.setdefault((violation.path, violation.rule, violation.message), violation)
@@ -228,7 +237,8 @@ def _tuple_form(node: Mapping[str, Any]) -> tuple[list[Any], Any]:
     return [], items
 
 
-def _validator_class(root: Any) -> type[ValidatorProtocol]:
+def validator_class(root: Any) -> type[ValidatorProtocol]:
+    """The jsonschema validator for ``root``: its $schema, else the draft its spelling implies."""
     # Draft 4 spells exclusive bounds as booleans; later drafts as numbers. Without a
     # $schema, pick the draft whose spelling the schema uses.
     default: type[ValidatorProtocol] = jsonschema.Draft7Validator
@@ -252,11 +262,11 @@ class _Comparison:
 
     @functools.cached_property
     def reader_validator(self) -> ValidatorProtocol:
-        return _validator_class(self.reader_root)(self.reader_root)
+        return validator_class(self.reader_root)(self.reader_root)
 
     @functools.cached_property
     def writer_validator(self) -> ValidatorProtocol:
-        return _validator_class(self.writer_root)(self.writer_root)
+        return validator_class(self.writer_root)(self.writer_root)
 
     def _same(self, r: Any, w: Any, *, annotations_matter: bool = False) -> bool:
         """``r`` and ``w`` allow the same documents because they are the same ref-free text."""

@@ -269,8 +269,23 @@ def test_invalid_schema_is_42201_and_stores_nothing(
     assert versions.status_code == 404 or versions.json() == {"version": []}
 
 
+def test_draft4_schemas_are_checked_as_draft4(client: httpx.Client, subject: str) -> None:
+    # Valid in draft 4 only (boolean exclusiveMinimum), and read with draft 4 meaning.
+    draft4 = {"type": "integer", "minimum": 0, "exclusiveMinimum": True}
+    assert register(client, subject, draft4).is_success
+    assert register(client, subject, {"type": "integer", "minimum": 0}).is_success
+    answer = client.post(
+        f"/compatibility/subjects/{subject}/versions/latest", json={"schema": draft4}
+    ).json()
+    assert [(v["rule"], v["path"]) for v in answer["violations"]] == [
+        ("minimum-tightened", "#/minimum")
+    ]
+
+
 def test_bad_bodies(client: httpx.Client, subject: str) -> None:
     url = f"/subjects/{subject}/versions"
+    deep = b"[" * 100_000 + b"]" * 100_000
+    error(client.post(url, content=deep, headers={"content-type": OPENSCHEMA}), 422, 42201)
     error(client.post(url, content=b"{nope", headers={"content-type": OPENSCHEMA}), 422, 42201)
     error(client.post(url, content=b"", headers={"content-type": OPENSCHEMA}), 422, 42201)
     error(client.post(url, json=[1]), 422, 42201)

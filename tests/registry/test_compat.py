@@ -258,3 +258,23 @@ def test_next_version_refuses_non_semantic_versions() -> None:
 
 def test_evolution_is_a_value() -> None:
     assert Evolution(Level.MINOR, []) == Evolution(Level.MINOR, [])
+
+
+def nested(depth: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+def test_too_deep_json_schemas_are_reported_not_crashed() -> None:
+    found = json_schema_violations(nested(5000), nested(4999))
+    assert [(v.rule, v.path) for v in found] == [("schema-too-deep", "#")]
+
+
+def test_too_deep_avro_schemas_are_malformed() -> None:
+    schema: Any = "int"
+    for _ in range(5000):
+        schema = {"type": "array", "items": schema}
+    with pytest.raises(SchemaError, match="nests too deeply"):
+        avro_violations(schema, schema)
