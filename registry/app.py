@@ -223,6 +223,7 @@ async def put_config(request: Request, store: Store) -> Any:
 
 ROUTES: list[tuple[str, list[str], Handler]] = [
     ("/schemas/{id}", ["GET"], get_schema),
+    ("/schema/{id}", ["GET"], get_schema),  # as seed 004's 7.1.1 example spells it
     ("/schemas/{id}/subject", ["GET"], get_schema_subject),
     ("/subjects", ["GET"], list_subjects),
     ("/subjects/{subject}", ["GET"], get_subject),

@@ -61,12 +61,10 @@ def test_replay(client: httpx.Client) -> None:
     assert set(registered) == {"id"} and registered["id"].isdigit()
     schema_id = registered["id"]
 
-    # 7.1.1 the schema by id
-    assert ok(client.get(f"/schemas/{schema_id}")) == {
-        "version": 1,
-        "id": schema_id,
-        **REGISTRATION,
-    }
+    # 7.1.1 the schema by id (the example's curl says /schema/20; the URL table /schemas/{id})
+    by_id = {"version": 1, "id": schema_id, **REGISTRATION}
+    assert ok(client.get(f"/schemas/{schema_id}")) == by_id
+    assert ok(client.get(f"/schema/{schema_id}")) == by_id
 
     # 7.1.2 -> {"subject":"test-topic","version":1}
     assert ok(client.get(f"/schemas/{schema_id}/subject")) == {
