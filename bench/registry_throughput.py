@@ -7,7 +7,8 @@
 * lookups by id, by subject/version and latest (HTTP) vs a raw psycopg SELECT
   of the same row;
 * compatibility checks (BACKWARD_TRANSITIVE against the subject's whole history,
-  in process) vs jsonschema's ``check_schema`` of the same schema.
+  in process and through ``POST /compatibility``) vs jsonschema's ``check_schema``
+  of the same schema, the least any registry does with a schema it is sent.
 
 The registry runs as its own process (``changebroker registry``) on a scratch
 database of the server in ``CHANGEBROKER_PG_DSN``, dropped at the end.
@@ -160,6 +161,7 @@ def main() -> int:
         try:
             figures += registration(clients, connections)
             figures += lookups(clients, connections)
+            figures += compatibility_endpoint(clients)
         finally:
             for client in clients:
                 client.close()
@@ -250,6 +252,39 @@ def lookups(clients: list[httpx.Client], connections: list[psycopg.Connection]) 
             ),
         ]
     return figures
+
+
+def compatibility_endpoint(clients: list[httpx.Client]) -> list[Figure]:
+    """POST /compatibility against the lookup subject's stored history, over HTTP."""
+    subject = "bench-lookup"
+    config = {"compatibility": "BACKWARD_TRANSITIVE"}
+    clients[0].put(f"/config/{subject}", json=config).raise_for_status()
+    new = schema_version(HISTORY)
+
+    def ours(i: int) -> None:
+        response = clients[i % CLIENTS].post(
+            f"/compatibility/subjects/{subject}/versions/latest", json={"schema": new}
+        )
+        if not response.json()["isCompatible"]:
+            raise AssertionError(f"the bench's history is meant to be compatible: {response.text}")
+
+    def baseline(i: int) -> None:
+        jsonschema.Draft7Validator.check_schema(new)
+
+    ours_rate, ours_p99 = timed(ours, COMPAT_CHECKS, CLIENTS)
+    base_rate, _ = timed(baseline, COMPAT_CHECKS, 1)
+    metric = f"POST /compatibility vs {HISTORY} versions (HTTP)"
+    return [
+        Figure(
+            "registry_throughput",
+            metric,
+            ours_rate,
+            "checks/s",
+            base_rate,
+            "jsonschema check_schema",
+        ),
+        Figure("registry_throughput", f"{metric} p99", ours_p99, "ms"),
+    ]
 
 
 def compatibility() -> list[Figure]:
