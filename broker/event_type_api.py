@@ -1,0 +1,206 @@
+"""``/event-types`` and ``/event-types/{name}/schemas``: the schema registry half of Nakadi.
+
+Creating an event type creates its topic; deleting it deletes the topic; a
+schema change on PUT gets the next semantic version (PATCH / MINOR / MAJOR) or,
+when the compatibility mode forbids it, a 422 naming each violation's JSON path
+and rule. A request that fails changes nothing: the Postgres transaction spans
+the Kafka call.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from broker import event_types
+from broker.bodies import BadBody, json_body
+from broker.event_types import InvalidEventType
+from broker.kafka_topics import TopicError, Topics, topic_config, topic_name
+from broker.problems import problem
+from broker.settings import Settings
+from broker.store import AlreadyExists, Store
+from changebroker import logs
+from registry.compat import nakadi_evolution, next_version
+
+log = logging.getLogger(__name__)
+
+SCHEMAS_DEFAULT_LIMIT = 20
+SCHEMAS_MAX_LIMIT = 1000
+
+
+def not_found(name: str) -> JSONResponse:
+    return problem(404, f'EventType "{name}" does not exist.')
+
+
+class EventTypeApi:
+    def __init__(self, store: Store, topics: Topics, settings: Settings) -> None:
+        self.store = store
+        self.topics = topics
+        self.settings = settings
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/event-types", self.list, methods=["GET"]),
+            Route("/event-types", self.create, methods=["POST"]),
+            Route("/event-types/{name}", self.get, methods=["GET"]),
+            Route("/event-types/{name}", self.update, methods=["PUT"]),
+            Route("/event-types/{name}", self.delete, methods=["DELETE"]),
+            Route("/event-types/{name}/schemas", self.schemas, methods=["GET"]),
+            Route("/event-types/{name}/schemas/{version}", self.schema, methods=["GET"]),
+        ]
+
+    async def list(self, request: Request) -> Response:
+        return JSONResponse([stored.body for stored in await self.store.all()])
+
+    async def get(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        stored = await self.store.get(name)
+        return JSONResponse(stored.body) if stored else not_found(name)
+
+    async def create(self, request: Request) -> Response:
+        try:
+            body = await json_body(request)
+            event_type = event_types.validate_new(body, max_partitions=self.settings.max_partitions)
+        except BadBody as bad:
+            return bad.response
+        except InvalidEventType as exc:
+            return problem(422, str(exc))
+        name = event_type["name"]
+        partitions = event_types.partition_count(
+            event_type,
+            default=self.settings.default_partitions,
+            maximum=self.settings.max_partitions,
+        )
+        topic = topic_name(name)
+        config = topic_config(event_type, self.settings.default_retention_ms)
+
+        async def create_topic() -> None:
+            await self.topics.create(topic, partitions, config)
+
+        try:
+            await self.store.create(event_type, topic, partitions, create_topic)
+        except AlreadyExists:
+            return problem(409, f"EventType with name {name} already exists")
+        except TopicError as exc:
+            return problem(503, f"{exc}; nothing was created, try again")
+        log.info(
+            "event type created",
+            extra=logs.fields(event_type=name, topic=topic, partitions=partitions),
+        )
+        return Response(status_code=201)
+
+    async def update(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            body = await json_body(request)
+        except BadBody as bad:
+            return bad.response
+        async with self.store.locked(name) as locked:
+            if locked is None:
+                return not_found(name)
+            current = locked.current
+            try:
+                updated = event_types.validate_update(
+                    body, current.body, max_partitions=self.settings.max_partitions
+                )
+                new_version = self._next_version(current.body, updated)
+            except InvalidEventType as exc:
+                return problem(422, str(exc))
+            old_retention = _retention(current.body)
+            new_retention = _retention(updated)
+            if new_retention != old_retention:
+                try:
+                    await self.topics.set_retention(
+                        current.topic, new_retention or self.settings.default_retention_ms
+                    )
+                except TopicError as exc:
+                    return problem(503, f"{exc}; nothing was changed, try again")
+            await locked.update(updated, new_version)
+        log.info(
+            "event type updated",
+            extra=logs.fields(event_type=name, schema_version=new_version or "unchanged"),
+        )
+        return Response(status_code=200)
+
+    @staticmethod
+    def _next_version(current: dict[str, Any], updated: dict[str, Any]) -> str | None:
+        """The new schema version, None if the schema did not change; raises when refused."""
+        old = json.loads(current["schema"]["schema"])
+        new = json.loads(updated["schema"]["schema"])
+        evolution = nakadi_evolution(updated["compatibility_mode"], old, new)
+        if evolution.violations:
+            raise InvalidEventType(
+                f"schema change not allowed in {updated['compatibility_mode']} mode: "
+                + "; ".join(f"{v.path}: {v.message} [{v.rule}]" for v in evolution.violations)
+            )
+        version = next_version(current["schema"]["version"], evolution.level)
+        return None if version == current["schema"]["version"] else version
+
+    async def delete(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            async with self.store.locked(name) as locked:
+                if locked is None:
+                    return not_found(name)
+                await locked.delete()
+                # Raised inside the transaction: a failed topic deletion keeps the event type.
+                await self.topics.delete(locked.current.topic)
+        except TopicError as exc:
+            return problem(503, f"{exc}; nothing was deleted, try again")
+        log.info("event type deleted", extra=logs.fields(event_type=name))
+        return Response(status_code=200)
+
+    async def schemas(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            limit = _int_param(request, "limit", SCHEMAS_DEFAULT_LIMIT, 1, SCHEMAS_MAX_LIMIT)
+            offset = _int_param(request, "offset", 0, 0, None)
+        except ValueError as exc:
+            return problem(400, str(exc))
+        if await self.store.revision(name) is None:
+            return not_found(name)
+        items, total = await self.store.schemas(name, limit, offset)
+        base = f"/event-types/{name}/schemas"
+        links: dict[str, Any] = {}
+        if offset > 0:
+            links["prev"] = {"href": f"{base}?offset={max(0, offset - limit)}&limit={limit}"}
+        if offset + limit < total:
+            links["next"] = {"href": f"{base}?offset={offset + limit}&limit={limit}"}
+        return JSONResponse({"_links": links, "items": items})
+
+    async def schema(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        version = request.path_params["version"]
+        if version == "latest":
+            stored = await self.store.get(name)
+            return JSONResponse(stored.body["schema"]) if stored else not_found(name)
+        found = await self.store.schema(name, version)
+        if found is not None:
+            return JSONResponse(found)
+        if await self.store.revision(name) is None:
+            return not_found(name)
+        return problem(404, f'EventType "{name}" has no schema version "{version}"')
+
+
+def _retention(event_type: dict[str, Any]) -> int | None:
+    retention = (event_type.get("options") or {}).get("retention_time")
+    return int(retention) if retention is not None else None
+
+
+def _int_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"'{name}' must be an integer, got {raw!r}") from None
+    if value < low or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ValueError(f"'{name}' must be {bounds}, got {value}")
+    return value

@@ -1,0 +1,323 @@
+"""The rules of an EventType body (seed 000 ``EventType``, manual chapter "Event Types").
+
+:func:`validate_new` checks a POST body, :func:`validate_update` a PUT body
+against the stored event type; both return the normalised EventType (defaults
+filled in, read-only fields dropped) or raise :class:`InvalidEventType` whose
+message the API answers as a 422 Problem detail.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import jsonschema
+from jsonschema.validators import Draft4Validator
+
+from broker import effective_schema
+from registry.compat.nakadi import unsupported_keywords
+
+NAME = re.compile(r"[a-zA-Z][-0-9a-zA-Z_]*(\.[0-9a-zA-Z][-0-9a-zA-Z_]*)*")
+# Topic names derive from event type names; Kafka allows 249 characters.
+MAX_NAME_LENGTH = 200
+
+CATEGORIES = ("undefined", "data", "business")
+PARTITION_STRATEGIES = ("random", "hash", "user_defined")
+ENRICHMENT_STRATEGIES = ("metadata_enrichment",)
+COMPATIBILITY_MODES = ("compatible", "forward", "none")
+CLEANUP_POLICIES = ("delete", "compact")
+AUDIENCES = (
+    "component-internal",
+    "business-unit-internal",
+    "company-internal",
+    "external-partner",
+    "external-public",
+)
+STATISTIC_FIELDS = ("messages_per_minute", "message_size", "read_parallelism", "write_parallelism")
+# Only stricter: none -> forward -> compatible (manual, "Changing compatibility modes").
+MODE_UPGRADES = {("none", "forward"), ("forward", "compatible")}
+READ_ONLY = ("created_at", "updated_at")
+
+
+class InvalidEventType(ValueError):
+    """The body breaks a rule; the message says which and how to fix it."""
+
+
+def validate_new(body: Any, *, max_partitions: int) -> dict[str, Any]:
+    """A POST /event-types body -> the EventType to store (without timestamps)."""
+    if not isinstance(body, Mapping):
+        raise InvalidEventType("the body must be a JSON object describing an EventType")
+    for field in ("name", "owning_application", "category", "schema"):
+        if body.get(field) in (None, ""):
+            raise InvalidEventType(f"field {field!r} is required")
+    out = {k: v for k, v in body.items() if k not in READ_ONLY}
+    _name(out["name"])
+    _string(out, "owning_application")
+    category = _choice(out, "category", CATEGORIES, None)
+    _choice(out, "compatibility_mode", COMPATIBILITY_MODES, "forward")
+    _choice(out, "partition_strategy", PARTITION_STRATEGIES, "random")
+    _choice(out, "cleanup_policy", CLEANUP_POLICIES, "delete")
+    _enrichment(out, category)
+    schema = _schema(out)
+    _partitioning(out, category, schema)
+    _statistic(out, max_partitions)
+    _options(out)
+    _authorization(out)
+    _audience(out)
+    _ordering(out, category, schema)
+    if out["cleanup_policy"] == "compact" and category == "undefined":
+        raise InvalidEventType(
+            "cleanup_policy 'compact' needs metadata.partition_compaction_key, which 'undefined'"
+            " events have no place for: use category business or data, or cleanup_policy delete"
+        )
+    return out
+
+
+def validate_update(
+    body: Any, current: Mapping[str, Any], *, max_partitions: int
+) -> dict[str, Any]:
+    """A PUT body against the stored ``current`` -> the EventType to store."""
+    if isinstance(body, Mapping) and body.get("name") not in (None, current["name"]):
+        raise InvalidEventType(
+            f"the name of an event type cannot change: the body names {body.get('name')!r},"
+            f" the path {current['name']!r}"
+        )
+    out = validate_new(
+        {**body, "name": current["name"]} if isinstance(body, Mapping) else body,
+        max_partitions=max_partitions,
+    )
+    for field in ("category", "cleanup_policy"):
+        if out[field] != current[field]:
+            raise InvalidEventType(f"{field} cannot change (it is {current[field]!r})")
+    old_mode, new_mode = current["compatibility_mode"], out["compatibility_mode"]
+    if old_mode != new_mode and (old_mode, new_mode) not in MODE_UPGRADES:
+        raise InvalidEventType(
+            f"compatibility_mode cannot change from {old_mode!r} to {new_mode!r}: modes only get"
+            " stricter, none -> forward -> compatible, one step at a time"
+        )
+    if current.get("default_statistic") and out.get("default_statistic") not in (
+        None,
+        current["default_statistic"],
+    ):
+        raise InvalidEventType("default_statistic cannot change: it fixed the partition count")
+    out.setdefault("default_statistic", current.get("default_statistic"))
+    if out["default_statistic"] is None:
+        del out["default_statistic"]
+    if current.get("authorization") and not out.get("authorization"):
+        raise InvalidEventType("authorization cannot be removed once set; change its lists instead")
+    old_strategy = current["partition_strategy"]
+    if out["partition_strategy"] != old_strategy and old_strategy != "random":
+        raise InvalidEventType(
+            f"partition_strategy can only change from 'random' (it is {old_strategy!r}):"
+            " events of one key must keep landing in one partition"
+        )
+    if old_strategy == "hash" and out.get("partition_key_fields") != current.get(
+        "partition_key_fields"
+    ):
+        raise InvalidEventType("partition_key_fields cannot change: keys would move partitions")
+    return out
+
+
+def partition_count(event_type: Mapping[str, Any], *, default: int, maximum: int) -> int:
+    """Partitions for a new topic: the parallelism asked for, within [1, maximum]."""
+    statistic = event_type.get("default_statistic")
+    if not statistic:
+        return min(default, maximum)
+    wanted = max(statistic["read_parallelism"], statistic["write_parallelism"], 1)
+    return min(wanted, maximum)
+
+
+def _name(name: Any) -> None:
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise InvalidEventType(
+            f"name {name!r} does not match {NAME.pattern}: start with a letter, then letters,"
+            " digits, '-' or '_', dot-separated (e.g. 'acme-team.price-change')"
+        )
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidEventType(f"name is longer than {MAX_NAME_LENGTH} characters")
+
+
+def _string(body: Mapping[str, Any], field: str) -> None:
+    if not isinstance(body[field], str) or not body[field].strip():
+        raise InvalidEventType(f"{field} must be a non-empty string")
+
+
+def _choice(body: dict[str, Any], field: str, allowed: tuple[str, ...], default: str | None) -> str:
+    value = body.get(field)
+    if value is None and default is not None:
+        body[field] = value = default
+    if value not in allowed:
+        raise InvalidEventType(f"{field} {value!r} is not one of: {', '.join(allowed)}")
+    return str(value)
+
+
+def _enrichment(body: dict[str, Any], category: str) -> None:
+    strategies = body.setdefault("enrichment_strategies", [])
+    if not isinstance(strategies, list) or any(s not in ENRICHMENT_STRATEGIES for s in strategies):
+        raise InvalidEventType(
+            f"enrichment_strategies must be a list of: {', '.join(ENRICHMENT_STRATEGIES)}"
+        )
+    if len(set(strategies)) != len(strategies):
+        raise InvalidEventType("enrichment_strategies lists a strategy twice")
+    if category in ("business", "data") and "metadata_enrichment" not in strategies:
+        raise InvalidEventType(
+            f"category {category!r} needs enrichment_strategies ['metadata_enrichment']"
+        )
+    if category == "undefined" and strategies:
+        raise InvalidEventType(
+            "category 'undefined' has no metadata to enrich: remove enrichment_strategies"
+        )
+
+
+def _schema(body: dict[str, Any]) -> dict[str, Any]:
+    """The parsed user schema, after checking it is draft-04 and fits the mode and category."""
+    wrapper = body["schema"]
+    if not isinstance(wrapper, Mapping):
+        raise InvalidEventType("schema must be an object with 'type' and 'schema'")
+    if wrapper.get("type") != "json_schema":
+        raise InvalidEventType(
+            f"schema.type {wrapper.get('type')!r} is not supported: use 'json_schema'"
+        )
+    text = wrapper.get("schema")
+    if not isinstance(text, str):
+        raise InvalidEventType("schema.schema must be the JSON schema as a string")
+    try:
+        schema = json.loads(text)
+    except ValueError as exc:
+        raise InvalidEventType(f"schema.schema is not valid JSON: {exc}") from None
+    if not isinstance(schema, dict):
+        raise InvalidEventType("schema.schema must be a JSON object")
+    try:
+        Draft4Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+        raise InvalidEventType(
+            f"schema.schema is not a valid JSON Schema (draft 04) at {where}: {exc.message}"
+        ) from None
+    if body["compatibility_mode"] == "compatible":
+        found = unsupported_keywords(schema)
+        if found:
+            raise InvalidEventType(
+                "schema not allowed in compatible mode: "
+                + "; ".join(f"{v.path}: {v.message} [{v.rule}]" for v in found)
+            )
+    if body["category"] == "business" and "metadata" in schema.get("properties", {}):
+        raise InvalidEventType(
+            "a business schema must not declare 'metadata': the category adds it (effective schema)"
+        )
+    # Only type and schema are the client's; version and created_at are ours.
+    body["schema"] = {"type": "json_schema", "schema": text}
+    return schema
+
+
+def _declares(schema: Any, path: str) -> bool:
+    """Whether the dot-separated ``path`` is a property the schema declares."""
+    node = schema
+    for part in path.split("."):
+        properties = node.get("properties") if isinstance(node, Mapping) else None
+        if not isinstance(properties, Mapping) or part not in properties:
+            return False
+        node = properties[part]
+    return True
+
+
+def _field_list(body: Mapping[str, Any], field: str) -> list[str]:
+    fields = body[field]
+    if not isinstance(fields, list) or not all(isinstance(f, str) and f for f in fields):
+        raise InvalidEventType(f"{field} must be a list of field paths (strings)")
+    return fields
+
+
+def _partitioning(body: dict[str, Any], category: str, schema: Mapping[str, Any]) -> None:
+    strategy = body["partition_strategy"]
+    keys = body.get("partition_key_fields")
+    if strategy == "hash":
+        if not keys:
+            raise InvalidEventType("partition_strategy 'hash' needs partition_key_fields")
+        # Nakadi reads key fields of data events relative to "data": the user schema.
+        missing = [f for f in _field_list(body, "partition_key_fields") if not _declares(schema, f)]
+        if missing:
+            raise InvalidEventType(
+                f"partition_key_fields {missing} are not declared in the schema: declare them"
+                " under 'properties' (dot paths for nested fields)"
+            )
+    elif keys:
+        raise InvalidEventType(
+            f"partition_key_fields is only for partition_strategy 'hash', not {strategy!r}"
+        )
+    else:
+        body.pop("partition_key_fields", None)
+    if strategy == "user_defined" and category == "undefined":
+        raise InvalidEventType(
+            "partition_strategy 'user_defined' reads metadata.partition, which 'undefined' events"
+            " lack: use category business or data"
+        )
+
+
+def _statistic(body: Mapping[str, Any], max_partitions: int) -> None:
+    statistic = body.get("default_statistic")
+    if statistic is None:
+        return
+    if not isinstance(statistic, Mapping):
+        raise InvalidEventType("default_statistic must be an object")
+    for field in STATISTIC_FIELDS:
+        value = statistic.get(field)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InvalidEventType(f"default_statistic.{field} must be a positive integer")
+
+
+def _options(body: Mapping[str, Any]) -> None:
+    options = body.get("options")
+    if options is None:
+        return
+    if not isinstance(options, Mapping):
+        raise InvalidEventType("options must be an object")
+    retention = options.get("retention_time")
+    if retention is not None and (
+        not isinstance(retention, int) or isinstance(retention, bool) or retention < 1
+    ):
+        raise InvalidEventType("options.retention_time must be a positive number of milliseconds")
+
+
+def _authorization(body: Mapping[str, Any]) -> None:
+    authorization = body.get("authorization")
+    if authorization is None:
+        return
+    if not isinstance(authorization, Mapping):
+        raise InvalidEventType("authorization must be an object with admins, readers and writers")
+    for field in ("admins", "readers", "writers"):
+        attributes = authorization.get(field)
+        if not isinstance(attributes, list) or not attributes:
+            raise InvalidEventType(f"authorization.{field} must be a non-empty list")
+        for attribute in attributes:
+            if not (
+                isinstance(attribute, Mapping)
+                and isinstance(attribute.get("data_type"), str)
+                and isinstance(attribute.get("value"), str)
+            ):
+                raise InvalidEventType(
+                    f"authorization.{field} items must be objects with string data_type and value"
+                )
+
+
+def _audience(body: Mapping[str, Any]) -> None:
+    audience = body.get("audience")
+    if audience is not None and audience not in AUDIENCES:
+        raise InvalidEventType(f"audience {audience!r} is not one of: {', '.join(AUDIENCES)}")
+
+
+def _ordering(body: Mapping[str, Any], category: str, schema: dict[str, Any]) -> None:
+    if body.get("ordering_instance_ids") and not body.get("ordering_key_fields"):
+        raise InvalidEventType("ordering_instance_ids needs ordering_key_fields")
+    # Ordering fields are paths in the whole event, metadata and data included.
+    whole = effective_schema.build(
+        category, schema, body["compatibility_mode"], body["cleanup_policy"]
+    )
+    for field in ("ordering_key_fields", "ordering_instance_ids"):
+        if body.get(field) is None:
+            continue
+        missing = [f for f in _field_list(body, field) if not _declares(whole, f)]
+        if missing:
+            raise InvalidEventType(f"{field} {missing} are not declared in the effective schema")

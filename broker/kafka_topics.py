@@ -1,0 +1,81 @@
+"""Kafka topics behind event types: created with the event type, deleted with it."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
+
+from changebroker import kafka
+
+
+class TopicError(RuntimeError):
+    """Kafka refused a topic operation; the message carries Kafka's reason."""
+
+
+def topic_name(event_type: str) -> str:
+    """A fresh topic per creation: a re-created event type never sees a deleted one's events."""
+    return f"nakadi.{event_type}.{uuid.uuid4().hex[:12]}"
+
+
+def topic_config(event_type: dict[str, Any], default_retention_ms: int) -> dict[str, str]:
+    retention = (event_type.get("options") or {}).get("retention_time") or default_retention_ms
+    return {"retention.ms": str(retention), "cleanup.policy": event_type["cleanup_policy"]}
+
+
+class Topics:
+    def __init__(self, bootstrap: str, replication_factor: int) -> None:
+        self._admin: AdminClient = kafka.admin(bootstrap)
+        self._replication_factor = replication_factor
+
+    async def create(self, topic: str, partitions: int, config: dict[str, str]) -> None:
+        new = NewTopic(
+            topic,
+            num_partitions=partitions,
+            replication_factor=self._replication_factor,
+            config=config,
+        )
+        await self._wait(self._admin.create_topics([new])[topic], f"create topic {topic}")
+
+    async def delete(self, topic: str) -> None:
+        try:
+            await self._wait(self._admin.delete_topics([topic])[topic], f"delete topic {topic}")
+        except TopicError as exc:
+            cause = exc.__cause__
+            unknown = (
+                isinstance(cause, KafkaException)
+                and cause.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            )
+            if not unknown:
+                raise
+
+    async def set_retention(self, topic: str, retention_ms: int) -> None:
+        resource = ConfigResource(
+            ConfigResource.Type.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry(
+                    "retention.ms",
+                    str(retention_ms),
+                    incremental_operation=AlterConfigOpType.SET,
+                )
+            ],
+        )
+        futures = self._admin.incremental_alter_configs([resource])
+        await self._wait(futures[resource], f"set retention of {topic}")
+
+    @staticmethod
+    async def _wait(future: Any, what: str) -> None:
+        try:
+            await asyncio.wrap_future(future)
+        except KafkaException as exc:
+            raise TopicError(f"Kafka could not {what}: {exc.args[0].str()}") from exc

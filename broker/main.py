@@ -1,0 +1,64 @@
+"""``changebroker broker``: the Nakadi-compatible event broker on Kafka."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from broker.app import create_app
+from broker.settings import DEFAULT_PARTITIONS, MAX_PARTITIONS, Settings
+from changebroker import config, http, logs
+
+log = logging.getLogger(__name__)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    def option(flag: str, **kwargs: object) -> None:
+        config.add_option(parser, flag, scope="broker", **kwargs)  # type: ignore[arg-type]
+
+    option("--host", default="127.0.0.1", help="address to listen on")
+    option("--port", type=int, default=config.DEFAULT_BROKER_PORT, help="port to listen on")
+    option("--pg-url", required=True, help="Postgres DSN of the broker's metadata database")
+    option(
+        "--kafka-bootstrap",
+        env="CHANGEBROKER_KAFKA_BOOTSTRAP",
+        default=f"127.0.0.1:{config.DEFAULT_KAFKA_PORT}",
+        help="Kafka bootstrap servers holding the events",
+    )
+    option(
+        "--default-partitions",
+        type=int,
+        default=DEFAULT_PARTITIONS,
+        help="partitions of an event type created without default_statistic",
+    )
+    option(
+        "--max-partitions",
+        type=int,
+        default=MAX_PARTITIONS,
+        help="most partitions default_statistic may ask for",
+    )
+    option(
+        "--replication-factor",
+        type=int,
+        default=1,
+        help="Kafka replication factor of new topics (1 suits a single local Kafka)",
+    )
+    option("--registry-url", help="URL of the schema registry (kept for the registry's schemas)")
+    option("--pool-size", type=int, default=10, help="Postgres connections at most")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 1 <= args.default_partitions <= args.max_partitions:
+        raise SystemExit("--default-partitions must be between 1 and --max-partitions")
+    settings = Settings(
+        pg_dsn=args.pg_url,
+        kafka_bootstrap=args.kafka_bootstrap,
+        default_partitions=args.default_partitions,
+        max_partitions=args.max_partitions,
+        replication_factor=args.replication_factor,
+        registry_url=args.registry_url or None,
+        pool_size=args.pool_size,
+    )
+    log.info("broker starting", extra=logs.fields(host=args.host, port=args.port))
+    http.serve(create_app(settings), args.host, args.port)
+    return 0

@@ -1,0 +1,252 @@
+"""``POST /event-types/{name}/events``: validate, partition, enrich, write to Kafka.
+
+As Nakadi: the first event that fails validation, partitioning or enrichment
+fails the batch and nothing is written (422; that item ``failed`` with its
+step, the others ``aborted``); when Kafka refuses some events the answer is
+207 with each item's status; 200 when every event is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from broker import bodies, effective_schema, metrics
+from broker.bodies import BadBody
+from broker.enrichment import EnrichmentError, enrich
+from broker.event_type_api import not_found
+from broker.partitioning import PartitioningError, partition_for
+from broker.problems import problem
+from broker.producer import KafkaProducer, Message
+from broker.store import Store, StoredEventType
+from changebroker import logs
+
+log = logging.getLogger(__name__)
+
+# Seed 000: "The maximum size per Event is 999,000 bytes", measured as sent.
+MAX_EVENT_BYTES = 999_000
+
+
+@dataclass(frozen=True)
+class Target:
+    """What publishing needs of one event type revision, the validator compiled once."""
+
+    name: str
+    revision: int
+    topic: str
+    partitions: int
+    category: str
+    partition_strategy: str
+    key_fields: tuple[str, ...]
+    enriched: bool
+    compacted: bool
+    version: str
+    validator: effective_schema.EventValidator
+
+    @classmethod
+    def of(cls, stored: StoredEventType) -> Target:
+        body = stored.body
+        schema = effective_schema.build(
+            body["category"],
+            json.loads(body["schema"]["schema"]),
+            body["compatibility_mode"],
+            body["cleanup_policy"],
+        )
+        return cls(
+            name=stored.name,
+            revision=stored.revision,
+            topic=stored.topic,
+            partitions=stored.partitions,
+            category=body["category"],
+            partition_strategy=body["partition_strategy"],
+            key_fields=tuple(body.get("partition_key_fields") or ()),
+            enriched="metadata_enrichment" in body["enrichment_strategies"],
+            compacted=body["cleanup_policy"] == "compact",
+            version=stored.schema_version,
+            validator=effective_schema.EventValidator(schema),
+        )
+
+
+class ItemFailure(Exception):
+    def __init__(self, step: str, detail: str) -> None:
+        super().__init__(detail)
+        self.step = step
+        self.detail = detail
+
+
+def split_batch(data: bytes) -> list[tuple[Any, int]]:
+    """The events of a JSON array, each with its size in bytes as sent.
+
+    Sizes matter only when the body could hold an event over the limit, so a
+    smaller body is parsed in one call and each event gets the body's size.
+    """
+    if len(data) <= MAX_EVENT_BYTES:
+        events = bodies.parse(data)
+        if not isinstance(events, list):
+            raise BadBody(problem(400, "the body must be a JSON array of events"))
+        return [(event, 0) for event in events]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadBody(problem(400, f"the body is not UTF-8 JSON: {exc}")) from None
+    decoder = json.JSONDecoder()
+    out: list[tuple[Any, int]] = []
+    i = _skip_space(text, 0)
+    if not text.startswith("[", i):
+        raise BadBody(problem(400, "the body must be a JSON array of events"))
+    i = _skip_space(text, i + 1)
+    if text.startswith("]", i):
+        return out
+    try:
+        while True:
+            event, end = decoder.raw_decode(text, i)
+            out.append((event, len(text[i:end].encode("utf-8"))))
+            i = _skip_space(text, end)
+            if text.startswith(",", i):
+                i = _skip_space(text, i + 1)
+            elif text.startswith("]", i) and not text[i + 1 :].strip():
+                return out
+            else:
+                raise ValueError(f"expected ',' or ']' at character {i}")
+    except ValueError as exc:
+        raise BadBody(problem(400, f"the body is not a valid JSON array: {exc}")) from None
+
+
+def _skip_space(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def _item(event: Any, status: str, step: str, detail: str | None = None) -> dict[str, Any]:
+    item: dict[str, Any] = {"publishing_status": status, "step": step}
+    metadata = event.get("metadata") if isinstance(event, Mapping) else None
+    if isinstance(metadata, Mapping) and isinstance(metadata.get("eid"), str):
+        item["eid"] = metadata["eid"]
+    if detail is not None:
+        item["detail"] = detail
+    return item
+
+
+class Publisher:
+    def __init__(self, store: Store, producer: KafkaProducer) -> None:
+        self.store = store
+        self.producer = producer
+        # Per process; a revision check per request keeps it right across processes.
+        self._targets: dict[str, Target] = {}
+
+    def routes(self) -> list[BaseRoute]:
+        return [Route("/event-types/{name}/events", self.publish, methods=["POST"])]
+
+    async def target(self, name: str) -> Target | None:
+        revision = await self.store.revision(name)
+        if revision is None:
+            self._targets.pop(name, None)
+            return None
+        cached = self._targets.get(name)
+        if cached is not None and cached.revision == revision:
+            return cached
+        stored = await self.store.get(name)
+        if stored is None:
+            return None
+        target = Target.of(stored)
+        self._targets[name] = target
+        return target
+
+    async def publish(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            batch = split_batch(await bodies.raw(request))
+        except BadBody as bad:
+            return bad.response
+        target = await self.target(name)
+        if target is None:
+            return not_found(name)
+        messages: list[Message] = []
+        for index, (event, size) in enumerate(batch):
+            try:
+                messages.append(self._prepare(target, event, size))
+            except ItemFailure as failure:
+                metrics.batches.inc(event_type=name, status="422")
+                return JSONResponse(_rejected(batch, index, failure), status_code=422)
+        errors = await self.producer.send(messages)
+        if any(errors):
+            metrics.batches.inc(event_type=name, status="207")
+            log.warning(
+                "publishing partly failed",
+                extra=logs.fields(event_type=name, failed=sum(1 for e in errors if e)),
+            )
+            items = [
+                _item(event, "failed", "publishing", error)
+                if error
+                else _item(event, "submitted", "publishing")
+                for (event, _), error in zip(batch, errors, strict=True)
+            ]
+            return JSONResponse(items, status_code=207)
+        metrics.batches.inc(event_type=name, status="200")
+        metrics.events.inc(len(messages), event_type=name)
+        return Response(status_code=200)
+
+    def _prepare(self, target: Target, event: Any, size: int) -> Message:
+        if size > MAX_EVENT_BYTES:
+            raise ItemFailure(
+                "validating",
+                f"Event too large: {size} bytes, the limit is {MAX_EVENT_BYTES} bytes as sent",
+            )
+        if not isinstance(event, dict):
+            raise ItemFailure("validating", "an event must be a JSON object")
+        error = target.validator.first_error(event)
+        if error is not None:
+            raise ItemFailure("validating", error)
+        try:
+            partition = partition_for(
+                target.partition_strategy,
+                event,
+                key_fields=target.key_fields,
+                category=target.category,
+                partitions=target.partitions,
+            )
+        except PartitioningError as exc:
+            raise ItemFailure("partitioning", str(exc)) from None
+        if target.enriched:
+            try:
+                enrich(
+                    event,
+                    event_type=target.name,
+                    partition=partition,
+                    version=target.version,
+                    flow_id=logs.flow_id.get(),
+                    received_at=_now(),
+                )
+            except EnrichmentError as exc:
+                raise ItemFailure("enriching", str(exc)) from None
+        key = event["metadata"]["partition_compaction_key"].encode() if target.compacted else None
+        value = json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode()
+        return Message(target.topic, partition, key, value)
+
+
+def _rejected(batch: list[tuple[Any, int]], failed: int, failure: ItemFailure) -> list[Any]:
+    """Nakadi's 422 body: the failed item, those before it aborted where they got to, the rest
+    aborted before any step."""
+    items = []
+    for index, (event, _) in enumerate(batch):
+        if index == failed:
+            items.append(_item(event, "failed", failure.step, failure.detail))
+        elif index < failed:
+            items.append(_item(event, "aborted", "enriching", "a later event failed"))
+        else:
+            items.append(_item(event, "aborted", "none", f"event {failed} of the batch failed"))
+    return items
+
+
+def _now() -> str:
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"

@@ -1,0 +1,23 @@
+"""What one broker process needs to know: where its metadata and events live, and its limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Nakadi's defaults: one partition unless default_statistic asks for more; 4 days of events.
+DEFAULT_PARTITIONS = 1
+MAX_PARTITIONS = 32
+DEFAULT_RETENTION_MS = 345_600_000
+
+
+@dataclass(frozen=True)
+class Settings:
+    pg_dsn: str
+    kafka_bootstrap: str
+    default_partitions: int = DEFAULT_PARTITIONS
+    max_partitions: int = MAX_PARTITIONS
+    default_retention_ms: int = DEFAULT_RETENTION_MS
+    # Kafka replication of new topics; 1 suits a single local broker, raise it in production.
+    replication_factor: int = 1
+    registry_url: str | None = None
+    pool_size: int = 10

@@ -1,0 +1,83 @@
+"""One broker (app + metadata database) per test module: tests use unique event type names.
+
+``broker_url`` is the base URL of a broker served in a thread; ``make_event_type``
+creates an event type through the API and returns its name.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from broker.app import create_app
+from broker.settings import Settings
+from changebroker import pg
+from tests.support.apps import serve_in_thread
+
+
+@pytest.fixture(scope="module")
+def broker_dsn(pg_server_dsn: str) -> Iterator[str]:
+    """A metadata database of the module's own, dropped afterwards."""
+    name = f"t_broker_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield pg.with_database(pg_server_dsn, name)
+    finally:
+        with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def broker_url(broker_dsn: str, kafka_bootstrap: str) -> Iterator[str]:
+    settings = Settings(pg_dsn=broker_dsn, kafka_bootstrap=kafka_bootstrap, max_partitions=8)
+    with serve_in_thread(create_app(settings)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(broker_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=broker_url, timeout=60) as http:
+        yield http
+
+
+def business_event_type(name: str, **overrides: Any) -> dict[str, Any]:
+    """The manual's order_received event type (seed 001), renamed."""
+    return {
+        "name": name,
+        "owning_application": "acme-order-service",
+        "category": "business",
+        "partition_strategy": "hash",
+        "partition_key_fields": ["order_number"],
+        "enrichment_strategies": ["metadata_enrichment"],
+        "default_statistic": {
+            "messages_per_minute": 1000,
+            "message_size": 5,
+            "read_parallelism": 1,
+            "write_parallelism": 1,
+        },
+        "schema": {
+            "type": "json_schema",
+            "schema": '{ "properties": { "order_number": { "type": "string" } } }',
+        },
+        **overrides,
+    }
+
+
+@pytest.fixture
+def make_event_type(client: httpx.Client, unique_name: Callable[[str], str]) -> Callable[..., str]:
+    """``make_event_type(partition_strategy="random")`` -> the name of a new business type."""
+    counter = iter(range(1000))
+
+    def make(**overrides: Any) -> str:
+        name = f"{unique_name('orders')}.t{next(counter)}"
+        response = client.post("/event-types", json=business_event_type(name, **overrides))
+        assert response.status_code == 201, response.text
+        return name
+
+    return make
