@@ -459,6 +459,26 @@ JSON_CASES = [
         {"anyOf": [S, {"type": "null"}]},
     ),
     Case(
+        "enum value outside a new bound",
+        {"enum": [1, 5, 10]},
+        {"type": "integer", "maximum": 8},
+        backward=[("value-rejected", "#")],
+        forward=[("enum-added", "#/enum")],
+    ),
+    Case(
+        "anyOf with no branch for the old strings",
+        {"type": "string", "maxLength": 10},
+        {"anyOf": [{"type": "string", "maxLength": 5}, I]},
+        backward=[("union-unmatched", "#/anyOf")],
+        forward=[("type-narrowed", "#/type")],
+    ),
+    Case(
+        "property declared but forbidden",
+        obj({"a": S}),
+        obj({"a": False}),
+        backward=[("schema-false", "#/properties/a")],
+    ),
+    Case(
         "const true is not const 1",
         {"const": 1},
         {"const": True},
