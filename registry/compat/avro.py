@@ -176,15 +176,52 @@ class _Parser:
                 if name in seen:
                     raise SchemaError(f"the Avro record {fullname} has two fields named {name!r}")
                 seen.add(name)
+                field_type = self.parse(raw["type"], inner)
+                # A default is what a reader fills in: one of the wrong type breaks reading.
+                if "default" in raw and not _default_fits(field_type, raw["default"]):
+                    raise SchemaError(
+                        f"the default of field {name!r} in {fullname} is not a"
+                        f" {field_type.describe()} (a union's default is of its first branch)"
+                    )
                 node.fields.append(
                     Field(
                         name=name,
-                        type=self.parse(raw["type"], inner),
+                        type=field_type,
                         has_default="default" in raw,
                         aliases=frozenset(raw.get("aliases", [])),
                     )
                 )
         return node
+
+
+def _default_fits(node: Node, value: Any) -> bool:
+    """Is ``value`` a valid JSON encoding of a ``node`` default (Avro spec, field defaults)?"""
+    kind = node.kind
+    if kind == "union":
+        return _default_fits(node.children[0], value)
+    if kind == "null":
+        return value is None
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind in ("int", "long"):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind in ("float", "double"):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind in ("bytes", "string", "fixed"):
+        return isinstance(value, str)
+    if kind == "enum":
+        return value in node.symbols
+    if kind == "array":
+        return isinstance(value, list) and all(_default_fits(node.children[0], v) for v in value)
+    if kind == "map":
+        return isinstance(value, dict) and all(
+            _default_fits(node.children[0], v) for v in value.values()
+        )
+    # A record: every field without a default of its own must be given, and fit.
+    return isinstance(value, dict) and all(
+        _default_fits(f.type, value[f.name]) if f.name in value else f.has_default
+        for f in node.fields
+    )
 
 
 def avro_violations(reader: Any, writer: Any) -> list[Violation]:

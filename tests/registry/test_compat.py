@@ -145,6 +145,22 @@ def test_unknown_format_is_refused() -> None:
         ("{not json", "not valid JSON"),
         (["null", ["int"]], "cannot directly contain another union"),
         ({"type": "array"}, "needs 'items'"),
+        (
+            {
+                "type": "record",
+                "name": "R",
+                "fields": [{"name": "a", "type": "int", "default": "x"}],
+            },
+            "default of field 'a'",
+        ),
+        (
+            {
+                "type": "record",
+                "name": "R",
+                "fields": [{"name": "a", "type": ["string", "null"], "default": None}],
+            },
+            "first branch",
+        ),
     ],
 )
 def test_malformed_avro_says_what_is_wrong(schema: Any, complaint: str) -> None:
@@ -278,3 +294,17 @@ def test_too_deep_avro_schemas_are_malformed() -> None:
         schema = {"type": "array", "items": schema}
     with pytest.raises(SchemaError, match="nests too deeply"):
         avro_violations(schema, schema)
+
+
+def test_avro_defaults_of_every_kind_are_accepted_when_they_fit() -> None:
+    point = {"type": "record", "name": "Point", "fields": [{"name": "x", "type": "double"}]}
+    fields = [
+        {"name": "p", "type": point, "default": {"x": 1}},
+        {"name": "c", "type": {"type": "enum", "name": "C", "symbols": ["A"]}, "default": "A"},
+        {"name": "xs", "type": {"type": "array", "items": "long"}, "default": [1, 2]},
+        {"name": "m", "type": {"type": "map", "values": "boolean"}, "default": {"k": True}},
+        {"name": "f", "type": {"type": "fixed", "name": "F", "size": 2}, "default": "\u00ff\u0000"},
+        {"name": "u", "type": ["int", "null"], "default": 3},
+    ]
+    schema = {"type": "record", "name": "R", "fields": fields}
+    assert avro_violations(schema, {"type": "record", "name": "R", "fields": []}) == []
