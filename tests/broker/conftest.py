@@ -35,7 +35,7 @@ def broker_dsn(pg_server_dsn: str) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def broker_url(broker_dsn: str, kafka_bootstrap: str) -> Iterator[str]:
-    settings = Settings(pg_dsn=broker_dsn, kafka_bootstrap=kafka_bootstrap, max_partitions=8)
+    settings = Settings(pg_dsn=broker_dsn, kafka_bootstrap=kafka_bootstrap, max_partitions=12)
     with serve_in_thread(create_app(settings)) as url:
         yield url
 

@@ -117,7 +117,7 @@ def test_partition_count_is_capped_and_defaulted(
         ).status_code
         == 201
     )
-    assert _topic_of(broker_dsn, big)[1] == 8  # the module's broker: max_partitions=8
+    assert _topic_of(broker_dsn, big)[1] == 12  # the module's broker: max_partitions=12
     plain = unique_name("plain")
     event_type = business_event_type(plain)
     del event_type["default_statistic"]
