@@ -198,6 +198,17 @@ def test_subject_mode_change_that_history_breaks_is_40901(
     assert client.get(f"/config/{subject}").json() == {"compatibility": "NONE"}
 
 
+def test_subject_format_is_fixed_once_it_has_schemas(client: httpx.Client, subject: str) -> None:
+    assert register(client, subject, PERSON).is_success
+    meta = {"tenant": "", "namespace": "", "status": "released"}
+    refused = error(
+        client.post(f"/subjects/{subject}", json={**meta, "format": "AVRO"}), 422, 42201
+    )
+    assert "cannot change" in refused["errorMessage"]
+    same = client.post(f"/subjects/{subject}", json={**meta, "format": "json"})
+    assert same.status_code == 200 and same.json()["format"] == "JSON"
+
+
 def test_unknown_subject_is_40401_everywhere(client: httpx.Client, subject: str) -> None:
     for response in [
         client.get(f"/subjects/{subject}"),
