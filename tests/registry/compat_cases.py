@@ -479,6 +479,26 @@ JSON_CASES = [
         backward=[("schema-false", "#/properties/a")],
     ),
     Case(
+        "property added within a partially open model",
+        obj({"a": S}, additionalProperties=S),
+        obj({"a": S, "b": S}, additionalProperties=S),
+    ),
+    Case(
+        "property added narrower than a partially open model",
+        obj({"a": S}, additionalProperties=S),
+        obj({"a": S, "b": {"type": "string", "maxLength": 5}}, additionalProperties=S),
+        backward=[("max-length-tightened", "#/properties/b/maxLength")],
+    ),
+    Case(
+        "closed model opened while adding a property",
+        obj({"a": S}, additionalProperties=False),
+        obj({"a": S, "b": S}),
+        forward=[
+            ("property-rejected", "#/properties/b"),
+            ("additional-properties-closed", "#/additionalProperties"),
+        ],
+    ),
+    Case(
         "const true is not const 1",
         {"const": 1},
         {"const": True},
