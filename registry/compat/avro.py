@@ -137,9 +137,10 @@ class _Parser:
             raise SchemaError("an Avro 'namespace' is a string")
         fullname = self._fullname(schema.get("name"), own_namespace, f"an Avro {kind}")
         inner = fullname.rsplit(".", 1)[0] if "." in fullname else ""
-        aliases = frozenset(
-            self._fullname(a, inner, f"an alias of {fullname}") for a in schema.get("aliases", [])
-        )
+        declared = schema.get("aliases", [])
+        if not isinstance(declared, list):
+            raise SchemaError(f"the aliases of {fullname} are a list of names")
+        aliases = frozenset(self._fullname(a, inner, f"an alias of {fullname}") for a in declared)
         node = Node(kind="record" if kind == "error" else kind, fullname=fullname, aliases=aliases)
         self._define(node)
         if kind == "enum":
@@ -183,12 +184,15 @@ class _Parser:
                         f"the default of field {name!r} in {fullname} is not a"
                         f" {field_type.describe()} (a union's default is of its first branch)"
                     )
+                aliases = raw.get("aliases", [])
+                if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+                    raise SchemaError(f"the aliases of field {name!r} in {fullname} are a list")
                 node.fields.append(
                     Field(
                         name=name,
                         type=field_type,
                         has_default="default" in raw,
-                        aliases=frozenset(raw.get("aliases", [])),
+                        aliases=frozenset(aliases),
                     )
                 )
         return node

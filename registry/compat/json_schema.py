@@ -112,7 +112,11 @@ _SIZE_BOUNDS: dict[str, list[tuple[str, str, bool]]] = {
 
 
 def json_schema_violations(reader: Mapping[str, Any], writer: Mapping[str, Any]) -> list[Violation]:
-    """[] iff every document valid under ``writer`` is accepted by ``reader`` (conservative)."""
+    """[] iff every document valid under ``writer`` is accepted by ``reader`` (conservative).
+
+    Both must be valid JSON Schemas (check them with ``validator_class(s).check_schema``
+    first); keywords of the wrong shape are not second-guessed here.
+    """
     try:
         found = _Comparison(reader, writer).compare(reader, writer, "#")
     except RecursionError:

@@ -145,6 +145,15 @@ def test_unknown_format_is_refused() -> None:
         ("{not json", "not valid JSON"),
         (["null", ["int"]], "cannot directly contain another union"),
         ({"type": "array"}, "needs 'items'"),
+        ({"type": "fixed", "name": "F", "size": 1, "aliases": "G"}, "aliases of F"),
+        (
+            {
+                "type": "record",
+                "name": "R",
+                "fields": [{"name": "a", "type": "int", "aliases": "b"}],
+            },
+            "aliases of field 'a'",
+        ),
         (
             {
                 "type": "record",
