@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jsonschema
@@ -196,6 +196,12 @@ def _schema(body: dict[str, Any]) -> dict[str, Any]:
         raise InvalidEventType(
             f"schema.schema is not a valid JSON Schema (draft 04) at {where}: {exc.message}"
         ) from None
+    remote = sorted(set(_remote_refs(schema)))
+    if remote:
+        raise InvalidEventType(
+            f"schema.schema refers to {remote}: only local references ('#/definitions/...')"
+            " are supported; inline the referenced schemas"
+        )
     if body["compatibility_mode"] == "compatible":
         found = unsupported_keywords(schema)
         if found:
@@ -210,6 +216,19 @@ def _schema(body: dict[str, Any]) -> dict[str, Any]:
     # Only type and schema are the client's; version and created_at are ours.
     body["schema"] = {"type": "json_schema", "schema": text}
     return schema
+
+
+def _remote_refs(node: Any) -> Iterator[str]:
+    """``$ref`` values that leave the document: never fetched while validating events."""
+    if isinstance(node, Mapping):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and not ref.startswith("#"):
+            yield ref
+        for value in node.values():
+            yield from _remote_refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _remote_refs(value)
 
 
 def _declares(schema: Any, path: str) -> bool:

@@ -9,6 +9,7 @@ Data change events read key fields relative to ``data``.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections.abc import Mapping, Sequence
@@ -29,6 +30,11 @@ def _int32(value: int) -> int:
 def java_string_hash(text: str) -> int:
     """Java's ``String.hashCode``: s[0]*31^(n-1) + ... + s[n-1] over UTF-16 code units."""
     h = 0
+    if text.isascii():
+        # One UTF-16 unit per ASCII character: its byte value.
+        for unit in text.encode("ascii"):
+            h = (31 * h + unit) & 0xFFFFFFFF
+        return _int32(h)
     encoded = text.encode("utf-16-be")
     for i in range(0, len(encoded), 2):
         h = (31 * h + (encoded[i] << 8 | encoded[i + 1])) & 0xFFFFFFFF
@@ -61,8 +67,13 @@ def hash_partition(
         path = f"data.{field}" if category == "data" else field
         total = _int32(total + java_string_hash(java_to_string(_lookup(event, path))))
     # Where Java's abs overflows (a sum of exactly -2^31) Nakadi itself fails; we take 2^31.
-    ids = sorted(str(p) for p in range(partitions))
-    return int(ids[abs(total) % partitions])
+    return _string_sorted_ids(partitions)[abs(total) % partitions]
+
+
+@functools.cache
+def _string_sorted_ids(partitions: int) -> tuple[int, ...]:
+    """Partition ids in Nakadi's order: sorted as strings, so 10 comes before 2."""
+    return tuple(int(p) for p in sorted(str(p) for p in range(partitions)))
 
 
 def user_defined_partition(event: Mapping[str, Any], partitions: int) -> int:

@@ -8,6 +8,7 @@ when the last one is in (one wake-up per batch, not per event).
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ class _Batch:
         self._loop = loop
         self._lock = threading.Lock()
 
-    def delivered(self, index: int, error: KafkaError | None) -> None:
+    def delivered(self, index: int, error: KafkaError | None, _message: Any = None) -> None:
         if error is not None:
             self.errors[index] = error.str()
         with self._lock:
@@ -68,7 +69,7 @@ class KafkaProducer:
             return []
         batch = _Batch(len(messages), asyncio.get_running_loop())
         for index, message in enumerate(messages):
-            callback = _callback(batch, index)
+            callback = functools.partial(batch.delivered, index)
             while True:
                 try:
                     self._producer.produce(
@@ -93,10 +94,3 @@ class KafkaProducer:
         self._producer.flush(timeout)
         self._stopping.set()
         self._poller.join(timeout=5)
-
-
-def _callback(batch: _Batch, index: int) -> Any:
-    def on_delivery(error: KafkaError | None, _message: Any) -> None:
-        batch.delivered(index, error)
-
-    return on_delivery

@@ -229,7 +229,8 @@ class Publisher:
             except EnrichmentError as exc:
                 raise ItemFailure("enriching", str(exc)) from None
         key = event["metadata"]["partition_compaction_key"].encode() if target.compacted else None
-        value = json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode()
+        # ensure_ascii keeps json's fast C path; \u escapes are the same JSON text to readers.
+        value = json.dumps(event, separators=(",", ":")).encode()
         return Message(target.topic, partition, key, value)
 
 

@@ -1,0 +1,208 @@
+"""Publishing 1 KB business events through the broker API vs a raw confluent-kafka producer.
+
+Batches of 1, 100 and 1000 events; the broker runs as its own process
+(``changebroker broker``), as people run it; the same number of client threads
+post batches and wait for each answer. The baseline writes the same bytes with
+the same producer settings (acks=all, idempotence), waiting for each batch's
+acknowledgements, from as many threads, in the same run.
+
+    .venv/bin/python -m bench broker_publish
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import psycopg
+from confluent_kafka import Producer
+from confluent_kafka.admin import NewTopic
+
+from bench.report import Figure, report
+from changebroker import kafka, pg
+from changebroker.stack.processes import free_port, wait_until
+
+BATCH_SIZES = (1, 100, 1000)
+THREADS = 4
+PARTITIONS = 4
+SECONDS_PER_RUN = 8.0
+EVENT_BYTES = 1024
+
+
+def _event(index: int) -> dict[str, object]:
+    event: dict[str, object] = {
+        "order_number": f"order-{index:08d}",
+        "metadata": {"eid": str(uuid.uuid4()), "occurred_at": "2026-11-22T10:00:00.000Z"},
+        "payload": "",
+    }
+    padding = EVENT_BYTES - len(json.dumps(event, separators=(",", ":")))
+    event["payload"] = "x" * max(0, padding)
+    return event
+
+
+def _rate(threads: int, work: Callable[[], int]) -> float:
+    """Events per second of ``threads`` threads each repeating ``work`` for the run's time."""
+    counts = [0] * threads
+    deadline = time.monotonic() + SECONDS_PER_RUN
+
+    def loop(slot: int) -> None:
+        while time.monotonic() < deadline:
+            counts[slot] += work()
+
+    started = time.monotonic()
+    workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return sum(counts) / (time.monotonic() - started)
+
+
+def _through_api(url: str, name: str, batch: bytes, size: int) -> float:
+    local = threading.local()
+
+    def post() -> int:
+        if not hasattr(local, "client"):
+            local.client = httpx.Client(base_url=url, timeout=60)
+        response = local.client.post(
+            f"/event-types/{name}/events",
+            content=batch,
+            headers={"Content-Type": "application/json"},
+        )
+        if response.status_code != 200:
+            raise RuntimeError(f"publish answered {response.status_code}: {response.text[:300]}")
+        return size
+
+    return _rate(THREADS, post)
+
+
+def _raw(bootstrap: str, topic: str, events: list[bytes]) -> float:
+    local = threading.local()
+
+    def produce() -> int:
+        if not hasattr(local, "producer"):
+            local.producer = Producer(kafka.producer_config(bootstrap))
+        for value in events:
+            local.producer.produce(topic, value)
+        local.producer.flush(60)
+        return len(events)
+
+    return _rate(THREADS, produce)
+
+
+def main() -> int:
+    server_dsn = os.environ.get(
+        "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
+    )
+    bootstrap = os.environ.get("CHANGEBROKER_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    database = f"bench_broker_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{database}"')
+    meta_dsn = pg.with_database(server_dsn, database)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = Path(tempfile.mkstemp(prefix="bench-broker-", suffix=".log")[1])
+    broker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "changebroker.cli",
+            "broker",
+            "--port",
+            str(port),
+            "--pg-url",
+            meta_dsn,
+        ],
+        env={**os.environ, "CHANGEBROKER_KAFKA_BOOTSTRAP": bootstrap},
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    raw_topic = f"bench-raw-{uuid.uuid4().hex[:8]}"
+    admin = kafka.admin(bootstrap)
+    try:
+        wait_until(
+            lambda: _healthy(url) or broker.poll() is not None, timeout=60, what="the broker"
+        )
+        if broker.poll() is not None:
+            raise RuntimeError(f"the broker exited: {log.read_text()[-2000:]}")
+        admin.create_topics([NewTopic(raw_topic, num_partitions=PARTITIONS, replication_factor=1)])[
+            raw_topic
+        ].result(30)
+        name = f"bench.orders_{uuid.uuid4().hex[:8]}"
+        statistic = {
+            "messages_per_minute": 1,
+            "message_size": 1,
+            "read_parallelism": PARTITIONS,
+            "write_parallelism": 1,
+        }
+        created = httpx.post(
+            f"{url}/event-types",
+            json={
+                "name": name,
+                "owning_application": "bench",
+                "category": "business",
+                "enrichment_strategies": ["metadata_enrichment"],
+                "partition_strategy": "hash",
+                "partition_key_fields": ["order_number"],
+                "default_statistic": statistic,
+                "schema": {
+                    "type": "json_schema",
+                    "schema": json.dumps(
+                        {
+                            "properties": {
+                                "order_number": {"type": "string"},
+                                "payload": {"type": "string"},
+                            },
+                            "required": ["order_number"],
+                        }
+                    ),
+                },
+            },
+            timeout=60,
+        )
+        created.raise_for_status()
+        figures = []
+        for size in BATCH_SIZES:
+            events = [_event(i) for i in range(size)]
+            encoded = [json.dumps(e, separators=(",", ":")).encode() for e in events]
+            body = b"[" + b",".join(encoded) + b"]"
+            api = _through_api(url, name, body, size)
+            raw = _raw(bootstrap, raw_topic, encoded)
+            figures.append(
+                Figure(
+                    "broker_publish",
+                    f"1 KB events/s, batches of {size}",
+                    api,
+                    "events/s",
+                    baseline=raw,
+                    baseline_name="raw confluent-kafka producer",
+                )
+            )
+        report(figures)
+        return 0
+    finally:
+        broker.terminate()
+        broker.wait(30)
+        admin.delete_topics([raw_topic])
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{database}" WITH (FORCE)')
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())
