@@ -108,7 +108,10 @@ def split_batch(data: bytes) -> list[tuple[Any, int]]:
     try:
         while True:
             event, end = decoder.raw_decode(text, i)
-            out.append((event, len(text[i:end].encode("utf-8"))))
+            # A character is at most 4 UTF-8 bytes: only events that could be too big are encoded.
+            chars = end - i
+            size = chars if chars * 4 <= MAX_EVENT_BYTES else len(text[i:end].encode("utf-8"))
+            out.append((event, size))
             i = _skip_space(text, end)
             if text.startswith(",", i):
                 i = _skip_space(text, i + 1)
@@ -171,9 +174,10 @@ class Publisher:
         if target is None:
             return not_found(name)
         messages: list[Message] = []
+        received_at = _now()
         for index, (event, size) in enumerate(batch):
             try:
-                messages.append(self._prepare(target, event, size))
+                messages.append(self._prepare(target, event, size, received_at))
             except ItemFailure as failure:
                 metrics.batches.inc(event_type=name, status="422")
                 return JSONResponse(_rejected(batch, index, failure), status_code=422)
@@ -195,7 +199,7 @@ class Publisher:
         metrics.events.inc(len(messages), event_type=name)
         return Response(status_code=200)
 
-    def _prepare(self, target: Target, event: Any, size: int) -> Message:
+    def _prepare(self, target: Target, event: Any, size: int, received_at: str) -> Message:
         if size > MAX_EVENT_BYTES:
             raise ItemFailure(
                 "validating",
@@ -224,7 +228,7 @@ class Publisher:
                     partition=partition,
                     version=target.version,
                     flow_id=logs.flow_id.get(),
-                    received_at=_now(),
+                    received_at=received_at,
                 )
             except EnrichmentError as exc:
                 raise ItemFailure("enriching", str(exc)) from None
