@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
 from broker.partitioning import java_string_hash
@@ -367,3 +368,34 @@ def test_metrics_count_published_events(client: httpx.Client, make_event_type) -
     )
     text = client.get("/metrics").text
     assert f'nakadi_events_published_total{{event_type="{name}"}} 2' in text
+
+
+def test_partial_kafka_failure_is_207(
+    client: httpx.Client, make_event_type, broker_dsn: str, kafka_bootstrap: str
+) -> None:
+    statistic = {
+        "messages_per_minute": 1,
+        "message_size": 1,
+        "read_parallelism": 2,
+        "write_parallelism": 1,
+    }
+    name = make_event_type(
+        partition_strategy="user_defined", partition_key_fields=None, default_statistic=statistic
+    )
+    # The broker believes in a third partition the topic lacks: Kafka refuses only those events.
+    with psycopg.connect(broker_dsn) as conn:
+        conn.execute(
+            "UPDATE broker_event_types SET partitions = 3, revision = revision + 1 WHERE name = %s",
+            (name,),
+        )
+    batch = [event("a", partition="0"), event("b", partition="2"), event("c", partition="1")]
+    response = client.post(f"/event-types/{name}/events", json=batch)
+    assert response.status_code == 207, response.text
+    items = response.json()
+    validate("BatchItemResponse", items, array=True)
+    assert [i["publishing_status"] for i in items] == ["submitted", "failed", "submitted"]
+    assert items[1]["step"] == "publishing"
+    assert items[1]["detail"]
+    topic, _ = topic_of(broker_dsn, name)
+    stored = read_all(kafka_bootstrap, topic, 2)
+    assert sorted(s.event["order_number"] for s in stored) == ["a", "c"]
