@@ -65,7 +65,7 @@ class EventTypeApi:
     async def create(self, request: Request) -> Response:
         try:
             body = await json_body(request)
-            event_type = event_types.validate_new(body, max_partitions=self.settings.max_partitions)
+            event_type = event_types.validate_new(body)
         except BadBody as bad:
             return bad.response
         except InvalidEventType as exc:
@@ -105,9 +105,7 @@ class EventTypeApi:
                 return not_found(name)
             current = locked.current
             try:
-                updated = event_types.validate_update(
-                    body, current.body, max_partitions=self.settings.max_partitions
-                )
+                updated = event_types.validate_update(body, current.body)
                 new_version = self._next_version(current.body, updated)
             except InvalidEventType as exc:
                 return problem(422, str(exc))

@@ -45,7 +45,7 @@ class InvalidEventType(ValueError):
     """The body breaks a rule; the message says which and how to fix it."""
 
 
-def validate_new(body: Any, *, max_partitions: int) -> dict[str, Any]:
+def validate_new(body: Any) -> dict[str, Any]:
     """A POST /event-types body -> the EventType to store (without timestamps)."""
     if not isinstance(body, Mapping):
         raise InvalidEventType("the body must be a JSON object describing an EventType")
@@ -62,7 +62,7 @@ def validate_new(body: Any, *, max_partitions: int) -> dict[str, Any]:
     _enrichment(out, category)
     schema = _schema(out)
     _partitioning(out, category, schema)
-    _statistic(out, max_partitions)
+    _statistic(out)
     _options(out)
     _authorization(out)
     _audience(out)
@@ -75,19 +75,14 @@ def validate_new(body: Any, *, max_partitions: int) -> dict[str, Any]:
     return out
 
 
-def validate_update(
-    body: Any, current: Mapping[str, Any], *, max_partitions: int
-) -> dict[str, Any]:
+def validate_update(body: Any, current: Mapping[str, Any]) -> dict[str, Any]:
     """A PUT body against the stored ``current`` -> the EventType to store."""
     if isinstance(body, Mapping) and body.get("name") not in (None, current["name"]):
         raise InvalidEventType(
             f"the name of an event type cannot change: the body names {body.get('name')!r},"
             f" the path {current['name']!r}"
         )
-    out = validate_new(
-        {**body, "name": current["name"]} if isinstance(body, Mapping) else body,
-        max_partitions=max_partitions,
-    )
+    out = validate_new({**body, "name": current["name"]} if isinstance(body, Mapping) else body)
     for field in ("category", "cleanup_policy"):
         if out[field] != current[field]:
             raise InvalidEventType(f"{field} cannot change (it is {current[field]!r})")
@@ -275,7 +270,7 @@ def _partitioning(body: dict[str, Any], category: str, schema: Mapping[str, Any]
         )
 
 
-def _statistic(body: Mapping[str, Any], max_partitions: int) -> None:
+def _statistic(body: Mapping[str, Any]) -> None:
     statistic = body.get("default_statistic")
     if statistic is None:
         return

@@ -98,12 +98,12 @@ def test_evolution_matrix(
 
 def test_unchanged_schema_keeps_its_version(client: httpx.Client, unique_name) -> None:
     name = unique_name("same")
-    body = _event_type(name, "forward", BASE)
-    assert client.post("/event-types", json=body).status_code == 201
-    assert (
-        client.put(f"/event-types/{name}", json={**body, "owning_application": "b"}).status_code
-        == 200
-    )
+    assert client.post("/event-types", json=_event_type(name, "forward", BASE)).status_code == 201
+    # Clients PUT back what they GET, read-only fields (versions, timestamps) included.
+    fetched = client.get(f"/event-types/{name}").json()
+    response = client.put(f"/event-types/{name}", json={**fetched, "owning_application": "b"})
+    assert response.status_code == 200, response.text
+    assert client.get(f"/event-types/{name}").json()["owning_application"] == "b"
     listed = client.get(f"/event-types/{name}/schemas").json()
     assert [s["version"] for s in listed["items"]] == ["1.0.0"]
 
