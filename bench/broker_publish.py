@@ -1,7 +1,7 @@
 """Publishing 1 KB business events through the broker API vs a raw confluent-kafka producer.
 
 Batches of 1, 100 and 1000 events; the broker runs as its own process
-(``changebroker broker``), as people run it; the same number of client threads
+(``changebroker broker --workers <cores>``), as people run it; the same number of client threads
 post batches and wait for each answer. The baseline writes the same bytes with
 the same producer settings (acks=all, idempotence), waiting for each batch's
 acknowledgements, from as many threads, in the same run.
@@ -33,6 +33,8 @@ from changebroker.stack.processes import free_port, wait_until
 
 BATCH_SIZES = (1, 100, 1000)
 THREADS = 4
+# Publishing is CPU-bound Python: one broker worker process per core, as deployed.
+WORKERS = os.cpu_count() or 1
 PARTITIONS = 4
 SECONDS_PER_RUN = 8.0
 EVENT_BYTES = 1024
@@ -121,6 +123,8 @@ def main() -> int:
             str(port),
             "--pg-url",
             meta_dsn,
+            "--workers",
+            str(WORKERS),
         ],
         env={**os.environ, "CHANGEBROKER_KAFKA_BOOTSTRAP": bootstrap},
         stdout=log.open("wb"),
@@ -180,7 +184,7 @@ def main() -> int:
             figures.append(
                 Figure(
                     "broker_publish",
-                    f"1 KB events/s, batches of {size}",
+                    f"1 KB events/s, batches of {size}, {WORKERS} workers",
                     api,
                     "events/s",
                     baseline=raw,

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import logging
+import os
+
+import uvicorn
+from starlette.types import ASGIApp
 
 from broker.app import create_app
 from broker.settings import DEFAULT_PARTITIONS, MAX_PARTITIONS, Settings
 from changebroker import config, http, logs
+
+# How the parent hands its settings to worker processes (--workers above 1).
+SETTINGS_ENV = "CHANGEBROKER_BROKER_WORKER_SETTINGS"
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +53,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="Kafka replication factor of new topics (1 suits a single local Kafka)",
     )
     option("--registry-url", help="URL of the schema registry (kept for the registry's schemas)")
-    option("--pool-size", type=int, default=10, help="Postgres connections at most")
+    option("--pool-size", type=int, default=10, help="Postgres connections at most (per worker)")
+    option(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes serving the port; publishing is CPU-bound, so one per core scales it",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,6 +74,28 @@ def run(args: argparse.Namespace) -> int:
         registry_url=args.registry_url or None,
         pool_size=args.pool_size,
     )
-    log.info("broker starting", extra=logs.fields(host=args.host, port=args.port))
-    http.serve(create_app(settings), args.host, args.port)
+    log.info(
+        "broker starting", extra=logs.fields(host=args.host, port=args.port, workers=args.workers)
+    )
+    if args.workers <= 1:
+        http.serve(create_app(settings), args.host, args.port)
+        return 0
+    # Workers share nothing but Postgres and Kafka, as separate broker processes do.
+    os.environ[SETTINGS_ENV] = json.dumps(dataclasses.asdict(settings))
+    uvicorn.run(
+        "broker.main:worker_app",
+        factory=True,
+        workers=args.workers,
+        host=args.host,
+        port=args.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )
     return 0
+
+
+def worker_app() -> ASGIApp:
+    """The app of one worker process, from the settings its parent left in the environment."""
+    logs.configure("broker")
+    return http.FlowIdMiddleware(create_app(Settings(**json.loads(os.environ[SETTINGS_ENV]))))

@@ -51,10 +51,11 @@ class _Batch:
 
 class KafkaProducer:
     def __init__(self, bootstrap: str, **overrides: Any) -> None:
-        # Requests wait for their acknowledgements: linger only 1 ms; concurrent requests still
-        # share Kafka batches while earlier ones are in flight.
+        # Requests wait for their acknowledgements, so nothing lingers (measured: batches of 1
+        # went from ~700 to ~1000 events/s against linger 1 ms); librdkafka still batches
+        # whatever queues up while earlier requests are in flight.
         # A request waits at most 30 s for Kafka, then its events are reported failed (207).
-        config = {"linger.ms": 1, "message.timeout.ms": 30_000, **overrides}
+        config = {"linger.ms": 0, "message.timeout.ms": 30_000, **overrides}
         self._producer = Producer(kafka.producer_config(bootstrap, **config))
         self._stopping = threading.Event()
         self._poller = threading.Thread(target=self._poll, name="kafka-producer-poll", daemon=True)
