@@ -166,13 +166,13 @@ class Publisher:
 
     async def publish(self, request: Request) -> Response:
         name = request.path_params["name"]
+        target = await self.target(name)
+        if target is None:
+            return not_found(name)
         try:
             batch = split_batch(await bodies.raw(request))
         except BadBody as bad:
             return bad.response
-        target = await self.target(name)
-        if target is None:
-            return not_found(name)
         messages: list[Message] = []
         received_at = _now()
         for index, (event, size) in enumerate(batch):

@@ -399,3 +399,16 @@ def test_partial_kafka_failure_is_207(
     topic, _ = topic_of(broker_dsn, name)
     stored = read_all(kafka_bootstrap, topic, 2)
     assert sorted(s.event["order_number"] for s in stored) == ["a", "c"]
+
+
+def test_gzip_bomb_and_oversized_bodies_are_413(client: httpx.Client, make_event_type) -> None:
+    name = make_event_type()
+    bomb = gzip.compress(b"[" + b" " * (65 * 1024 * 1024) + b"]")
+    response = client.post(
+        f"/event-types/{name}/events", content=bomb, headers={"Content-Encoding": "gzip"}
+    )
+    assert_problem(response, 413, "smaller batches")
+    unsupported = client.post(
+        f"/event-types/{name}/events", content=b"[]", headers={"Content-Encoding": "br"}
+    )
+    assert_problem(unsupported, 415, "gzip")
