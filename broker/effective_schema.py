@@ -98,8 +98,9 @@ class EventValidator:
     """Validates one event against an effective schema; built once per schema version."""
 
     def __init__(self, schema: Mapping[str, Any]) -> None:
+        # Draft 04 whatever "$schema" the user wrote: Nakadi's contract is draft 04.
         self._validate = fastjsonschema.compile(
-            {"$schema": DRAFT_04, **schema}, formats={"date-time": is_date_time}
+            {**schema, "$schema": DRAFT_04}, formats={"date-time": is_date_time}
         )
 
     def first_error(self, event: Any) -> str | None:

@@ -343,3 +343,21 @@ def test_health_and_metrics(client: httpx.Client) -> None:
 def test_unknown_route_is_problem(client: httpx.Client) -> None:
     assert_problem(client.get("/no-such-thing"), 404)
     assert_problem(client.patch("/event-types"), 405)
+
+
+def test_manual_authorization_examples(client: httpx.Client, unique_name) -> None:
+    """Seed 001, "Authorization": create with an authorization section, then update it."""
+    name = unique_name("order_received")
+    body = business_event_type(
+        name,
+        authorization={
+            "admins": [{"data_type": "user", "value": "bfawlty"}],
+            "readers": [{"data_type": "user", "value": "bfawlty"}],
+            "writers": [{"data_type": "user", "value": "bfawlty"}],
+        },
+    )
+    assert client.post("/event-types", json=body).status_code == 201
+    assert client.put(f"/event-types/{name}", json=body).status_code == 200
+    got = client.get(f"/event-types/{name}").json()
+    assert got["authorization"] == body["authorization"]
+    assert got["schema"]["version"] == "1.0.0"

@@ -134,6 +134,13 @@ def test_effective_schemas_agree_with_jsonschema(
         _same_verdict(schema, event)
 
 
+def test_draft_04_whatever_the_schema_says() -> None:
+    # Draft 06 would read exclusiveMinimum as a number; draft 04 needs a boolean beside minimum.
+    schema = {"$schema": "http://json-schema.org/draft-06/schema#", "type": "integer", "minimum": 5}
+    assert EventValidator(schema).first_error(5) is None
+    assert EventValidator(schema).first_error(1.0) is not None  # not an integer in draft 04
+
+
 def test_error_names_the_path() -> None:
     schema = effective_schema.build("business", USER_SCHEMA, "forward", "delete")
     error = EventValidator(schema).first_error(EVENTS[1])
