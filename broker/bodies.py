@@ -69,6 +69,8 @@ def parse(data: bytes) -> Any:
         return json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadBody(problem(400, f"the body is not valid JSON: {exc}")) from None
+    except RecursionError:
+        raise BadBody(problem(400, "the body nests too deeply to read")) from None
 
 
 async def json_body(request: Request) -> Any:

@@ -94,14 +94,22 @@ def is_date_time(value: object) -> bool:
     return True
 
 
+class UncompilableSchema(ValueError):
+    """The schema is valid draft 04 but too deep or odd to become a validator."""
+
+
 class EventValidator:
     """Validates one event against an effective schema; built once per schema version."""
 
     def __init__(self, schema: Mapping[str, Any]) -> None:
-        # Draft 04 whatever "$schema" the user wrote: Nakadi's contract is draft 04.
-        self._validate = fastjsonschema.compile(
-            {**schema, "$schema": DRAFT_04}, formats={"date-time": is_date_time}
-        )
+        try:
+            # Draft 04 whatever "$schema" the user wrote: Nakadi's contract is draft 04.
+            self._validate = fastjsonschema.compile(
+                {**schema, "$schema": DRAFT_04}, formats={"date-time": is_date_time}
+            )
+        except (fastjsonschema.JsonSchemaDefinitionException, SyntaxError, RecursionError) as exc:
+            # Python refuses code nested past ~20 loops: arrays of arrays of arrays...
+            raise UncompilableSchema(f"{type(exc).__name__}: {exc}") from None
 
     def first_error(self, event: Any) -> str | None:
         """``None`` when ``event`` is valid, else ``"#/path: what is wrong"``."""

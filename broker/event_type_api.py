@@ -25,7 +25,7 @@ from broker.problems import problem
 from broker.settings import Settings
 from broker.store import AlreadyExists, Store
 from changebroker import logs
-from registry.compat import nakadi_evolution, next_version
+from registry.compat import SchemaError, nakadi_evolution, next_version
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,12 @@ class EventTypeApi:
         """The new schema version, None if the schema did not change; raises when refused."""
         old = json.loads(current["schema"]["schema"])
         new = json.loads(updated["schema"]["schema"])
-        evolution = nakadi_evolution(updated["compatibility_mode"], old, new)
+        try:
+            evolution = nakadi_evolution(updated["compatibility_mode"], old, new)
+        except SchemaError as exc:
+            raise InvalidEventType(
+                f"the compatibility check cannot read the schema: {exc}"
+            ) from None
         if evolution.violations:
             raise InvalidEventType(
                 f"schema change not allowed in {updated['compatibility_mode']} mode: "

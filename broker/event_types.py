@@ -60,13 +60,28 @@ def validate_new(body: Any) -> dict[str, Any]:
     _choice(out, "partition_strategy", PARTITION_STRATEGIES, "random")
     _choice(out, "cleanup_policy", CLEANUP_POLICIES, "delete")
     _enrichment(out, category)
-    schema = _schema(out)
+    try:
+        schema = _schema(out)
+    except RecursionError:
+        raise InvalidEventType(
+            "schema.schema nests too deeply to check: reuse parts with definitions and $ref"
+        ) from None
     _partitioning(out, category, schema)
     _statistic(out)
     _options(out)
     _authorization(out)
     _audience(out)
     _ordering(out, category, schema)
+    try:
+        effective_schema.EventValidator(
+            effective_schema.build(
+                category, schema, out["compatibility_mode"], out["cleanup_policy"]
+            )
+        )
+    except (effective_schema.UncompilableSchema, RecursionError) as exc:
+        raise InvalidEventType(
+            f"events cannot be validated against schema.schema ({exc}): flatten deep nesting"
+        ) from None
     if out["cleanup_policy"] == "compact" and category == "undefined":
         raise InvalidEventType(
             "cleanup_policy 'compact' needs metadata.partition_compaction_key, which 'undefined'"

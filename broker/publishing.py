@@ -121,6 +121,8 @@ def split_batch(data: bytes) -> list[tuple[Any, int]]:
                 raise ValueError(f"expected ',' or ']' at character {i}")
     except ValueError as exc:
         raise BadBody(problem(400, f"the body is not a valid JSON array: {exc}")) from None
+    except RecursionError:
+        raise BadBody(problem(400, "the body nests too deeply to read")) from None
 
 
 def _skip_space(text: str, i: int) -> int:

@@ -361,3 +361,27 @@ def test_manual_authorization_examples(client: httpx.Client, unique_name) -> Non
     got = client.get(f"/event-types/{name}").json()
     assert got["authorization"] == body["authorization"]
     assert got["schema"]["version"] == "1.0.0"
+
+
+def test_deeply_nested_bodies_and_schemas_are_refused(client: httpx.Client, unique_name) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    assert_problem(client.post("/event-types", content=deep.encode()), 400, "deeply")
+    nested = '{"properties": {"a": ' * 3000 + "{}" + "}}" * 3000
+    body = business_event_type(
+        unique_name("deep"),
+        partition_strategy="random",
+        schema={"type": "json_schema", "schema": nested},
+    )
+    del body["partition_key_fields"]
+    assert_problem(client.post("/event-types", json=body), 422, "deeply")
+
+
+def test_schema_too_deep_to_compile_is_refused(client: httpx.Client, unique_name) -> None:
+    arrays = '{"type": "array", "items": ' * 30 + '{"type": "string"}' + "}" * 30
+    body = business_event_type(
+        unique_name("arrays"),
+        partition_strategy="random",
+        schema={"type": "json_schema", "schema": '{"properties": {"a": ' + arrays + "}}"},
+    )
+    del body["partition_key_fields"]
+    assert_problem(client.post("/event-types", json=body), 422, "cannot be validated")
