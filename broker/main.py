@@ -52,7 +52,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="Kafka replication factor of new topics (1 suits a single local Kafka)",
     )
-    option("--registry-url", help="URL of the schema registry (kept for the registry's schemas)")
+    option(
+        "--registry-url",
+        help="the schema registry's URL; accepted as `changebroker up` passes it, though schema"
+        " versions still live in the broker's own tables",
+    )
     option("--pool-size", type=int, default=10, help="Postgres connections at most (per worker)")
     option(
         "--workers",
