@@ -219,6 +219,10 @@ def _schema(body: dict[str, Any]) -> dict[str, Any]:
                 "schema not allowed in compatible mode: "
                 + "; ".join(f"{v.path}: {v.message} [{v.rule}]" for v in found)
             )
+    if body["category"] == "business" and schema.get("type", "object") != "object":
+        raise InvalidEventType(
+            "a business schema describes the event object: its 'type' must be 'object' (or absent)"
+        )
     if body["category"] == "business" and "metadata" in schema.get("properties", {}):
         raise InvalidEventType(
             "a business schema must not declare 'metadata': the category adds it (effective schema)"

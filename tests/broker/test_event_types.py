@@ -171,6 +171,7 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         {"schema": _schema({"properties": {"order_number": {}, "metadata": {}}})},
         "metadata",
     ),
+    ("business schema not an object", {"schema": _schema({"type": "string"})}, "'object'"),
     ("statistic not positive", {"default_statistic": {"messages_per_minute": 0}}, "positive"),
     ("retention not a number", {"options": {"retention_time": "1d"}}, "retention_time"),
     (
