@@ -1,0 +1,256 @@
+"""Nakadi's reading endpoints: the low-level stream, partitions and cursor operations.
+
+Statuses follow Nakadi: a cursor the stream cannot start from is 412 (its
+Problem says which and why), contradictory stream parameters are 422, an
+unreadable X-Nakadi-Cursors header is 400; cursor operations answer 422 for
+any cursor they cannot use. Nothing here writes: bad input changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
+
+from broker import bodies, cursor_ops
+from broker.cursors import Cursor, CursorError, parse_cursor, parse_cursors, position
+from broker.problems import problem
+from broker.streaming import EventStream, LimitError, parse_limits
+from broker.topics import EventTypeTopic, TopicResolver
+from broker.watermarks import Watermark, Watermarks
+
+STREAM_MEDIA_TYPE = "application/x-json-stream"
+# Keep-alives must reach the client at once, so every chunk ends in a sync flush; a fast
+# level keeps the hot path cheap.
+GZIP_LEVEL = 1
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class _StreamResponse(StreamingResponse):
+    """Closes the stream's consumer whatever ends the response (a limit, an error, a disconnect)."""
+
+    def __init__(self, stream: EventStream, body: AsyncIterator[bytes], gzip: bool) -> None:
+        headers = {"Content-Encoding": "gzip"} if gzip else None
+        super().__init__(body, media_type=STREAM_MEDIA_TYPE, headers=headers)
+        self._stream = stream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._stream.close()
+
+
+async def _gzipped(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
+    async for chunk in chunks:
+        yield compressor.compress(chunk) + compressor.flush(zlib.Z_SYNC_FLUSH)
+    yield compressor.flush()
+
+
+def _wants_gzip(request: Request) -> bool:
+    for part in request.headers.get("accept-encoding", "").split(","):
+        coding, _, params = part.strip().partition(";")
+        if coding.strip().lower() == "gzip" and params.replace(" ", "") not in ("q=0", "q=0.0"):
+            return True
+    return False
+
+
+def _not_found(name: str) -> Response:
+    return problem(404, f'EventType "{name}" does not exist.')
+
+
+class Reading:
+    def __init__(self, resolve: TopicResolver, kafka_bootstrap: str) -> None:
+        self._resolve = resolve
+        self._bootstrap = kafka_bootstrap
+        self._watermarks = Watermarks(kafka_bootstrap)
+
+    async def _marks(self, topic: EventTypeTopic) -> dict[int, Watermark]:
+        return await self._watermarks.of(topic.topic, range(topic.partitions))
+
+    async def stream(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        topic = await self._resolve(name)
+        if topic is None:
+            return _not_found(name)
+        try:
+            limits = parse_limits(request.query_params)
+        except LimitError as error:
+            return problem(422, str(error))
+        header = request.headers.get("x-nakadi-cursors")
+        cursors: list[Cursor] | None = None
+        if header is not None:
+            try:
+                items = json.loads(header)
+            except ValueError:
+                return problem(400, "incorrect syntax of X-nakadi-cursors header")
+            try:
+                cursors = parse_cursors(items, topic)
+            except CursorError as error:
+                return problem(412, str(error))
+        marks = await self._marks(topic)
+        try:
+            positions = (
+                {c.partition: position(c, marks[c.partition], name) for c in cursors}
+                if cursors
+                else {p: mark.newest_position for p, mark in marks.items()}
+            )
+        except CursorError as error:
+            return problem(412, str(error))
+        stream = EventStream(self._bootstrap, topic.topic, positions, limits, topic.timeline)
+        gzip = _wants_gzip(request)
+        body = _gzipped(stream.batches()) if gzip else stream.batches()
+        return _StreamResponse(stream, body, gzip)
+
+    async def partitions(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        topic = await self._resolve(name)
+        if topic is None:
+            return _not_found(name)
+        consumed: dict[int, Cursor] = {}
+        if "cursors" in request.query_params:
+            try:
+                items = json.loads(request.query_params["cursors"])
+            except ValueError:
+                return problem(400, "cursors must be a URL-encoded JSON array of cursors")
+            try:
+                consumed = {c.partition: c for c in parse_cursors(items, topic)}
+            except CursorError as error:
+                return problem(422, str(error))
+        marks = await self._marks(topic)
+        try:
+            views = [
+                cursor_ops.lag(consumed[p], mark, topic.timeline, name)
+                if p in consumed
+                else cursor_ops.partition_view(p, mark, topic.timeline)
+                for p, mark in marks.items()
+            ]
+        except CursorError as error:
+            return problem(422, str(error))
+        return JSONResponse(views)
+
+    async def partition(self, request: Request) -> Response:
+        name, partition_text = request.path_params["name"], request.path_params["partition"]
+        topic = await self._resolve(name)
+        if topic is None:
+            return _not_found(name)
+        if not partition_text.isdigit() or int(partition_text) >= topic.partitions:
+            return problem(404, f"partition {partition_text} not found in {name}")
+        partition = int(partition_text)
+        mark = (await self._watermarks.of(topic.topic, [partition]))[partition]
+        consumed_offset = request.query_params.get("consumed_offset")
+        if consumed_offset is None:
+            return JSONResponse(cursor_ops.partition_view(partition, mark, topic.timeline))
+        try:
+            cursor = parse_cursor({"partition": partition_text, "offset": consumed_offset}, topic)
+            return JSONResponse(cursor_ops.lag(cursor, mark, topic.timeline, name))
+        except CursorError as error:
+            return problem(422, str(error))
+
+    async def _cursor_request(self, request: Request) -> tuple[EventTypeTopic, object] | Response:
+        """The event type and the JSON body of a cursor operation, or the Problem to answer."""
+        name = request.path_params["name"]
+        topic = await self._resolve(name)
+        if topic is None:
+            return _not_found(name)
+        try:
+            body = await bodies.json_body(request)
+        except bodies.BadBody as bad:
+            return bad.response
+        if not isinstance(body, list):
+            return problem(422, "the body must be a JSON array")
+        return topic, body
+
+    async def distances(self, request: Request) -> Response:
+        parsed = await self._cursor_request(request)
+        if isinstance(parsed, Response):
+            return parsed
+        topic, queries = parsed
+        assert isinstance(queries, list)
+        try:
+            pairs = []
+            for query in queries:
+                if not isinstance(query, dict):
+                    raise CursorError(
+                        "each query must be an object with initial_cursor and final_cursor"
+                    )
+                pairs.append(
+                    (
+                        parse_cursor(query.get("initial_cursor"), topic),
+                        parse_cursor(query.get("final_cursor"), topic),
+                    )
+                )
+            marks = await self._marks(topic)
+            results = [
+                {
+                    "initial_cursor": {"partition": a.partition_text, "offset": a.offset_text},
+                    "final_cursor": {"partition": b.partition_text, "offset": b.offset_text},
+                    "distance": cursor_ops.distance(a, b, marks[a.partition], topic.event_type),
+                }
+                for a, b in pairs
+            ]
+        except CursorError as error:
+            return problem(422, str(error))
+        return JSONResponse(results)
+
+    async def lags(self, request: Request) -> Response:
+        parsed = await self._cursor_request(request)
+        if isinstance(parsed, Response):
+            return parsed
+        topic, items = parsed
+        try:
+            cursors = parse_cursors(items, topic)
+            marks = await self._marks(topic)
+            views = [
+                cursor_ops.lag(c, marks[c.partition], topic.timeline, topic.event_type)
+                for c in cursors
+            ]
+        except CursorError as error:
+            return problem(422, str(error))
+        return JSONResponse(views)
+
+    async def shifts(self, request: Request) -> Response:
+        parsed = await self._cursor_request(request)
+        if isinstance(parsed, Response):
+            return parsed
+        topic, items = parsed
+        assert isinstance(items, list)
+        try:
+            shifted = []
+            for item in items:
+                by = item.get("shift") if isinstance(item, dict) else None
+                if not isinstance(by, int) or isinstance(by, bool):
+                    raise CursorError(f"each cursor needs a whole number shift, got {item!r}")
+                shifted.append((parse_cursor(item, topic), by))
+            marks = await self._marks(topic)
+            cursors = [
+                {
+                    "partition": c.partition_text,
+                    "offset": cursor_ops.shift(
+                        c, by, marks[c.partition], topic.timeline, topic.event_type
+                    ),
+                }
+                for c, by in shifted
+            ]
+        except CursorError as error:
+            return problem(422, str(error))
+        return JSONResponse(cursors)
+
+
+def routes(resolve: TopicResolver, kafka_bootstrap: str) -> list[BaseRoute]:
+    reading = Reading(resolve, kafka_bootstrap)
+    return [
+        Route("/event-types/{name}/events", reading.stream, methods=["GET"]),
+        Route("/event-types/{name}/partitions", reading.partitions, methods=["GET"]),
+        Route("/event-types/{name}/partitions/{partition}", reading.partition, methods=["GET"]),
+        Route("/event-types/{name}/cursor-distances", reading.distances, methods=["POST"]),
+        Route("/event-types/{name}/cursors-lag", reading.lags, methods=["POST"]),
+        Route("/event-types/{name}/shifted-cursors", reading.shifts, methods=["POST"]),
+    ]

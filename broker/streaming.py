@@ -1,0 +1,221 @@
+"""The low-level event stream: Kafka partitions assigned by offset, written as Nakadi batches.
+
+One stream owns one confluent-kafka consumer (``assign()``, never a group
+join or a commit) and one thread: polls run there so the event loop never
+blocks, and the consumer is closed on that same thread once the stream ends,
+whether by a limit, a timeout or the client going away.
+
+Each line is ``{"cursor":{"partition":"0","offset":"001-0001-..."},"events":[...]}``;
+events are the bytes stored in Kafka spliced in as they are (published JSON is
+stored compact and valid, so nothing is parsed or re-serialised on this path).
+A keep-alive is the same line without ``events``, cursor unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from broker.offsets import format_offset
+from broker.watermarks import consumer_config
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH_FLUSH_TIMEOUT = 30.0
+# Nakadi: 0 or unspecified is "1h ±10min"; above the maximum counts as unspecified.
+DEFAULT_STREAM_TIMEOUT = 3600.0
+MAX_STREAM_TIMEOUT = 4200.0
+# Upper bound on one poll, so a stream notices its deadlines and a gone client promptly.
+MAX_POLL_SECONDS = 0.5
+MESSAGES_PER_POLL = 5000
+
+# Streams currently holding a consumer; tests check it returns to zero after a disconnect.
+open_streams = 0
+
+
+class LimitError(ValueError):
+    """Stream parameters that contradict each other or are out of range (422)."""
+
+
+@dataclass(frozen=True)
+class StreamLimits:
+    batch_limit: int = 1
+    stream_limit: int = 0
+    batch_flush_timeout: float = DEFAULT_BATCH_FLUSH_TIMEOUT
+    stream_timeout: float = DEFAULT_STREAM_TIMEOUT
+    stream_keep_alive_limit: int = 0
+
+
+def _number(query: Mapping[str, str], name: str, default: float) -> float:
+    text = query.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise LimitError(f"{name} must be a number, got {text!r}") from None
+    if value < 0 or value != value or value == float("inf"):
+        raise LimitError(f"{name} must be a number >= 0, got {text!r}")
+    return value
+
+
+def _integer(query: Mapping[str, str], name: str, default: int) -> int:
+    value = _number(query, name, default)
+    if value != int(value):
+        raise LimitError(f"{name} must be a whole number, got {query.get(name)!r}")
+    return int(value)
+
+
+def parse_limits(query: Mapping[str, str]) -> StreamLimits:
+    """The stream's query parameters with Nakadi's defaults and its consistency rules."""
+    batch_limit = _integer(query, "batch_limit", 1)
+    if batch_limit < 1:
+        raise LimitError("batch_limit can't be lower than 1")
+    stream_limit = _integer(query, "stream_limit", 0)
+    if stream_limit != 0 and stream_limit < batch_limit:
+        raise LimitError("stream_limit can't be lower than batch_limit")
+    flush = _number(query, "batch_flush_timeout", 0) or DEFAULT_BATCH_FLUSH_TIMEOUT
+    stream_timeout = _number(query, "stream_timeout", 0)
+    if stream_timeout == 0 or stream_timeout > MAX_STREAM_TIMEOUT:
+        stream_timeout = DEFAULT_STREAM_TIMEOUT
+    elif stream_timeout < flush:
+        raise LimitError("stream_timeout can't be lower than batch_flush_timeout")
+    keep_alive_limit = _integer(query, "stream_keep_alive_limit", 0)
+    return StreamLimits(batch_limit, stream_limit, flush, stream_timeout, keep_alive_limit)
+
+
+@dataclass
+class _Partition:
+    """One partition's progress: what was last sent, what waits, when it must be flushed."""
+
+    prefix: bytes
+    last_offset: int
+    timeline: int
+    flush_at: float
+    keep_alives: int = 0
+    pending: list[bytes] = field(default_factory=list)
+
+    def line(self) -> bytes:
+        """The next batch (or keep-alive when nothing waits); resets the flush timer's state."""
+        offset = format_offset(self.last_offset, self.timeline).encode()
+        if not self.pending:
+            self.keep_alives += 1
+            return self.prefix + offset + b'"}}\n'
+        self.keep_alives = 0
+        events = b",".join(self.pending)
+        self.pending = []
+        return self.prefix + offset + b'"},"events":[' + events + b"]}\n"
+
+
+class EventStream:
+    """Batches of ``topic`` from the positions given (partition -> last consumed offset)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        positions: Mapping[int, int],
+        limits: StreamLimits,
+        timeline: int = 1,
+    ) -> None:
+        self._bootstrap = bootstrap
+        self._topic = topic
+        self._positions = dict(positions)
+        self._limits = limits
+        self._timeline = timeline
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"stream-{topic}")
+        self._consumer: Consumer | None = None
+        self._closed = False
+
+    def _open(self) -> None:
+        global open_streams
+        # Retention deleting what a stream is about to read ends it rather than skipping silently.
+        consumer = Consumer(consumer_config(self._bootstrap) | {"auto.offset.reset": "error"})
+        consumer.assign(
+            [TopicPartition(self._topic, p, last + 1) for p, last in self._positions.items()]
+        )
+        self._consumer = consumer
+        open_streams += 1
+
+    def _poll(self, timeout: float) -> list[Message]:
+        assert self._consumer is not None
+        return self._consumer.consume(MESSAGES_PER_POLL, timeout)
+
+    def _close_consumer(self) -> None:
+        global open_streams
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+            open_streams -= 1
+
+    def close(self) -> None:
+        """End the stream: the consumer closes on its own thread after any poll in flight."""
+        if not self._closed:
+            self._closed = True
+            self._executor.submit(self._close_consumer)
+            self._executor.shutdown(wait=False)
+
+    async def batches(self) -> AsyncIterator[bytes]:
+        """Lines of batches, grouped per poll: each chunk is whole lines."""
+        loop = asyncio.get_running_loop()
+        limits = self._limits
+        try:
+            await loop.run_in_executor(self._executor, self._open)
+            started = time.monotonic()
+            ends_at = started + limits.stream_timeout
+            partitions = {
+                p: _Partition(
+                    b'{"cursor":{"partition":"' + str(p).encode() + b'","offset":"',
+                    last,
+                    self._timeline,
+                    started + limits.batch_flush_timeout,
+                )
+                for p, last in self._positions.items()
+            }
+            accepted = 0
+            while True:
+                now = time.monotonic()
+                next_flush = min(min(s.flush_at for s in partitions.values()), ends_at)
+                wait = min(max(next_flush - now, 0.0), MAX_POLL_SECONDS)
+                messages = await loop.run_in_executor(self._executor, self._poll, wait)
+                out: list[bytes] = []
+                limit_reached = False
+                for message in messages:
+                    error = message.error()
+                    if error is not None:
+                        raise RuntimeError(f"Kafka failed while streaming {self._topic}: {error}")
+                    state = partitions[message.partition()]  # type: ignore[index]
+                    state.pending.append(message.value())  # type: ignore[arg-type]
+                    state.last_offset = message.offset()  # type: ignore[assignment]
+                    accepted += 1
+                    if len(state.pending) >= limits.batch_limit:
+                        out.append(state.line())
+                        state.flush_at = time.monotonic() + limits.batch_flush_timeout
+                    if limits.stream_limit and accepted >= limits.stream_limit:
+                        limit_reached = True
+                        break
+                now = time.monotonic()
+                stream_over = limit_reached or now >= ends_at
+                for state in partitions.values():
+                    if state.pending and stream_over:
+                        out.append(state.line())
+                    elif now >= state.flush_at and not stream_over:
+                        out.append(state.line())
+                        state.flush_at = now + limits.batch_flush_timeout
+                if out:
+                    yield b"".join(out)
+                if stream_over or self._keep_alive_limit_reached(partitions):
+                    return
+        finally:
+            self.close()
+
+    def _keep_alive_limit_reached(self, partitions: Mapping[int, _Partition]) -> bool:
+        """Nakadi ends the stream once every partition sent that many keep-alives in a row."""
+        limit = self._limits.stream_keep_alive_limit
+        return limit > 0 and all(s.keep_alives >= limit for s in partitions.values())
