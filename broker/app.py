@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import logging
 from collections.abc import AsyncIterator
 
@@ -28,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from broker import metrics
+from broker import metrics, reading
 from broker.event_type_api import EventTypeApi
 from broker.event_types import ENRICHMENT_STRATEGIES
 from broker.kafka_topics import Topics
@@ -38,22 +37,11 @@ from broker.producer import KafkaProducer
 from broker.publishing import Publisher
 from broker.settings import Settings
 from broker.store import Store, StoreResolver
-from broker.topics import TopicResolver
 from changebroker import pg
 
 log = logging.getLogger(__name__)
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
-
-
-def reading_routes(resolve: TopicResolver, kafka_bootstrap: str) -> list[BaseRoute]:
-    """Streams, partitions and cursor operations (``broker/reading.py``, another engineer's)."""
-    if importlib.util.find_spec("broker.reading") is None:
-        return []
-    from broker import reading  # type: ignore[attr-defined,unused-ignore]
-
-    routes: list[BaseRoute] = reading.routes(resolve, kafka_bootstrap)
-    return routes
 
 
 def create_app(settings: Settings) -> Starlette:
@@ -93,7 +81,8 @@ def create_app(settings: Settings) -> Starlette:
         Route("/registry/partition-strategies", partition_strategies, methods=["GET"]),
         *event_type_api.routes(),
         *publisher.routes(),
-        *reading_routes(StoreResolver(store), settings.kafka_bootstrap),
+        # Streams, partitions and cursor operations: broker/reading.py.
+        *reading.routes(StoreResolver(store), settings.kafka_bootstrap),
     ]
     return Starlette(
         routes=routes,
