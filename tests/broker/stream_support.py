@@ -56,8 +56,10 @@ def stream_lines(
     if cursors is not None:
         sent["X-Nakadi-Cursors"] = json.dumps(cursors)
     with client.stream("GET", f"/event-types/{name}/events", params=params, headers=sent) as r:
-        lines = [line.encode() for line in r.iter_lines()] if r.status_code == 200 else []
-        r.read()
+        if r.status_code != 200:
+            r.read()
+            return r, []
+        lines = [line.encode() for line in r.iter_lines()]
     return r, lines
 
 
