@@ -127,6 +127,16 @@ def test_manual_undefined_example_is_stored_as_sent(
     assert client.post(f"/event-types/{name}/events", json=MANUAL_EVENTS).status_code == 200
     topic, partitions = topic_of(broker_dsn, name)
     assert [s.event for s in read_all(kafka_bootstrap, topic, partitions)] == MANUAL_EVENTS
+    # And back through the API, as the manual's "Consuming Events" reads them.
+    stream = client.get(
+        f"/event-types/{name}/events",
+        params={"stream_limit": 2, "batch_limit": 1},
+        headers={"X-Nakadi-Cursors": '[{"partition": "0", "offset": "BEGIN"}]'},
+    )
+    assert stream.status_code == 200, stream.text
+    batches = [json.loads(line) for line in stream.text.splitlines() if line]
+    validate("EventStreamBatch", batches, array=True)
+    assert [e for b in batches for e in b.get("events", [])] == MANUAL_EVENTS
 
 
 def test_hash_partitioning_matches_nakadi(
