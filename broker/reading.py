@@ -181,10 +181,13 @@ class Reading:
                     raise CursorError(
                         "each query must be an object with initial_cursor and final_cursor"
                     )
+                for required in ("initial_cursor", "final_cursor"):
+                    if query.get(required) is None:
+                        raise CursorError(f"{required} is required in every query")
                 pairs.append(
                     (
-                        parse_cursor(query.get("initial_cursor"), topic),
-                        parse_cursor(query.get("final_cursor"), topic),
+                        parse_cursor(query["initial_cursor"], topic),
+                        parse_cursor(query["final_cursor"], topic),
                     )
                 )
             marks = await self._marks(topic)
