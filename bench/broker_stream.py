@@ -1,0 +1,193 @@
+"""Low-level stream read rate through the broker API vs a raw confluent-kafka consumer.
+
+An event type of 4 partitions is filled with 1 KB business events (written
+straight to its topic: reading does not care who wrote them), then read from
+``begin`` on every partition, once through ``GET /event-types/{name}/events``
+(batch_limit 1000, and Nakadi's default of 1 on a smaller share) and once by a
+raw consumer assigned to the same partitions, in the same run. The broker runs
+as its own process (``changebroker broker``), as people run it.
+
+    .venv/bin/python -m bench broker_stream
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import psycopg
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from bench.report import Figure, report
+from changebroker import kafka, pg
+from changebroker.stack.processes import free_port, wait_until
+
+PARTITIONS = 4
+EVENTS = 200_000
+# Nakadi's default batch_limit is 1: a line per event, read over fewer events to stay bounded.
+SMALL_BATCH_EVENTS = 50_000
+EVENT_BYTES = 1024
+
+
+def _event(index: int) -> bytes:
+    event: dict[str, object] = {
+        "order_number": f"order-{index:08d}",
+        "metadata": {
+            "eid": str(uuid.uuid4()),
+            "occurred_at": "2026-11-22T10:00:00.000Z",
+            "event_type": "bench",
+        },
+        "payload": "",
+    }
+    padding = EVENT_BYTES - len(json.dumps(event, separators=(",", ":")))
+    event["payload"] = "x" * max(0, padding)
+    return json.dumps(event, separators=(",", ":")).encode()
+
+
+def _fill(bootstrap: str, topic: str) -> None:
+    producer = Producer(kafka.producer_config(bootstrap, **{"linger.ms": 20}))
+    for index in range(EVENTS):
+        producer.produce(topic, _event(index), partition=index % PARTITIONS)
+        if index % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120) != 0:
+        raise RuntimeError("filling the topic did not finish within 120 s")
+
+
+def _through_api(url: str, name: str, events: int, batch_limit: int) -> float:
+    cursors = [{"partition": str(p), "offset": "begin"} for p in range(PARTITIONS)]
+    received = 0
+    started = time.monotonic()
+    with (
+        httpx.Client(base_url=url, timeout=60) as client,
+        client.stream(
+            "GET",
+            f"/event-types/{name}/events",
+            params={"batch_limit": batch_limit, "stream_limit": events},
+            # httpx asks for gzip by default; the raw consumer gets uncompressed bytes too.
+            headers={"X-Nakadi-Cursors": json.dumps(cursors), "Accept-Encoding": "identity"},
+        ) as response,
+    ):
+        if response.status_code != 200:
+            raise RuntimeError(f"the stream answered {response.status_code}: {response.read()!r}")
+        for chunk in response.iter_raw(1 << 20):
+            # Every event carries exactly one eid: counting them needs no JSON parsing here.
+            received += chunk.count(b'"eid"')
+    elapsed = time.monotonic() - started
+    if received != events:
+        raise RuntimeError(f"the stream delivered {received} events, expected {events}")
+    return events / elapsed
+
+
+def _raw(bootstrap: str, topic: str, events: int) -> float:
+    consumer = Consumer(
+        kafka.client_config(bootstrap, **{"group.id": "bench-raw", "enable.auto.commit": False})
+    )
+    started = time.monotonic()
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    received = 0
+    try:
+        while received < events:
+            for message in consumer.consume(5000, 10):
+                if message.error() is not None:
+                    raise RuntimeError(f"raw consumer: {message.error()}")
+                message.value()
+                received += 1
+    finally:
+        consumer.close()
+    return received / (time.monotonic() - started)
+
+
+def main() -> int:
+    server_dsn = os.environ.get(
+        "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
+    )
+    bootstrap = os.environ.get("CHANGEBROKER_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    database = f"bench_stream_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{database}"')
+    meta_dsn = pg.with_database(server_dsn, database)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = Path(tempfile.mkstemp(prefix="bench-stream-", suffix=".log")[1])
+    broker = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "changebroker.cli", "broker"),
+            *("--port", str(port), "--pg-url", meta_dsn, "--workers", "1"),
+        ],
+        env={**os.environ, "CHANGEBROKER_KAFKA_BOOTSTRAP": bootstrap},
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    name = f"bench.stream_{uuid.uuid4().hex[:8]}"
+    try:
+        wait_until(
+            lambda: _healthy(url) or broker.poll() is not None, timeout=60, what="the broker"
+        )
+        if broker.poll() is not None:
+            raise RuntimeError(f"the broker exited: {log.read_text()[-2000:]}")
+        created = httpx.post(
+            f"{url}/event-types",
+            json={
+                "name": name,
+                "owning_application": "bench",
+                "category": "undefined",
+                "partition_strategy": "random",
+                "default_statistic": {
+                    "messages_per_minute": 1,
+                    "message_size": 1,
+                    "read_parallelism": PARTITIONS,
+                    "write_parallelism": 1,
+                },
+                "schema": {"type": "json_schema", "schema": "{}"},
+            },
+            timeout=60,
+        )
+        created.raise_for_status()
+        with psycopg.connect(meta_dsn) as conn:
+            row = conn.execute(
+                "SELECT topic FROM broker_event_types WHERE name = %s", (name,)
+            ).fetchone()
+        assert row is not None, f"{name} has no topic"
+        topic = row[0]
+        _fill(bootstrap, topic)
+        raw = _raw(bootstrap, topic, EVENTS)
+        figures = [
+            Figure(
+                "broker_stream",
+                f"1 KB events/s read, {PARTITIONS} partitions, batch_limit {batch_limit}",
+                _through_api(url, name, events, batch_limit),
+                "events/s",
+                baseline=raw,
+                baseline_name="raw confluent-kafka consumer",
+            )
+            for batch_limit, events in ((1000, EVENTS), (1, SMALL_BATCH_EVENTS))
+        ]
+        report(figures)
+        return 0
+    finally:
+        if broker.poll() is None:
+            # Deleting the event type deletes its topic: the filled data does not linger.
+            httpx.delete(f"{url}/event-types/{name}", timeout=60)
+        broker.terminate()
+        broker.wait(30)
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{database}" WITH (FORCE)')
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())
