@@ -1,0 +1,263 @@
+"""The HTTP API: ``GET /changes`` (transicator's, exactly) and ``/health`` ``/ready`` ``/markdown``.
+
+Long polling: a request with nothing to return registers one future under each
+of its selectors; the replication thread, after each durable batch, wakes the
+futures of the selectors it wrote through ``loop.call_soon_threadsafe``. No
+polling loop, and an idle waiter costs a future and a few set entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from changeserver import changes
+from changeserver import transicator_pb2 as pb
+from changeserver.changelog import LogReader, Snapshot
+from changeserver.sequence import ZERO, Sequence
+
+JSON = "application/json"
+PROTOBUF = "application/transicator+protobuf"
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 100_000
+_SELECTOR = re.compile(r"^[0-9a-z_-]+$")
+
+
+class Waiters:
+    """Long-poll waiters keyed by selector, woken from the replication thread."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.by_selector: dict[str, set[asyncio.Future[None]]] = {}
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    def notify_threadsafe(self, selectors: set[str]) -> None:
+        """Called by the replication thread once ``selectors`` have new durable changes."""
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._wake, selectors)
+
+    def _wake(self, selectors: set[str]) -> None:
+        for selector in selectors:
+            for future in self.by_selector.pop(selector, ()):
+                if not future.done():
+                    future.set_result(None)
+
+    def register(self, selectors: list[str]) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for selector in selectors:
+            self.by_selector.setdefault(selector, set()).add(future)
+        return future
+
+    def unregister(self, selectors: list[str], future: asyncio.Future[None]) -> None:
+        for selector in selectors:
+            waiting = self.by_selector.get(selector)
+            if waiting is not None:
+                waiting.discard(future)
+                if not waiting:
+                    del self.by_selector[selector]
+
+
+@dataclass
+class State:
+    """What /ready and /markdown report and change."""
+
+    streaming: Any  # threading.Event: the replication stream is up
+    marked_down: bool = False
+    waiters: Waiters = field(default_factory=Waiters)
+
+
+class BadRequest(Exception):
+    def __init__(self, status: int, code: str, error: str, description: str = "") -> None:
+        super().__init__(error)
+        self.status, self.code, self.error, self.description = status, code, error, description
+
+
+def error_response(status: int, code: str, error: str, description: str = "") -> JSONResponse:
+    body = {"code": code, "error": error, "description": description or error}
+    return JSONResponse(body, status_code=status)
+
+
+def _media_type(accept: str) -> str:
+    """JSON unless the Accept header prefers transicator's protobuf; 415 when neither fits."""
+    if not accept.strip():
+        return JSON
+    offered = []
+    for position, part in enumerate(accept.split(",")):
+        name, *params = (piece.strip() for piece in part.split(";"))
+        quality = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        offered.append((-quality, position, name.lower()))
+    for quality, _, name in sorted(offered):
+        if quality == 0:
+            break
+        if name == PROTOBUF:
+            return PROTOBUF
+        if name in (JSON, "application/*", "*/*"):
+            return JSON
+    raise BadRequest(415, "UNSUPPORTED_FORMAT", f"unsupported media type: {accept}")
+
+
+def _integer(request: Request, name: str, default: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(400, "PARAMETER_INVALID", f"invalid {name}: {raw!r}") from None
+    if value < 0:
+        raise BadRequest(400, "PARAMETER_INVALID", f"invalid {name}: {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Query:
+    selectors: list[str]
+    since: Sequence
+    limit: int
+    block: int
+    snapshot: Snapshot | None
+    media_type: str
+
+
+def parse_query(request: Request) -> Query:
+    media_type = _media_type(request.headers.get("accept", ""))
+    params = request.query_params
+    selectors = sorted(set(params.getlist("scope") + params.getlist("selector")))
+    if not selectors:
+        raise BadRequest(400, "PARAMETER_INVALID", "at least one scope or selector is required")
+    for selector in selectors:
+        if not _SELECTOR.match(selector):
+            raise BadRequest(
+                400, "PARAMETER_INVALID", f"invalid selector {selector!r}: use [0-9a-z_-]"
+            )
+    since = ZERO
+    if params.get("since"):
+        try:
+            since = Sequence.parse(params["since"])
+        except ValueError as error:
+            raise BadRequest(400, "PARAMETER_INVALID", str(error)) from None
+    snapshot = None
+    if params.get("snapshot"):
+        try:
+            snapshot = Snapshot.parse(params["snapshot"])
+        except ValueError:
+            raise BadRequest(
+                400, "PARAMETER_INVALID", f"invalid snapshot {params['snapshot']!r}"
+            ) from None
+    limit = min(_integer(request, "limit", DEFAULT_LIMIT), MAX_LIMIT)
+    block = _integer(request, "block", 0)
+    return Query(selectors, since, limit, block, snapshot, media_type)
+
+
+class ChangesEndpoint:
+    def __init__(self, state: State, reader: LogReader) -> None:
+        self.state = state
+        self.reader = reader
+
+    async def handle(self, request: Request) -> Response:
+        if self.state.marked_down:
+            return error_response(503, "MARKED_DOWN", "the server is marked down")
+        try:
+            query = parse_query(request)
+            return await self._changes(query)
+        except BadRequest as bad:
+            return error_response(bad.status, bad.code, bad.error, bad.description)
+
+    def _read(self, query: Query) -> tuple[Any, list[tuple[int, int, int, bytes]]]:
+        bounds, rows = self.reader.read(query.selectors, query.since, query.limit, query.snapshot)
+        # since 0.0.0 (or none) means "from the beginning": never too old.
+        if query.since != ZERO and query.since < bounds.purged:
+            raise BadRequest(
+                400,
+                "SNAPSHOT_TOO_OLD",
+                f"changes after {query.since} are no longer held",
+                f"the oldest sequence held is {bounds.first}",
+            )
+        return bounds, rows
+
+    async def _changes(self, query: Query) -> Response:
+        bounds, rows = self._read(query)
+        if not rows and query.block > 0 and query.limit > 0:
+            deadline = time.monotonic() + query.block
+            waiters = self.state.waiters
+            while not rows:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                future = waiters.register(query.selectors)
+                try:
+                    # Read again once registered: a batch made durable before is not missed.
+                    bounds, rows = self._read(query)
+                    if rows:
+                        break
+                    await asyncio.wait_for(future, remaining)
+                except TimeoutError:
+                    break
+                finally:
+                    waiters.unregister(query.selectors, future)
+                bounds, rows = self._read(query)
+        last = bounds.last
+        if rows and len(rows) == query.limit:
+            last = Sequence(rows[-1][0], rows[-1][1])
+        if query.media_type == PROTOBUF:
+            message = pb.ChangeListPb(
+                firstSequence=str(bounds.first),
+                lastSequence=str(last),
+                changes=[changes.to_protobuf(*row) for row in rows],
+            )
+            return Response(message.SerializeToString(), media_type=PROTOBUF)
+        body = {
+            "firstSequence": str(bounds.first),
+            "lastSequence": str(last),
+            "changes": [changes.to_json(*row) for row in rows],
+        }
+        return Response(json.dumps(body, separators=(",", ":")), media_type=JSON)
+
+
+def _status(request: Request, status: str, reason: str) -> Response:
+    if JSON in request.headers.get("accept", ""):
+        return JSONResponse({"status": status, "reason": reason}, status_code=503)
+    return PlainTextResponse(reason, status_code=503)
+
+
+def management_routes(state: State) -> list[Route]:
+    async def health(request: Request) -> Response:
+        return PlainTextResponse("OK")
+
+    async def ready(request: Request) -> Response:
+        if state.marked_down:
+            return _status(request, "NotReady", "marked down")
+        if not state.streaming.is_set():
+            return _status(request, "NotReady", "replication is not streaming")
+        return PlainTextResponse("OK")
+
+    async def markdown(request: Request) -> Response:
+        state.marked_down = True
+        return PlainTextResponse("marked down")
+
+    return [
+        Route("/health", health),
+        Route("/ready", ready),
+        Route("/markdown", markdown, methods=["GET", "POST", "PUT"]),
+    ]
+
+
+def changes_route(state: State, reader: LogReader, prefix: str) -> Route:
+    return Route(prefix.rstrip("/") + "/changes", ChangesEndpoint(state, reader).handle)

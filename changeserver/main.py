@@ -1,0 +1,133 @@
+"""``changebroker changeserver``: flags, and serving the API and management ports."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+import uvicorn
+from starlette.types import ASGIApp
+
+from changebroker import config
+from changebroker.http import FlowIdMiddleware
+from changeserver.server import ChangeServer, Settings
+
+SCOPE = "changeserver"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add = config.add_option
+    add(
+        parser,
+        "--pg-url",
+        scope=SCOPE,
+        env="CHANGEBROKER_PG_DSN",
+        required=True,
+        help="DSN of the database whose changes are served",
+    )
+    add(parser, "--slot", scope=SCOPE, default="changebroker", help="logical replication slot")
+    add(
+        parser,
+        "--db-dir",
+        scope=SCOPE,
+        type=Path,
+        required=True,
+        help="directory of the change log (SQLite)",
+    )
+    add(
+        parser,
+        "--port",
+        scope=SCOPE,
+        type=int,
+        default=config.DEFAULT_CHANGESERVER_PORT,
+        help="API port",
+    )
+    add(parser, "--host", scope=SCOPE, default="127.0.0.1", help="address to listen on")
+    add(
+        parser,
+        "--mgmt-port",
+        scope=SCOPE,
+        type=int,
+        default=None,
+        help="port for /health /ready /markdown (default: the API port)",
+    )
+    add(
+        parser,
+        "--publication",
+        scope=SCOPE,
+        default=None,
+        help="publication to stream (default: named after the slot, FOR ALL TABLES if missing)",
+    )
+    add(
+        parser,
+        "--max-age",
+        scope=SCOPE,
+        type=config.parse_duration,
+        default=None,
+        help="retention: drop changes older than this (e.g. 24h); default keep all",
+    )
+    add(
+        parser,
+        "--selector-column",
+        scope=SCOPE,
+        default="_change_selector",
+        help="column whose value is a change's selector",
+    )
+    add(parser, "--prefix", scope=SCOPE, default="", help="path prefix for /changes")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: ``_serve`` stops both servers together."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _server(app: ASGIApp, host: str, port: int, lifespan: Literal["on", "off"]) -> _Server:
+    return _Server(
+        uvicorn.Config(
+            FlowIdMiddleware(app),
+            host=host,
+            port=port,
+            log_config=None,
+            access_log=False,
+            lifespan=lifespan,
+            timeout_graceful_shutdown=10,
+        )
+    )
+
+
+async def _serve(changeserver: ChangeServer, args: argparse.Namespace) -> None:
+    servers = [_server(changeserver.api_app, args.host, args.port, "on")]
+    if changeserver.management_app is not None:
+        servers.append(_server(changeserver.management_app, args.host, args.mgmt_port, "off"))
+
+    def stop() -> None:
+        for server in servers:
+            server.should_exit = True
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop)
+    await asyncio.gather(*(s.serve() for s in servers))
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = Settings(
+        dsn=args.pg_url,
+        slot=args.slot,
+        db_dir=args.db_dir,
+        publication=args.publication,
+        selector_column=args.selector_column,
+        max_age=args.max_age,
+        prefix=args.prefix,
+    )
+    changeserver = ChangeServer(settings, separate_management=args.mgmt_port is not None)
+    asyncio.run(_serve(changeserver, args))
+    return 0

@@ -1,0 +1,269 @@
+"""The replication client: pgoutput over a ``replication="database"`` connection.
+
+One thread reads the COPY_BOTH stream, decodes whole transactions, and writes
+them to the change log in batches: it drains whatever the socket already holds
+(many transactions under load, one when idle) and then makes that batch durable
+in one SQLite transaction. Only then does it confirm the batch's end LSN to
+Postgres, so a crash at any moment loses nothing; a restart streams from the
+stored position and skips transactions whose commit LSN is already durable.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import struct
+import threading
+import time
+from collections.abc import Callable
+
+import psycopg
+from psycopg import pq, sql
+
+from changebroker import logs, pg
+from changeserver import changes
+from changeserver.changelog import ChangeLog, Commit, Record
+from changeserver.pgoutput import Decoder, Transaction
+
+log = logging.getLogger(__name__)
+
+_PG_EPOCH = 946_684_800  # 2000-01-01 in Unix seconds: the protocol's clock epoch
+_BATCH_CHANGES = 20_000  # bounds memory and SQLite transaction size under a burst
+_STATUS_INTERVAL = 5.0  # seconds between unsolicited standby status updates
+# Fixed text output, whatever the server's defaults: the served values never drift.
+_SESSION_OPTIONS = "-c datestyle=ISO -c timezone=UTC -c extra_float_digits=3 -c bytea_output=hex"
+
+
+def format_lsn(lsn: int) -> str:
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def ensure_slot(dsn: str, slot: str, publication: str) -> None:
+    """Create the publication (FOR ALL TABLES) and the pgoutput slot when missing."""
+    with pg.connect(dsn, autocommit=True) as conn:
+        if not conn.execute(
+            "SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)
+        ).fetchone():
+            conn.execute(
+                sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(publication))
+            )
+            log.info("publication created", extra=logs.fields(publication=publication))
+        if not conn.execute(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone():
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+            log.info("replication slot created", extra=logs.fields(slot=slot))
+
+
+def drop_slot(dsn: str, slot: str, timeout: float = 30.0) -> None:
+    """Drop ``slot`` once its walsender has gone (it lingers briefly after a disconnect)."""
+    deadline = time.monotonic() + timeout
+    with pg.connect(dsn, autocommit=True) as conn:
+        while True:
+            try:
+                conn.execute(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                    " WHERE slot_name = %s",
+                    (slot,),
+                )
+                log.info("replication slot dropped", extra=logs.fields(slot=slot))
+                return
+            except psycopg.errors.ObjectInUse:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+
+class TxidWidener:
+    """64-bit txids from pgoutput's 32-bit xids: the epoch nearest a known recent txid."""
+
+    def __init__(self, reference: int) -> None:
+        self.reference = reference
+
+    def widen(self, xid: int) -> int:
+        candidate = (self.reference & ~0xFFFFFFFF) | xid
+        if candidate > self.reference + 2**31:
+            candidate -= 2**32
+        elif candidate < self.reference - 2**31:
+            candidate += 2**32
+        self.reference = max(self.reference, candidate)
+        return candidate
+
+
+class Replicator(threading.Thread):
+    def __init__(
+        self,
+        dsn: str,
+        slot: str,
+        publication: str,
+        changelog: ChangeLog,
+        selector_column: str,
+        on_durable: Callable[[set[str]], None],
+        max_age: float | None = None,
+    ) -> None:
+        super().__init__(name="replication", daemon=True)
+        self.dsn = dsn
+        self.slot = slot
+        self.publication = publication
+        self.changelog = changelog
+        self.selector_column = selector_column
+        self.on_durable = on_durable
+        self.max_age = max_age
+        self.streaming = threading.Event()
+        self.stopping = threading.Event()
+        self._next_purge = 0.0
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def run(self) -> None:
+        backoff = 0.1
+        while not self.stopping.is_set():
+            try:
+                ensure_slot(self.dsn, self.slot, self.publication)
+                self._stream()
+                backoff = 0.1
+            except Exception as error:  # any failure: reconnect, the log keeps our place
+                self.streaming.clear()
+                log.warning(
+                    "replication interrupted, reconnecting",
+                    extra=logs.fields(error=str(error).strip(), backoff_s=backoff),
+                )
+                self.stopping.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    def _stream(self) -> None:
+        with pg.connect(self.dsn, autocommit=True) as conn:
+            (next_txid,) = conn.execute(
+                "SELECT txid_snapshot_xmax(txid_current_snapshot())"
+            ).fetchone() or (0,)
+        widener = TxidWidener(int(next_txid))
+        durable_lsn, confirmed = self.changelog.durable()
+        with psycopg.connect(
+            self.dsn, autocommit=True, replication="database", options=_SESSION_OPTIONS
+        ) as conn:
+            pgconn = conn.pgconn
+            command = (
+                f"START_REPLICATION SLOT {sql.Identifier(self.slot).as_string(conn)} LOGICAL"
+                f" {format_lsn(confirmed)} (proto_version '1', publication_names"
+                f" {sql.Literal(sql.Identifier(self.publication).as_string(conn)).as_string(conn)})"
+            )
+            result = pgconn.exec_(command.encode())
+            if result.status != pq.ExecStatus.COPY_BOTH:
+                raise RuntimeError(pgconn.get_error_message())
+            self.streaming.set()
+            log.info("streaming", extra=logs.fields(slot=self.slot, start=format_lsn(confirmed)))
+            stream = _Stream(self, pgconn, widener, durable_lsn, confirmed)
+            stream.pump()
+
+
+class _Stream:
+    """One START_REPLICATION session's state: decoder, pending batch, confirmed LSN."""
+
+    def __init__(
+        self,
+        owner: Replicator,
+        pgconn: pq.abc.PGconn,
+        widener: TxidWidener,
+        durable_lsn: int,
+        confirmed: int,
+    ) -> None:
+        self.owner = owner
+        self.pgconn = pgconn
+        self.widener = widener
+        self.durable_lsn = durable_lsn
+        self.confirmed = confirmed
+        self.decoder = Decoder()
+        self.records: list[Record] = []
+        self.commits: list[Commit] = []
+        self.selectors: set[str] = set()
+        self.last_status = 0.0
+
+    def pump(self) -> None:
+        pgconn = self.pgconn
+        while not self.owner.stopping.is_set():
+            size, data = pgconn.get_copy_data(1)
+            if size > 0:
+                self._handle(bytes(data))
+                if len(self.records) >= _BATCH_CHANGES:
+                    self._flush()
+                continue
+            if size < 0:  # -1: the server ended the stream; -2: an error
+                raise RuntimeError(pgconn.get_error_message() or "stream ended")
+            # Nothing buffered: make the batch durable, then wait for more.
+            self._flush()
+            self._purge_when_due()
+            if time.monotonic() - self.last_status > _STATUS_INTERVAL:
+                self._send_status()
+            select.select([pgconn.socket], [], [], 1.0)
+            pgconn.consume_input()
+
+    def _handle(self, data: bytes) -> None:
+        kind = data[0:1]
+        if kind == b"w":
+            (data_start,) = struct.unpack_from("!Q", data, 1)
+            transaction = self.decoder.decode(data[25:], data_start)
+            if transaction is not None:
+                self._add(transaction)
+        elif kind == b"k":
+            wal_end, _, reply = struct.unpack_from("!QqB", data, 1)
+            # Idle (no transaction open or pending): nothing before wal_end is ours to keep,
+            # so confirm it and let Postgres recycle WAL other databases and tables wrote.
+            if self.decoder.current is None and not self.commits:
+                self.confirmed = max(self.confirmed, wal_end)
+            if reply:
+                self._send_status()
+
+    def _add(self, transaction: Transaction) -> None:
+        if transaction.commit_lsn <= self.durable_lsn:
+            return  # already in the change log: streamed again after a restart
+        txid = self.widener.widen(transaction.xid)
+        column = self.owner.selector_column
+        for index, change in enumerate(transaction.changes):
+            selector = changes.selector_of(change.new, change.old, column)
+            self.selectors.add(selector)
+            self.records.append(
+                Record(
+                    selector,
+                    transaction.commit_lsn,
+                    index,
+                    txid,
+                    changes.encode(transaction, index),
+                )
+            )
+        self.commits.append(
+            Commit(
+                transaction.commit_lsn,
+                transaction.end_lsn,
+                changes.unix_us(transaction.commit_time),
+                len(transaction.changes),
+            )
+        )
+
+    def _flush(self) -> None:
+        if not self.commits:
+            return
+        self.owner.changelog.write(self.records, self.commits)
+        self.durable_lsn = self.commits[-1].lsn
+        self.confirmed = max(self.confirmed, self.commits[-1].end_lsn)
+        selectors = self.selectors
+        self.records, self.commits, self.selectors = [], [], set()
+        self.owner.on_durable(selectors)
+        self._send_status()
+
+    def _purge_when_due(self) -> None:
+        max_age = self.owner.max_age
+        if not max_age or time.monotonic() < self.owner._next_purge:
+            return
+        self.owner._next_purge = time.monotonic() + min(max(max_age / 10, 1.0), 60.0)
+        dropped = self.owner.changelog.purge(int((time.time() - max_age) * 1_000_000))
+        if dropped:
+            log.info("retention purge", extra=logs.fields(changes=dropped))
+
+    def _send_status(self) -> None:
+        now_us = int((time.time() - _PG_EPOCH) * 1_000_000)
+        lsn = self.confirmed
+        message = b"r" + struct.pack("!QQQqB", lsn, lsn, lsn, now_us, 0)
+        if self.pgconn.put_copy_data(message) != 1 or self.pgconn.flush() != 0:
+            raise RuntimeError("could not send standby status")
+        self.last_status = time.monotonic()

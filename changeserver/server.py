@@ -1,0 +1,74 @@
+"""Wiring: change log + replication thread + API, with one lifespan for all of it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from starlette.applications import Starlette
+
+from changebroker import logs
+from changeserver import api
+from changeserver.changelog import ChangeLog, LogReader
+from changeserver.replication import Replicator, drop_slot
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Settings:
+    dsn: str
+    slot: str
+    db_dir: Path
+    publication: str | None = None
+    selector_column: str = "_change_selector"
+    max_age: float | None = None
+    prefix: str = ""
+
+
+class ChangeServer:
+    """``api_app`` serves /changes (and the management paths unless ``separate_management``)."""
+
+    def __init__(self, settings: Settings, *, separate_management: bool = False) -> None:
+        self.settings = settings
+        self.changelog = ChangeLog(settings.db_dir)
+        self.reader = LogReader(self.changelog.path)
+        self.replicator = Replicator(
+            settings.dsn,
+            settings.slot,
+            settings.publication or settings.slot,
+            self.changelog,
+            settings.selector_column,
+            on_durable=lambda selectors: self.state.waiters.notify_threadsafe(selectors),
+            max_age=settings.max_age,
+        )
+        self.state = api.State(streaming=self.replicator.streaming)
+        routes = [api.changes_route(self.state, self.reader, settings.prefix)]
+        management = api.management_routes(self.state)
+        if not separate_management:
+            routes += management
+        self.api_app = Starlette(routes=routes, lifespan=self._lifespan)
+        self.management_app = Starlette(routes=management) if separate_management else None
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self.state.waiters.bind(asyncio.get_running_loop())
+        self.replicator.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(self.shutdown)
+
+    def shutdown(self) -> None:
+        """Stop replicating; after a markdown, also drop the slot (nothing will resume it)."""
+        self.replicator.stop()
+        self.replicator.join(timeout=30)
+        if self.state.marked_down:
+            drop_slot(self.settings.dsn, self.settings.slot)
+        self.reader.close()
+        self.changelog.close()
+        log.info("stopped", extra=logs.fields(marked_down=self.state.marked_down))

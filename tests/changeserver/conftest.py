@@ -1,0 +1,83 @@
+"""A changeserver in this process against the test's own database."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from changebroker.stack.processes import wait_until
+from changeserver.server import ChangeServer, Settings
+from tests.support.apps import serve_in_thread
+
+TABLE = "CREATE TABLE items (id int PRIMARY KEY, name text, _change_selector text)"
+
+
+@dataclass
+class Harness:
+    url: str
+    dsn: str
+    server: ChangeServer
+
+    def sql(self, statement: str, params: Any = None) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(statement, params)
+
+    def get(self, accept: str | None = None, **params: Any) -> httpx.Response:
+        headers = {"accept": accept} if accept else {}
+        return httpx.get(f"{self.url}/changes", params=params, headers=headers, timeout=60)
+
+    def changes(self, **params: Any) -> dict[str, Any]:
+        response = self.get(**params)
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    def wait_for(self, count: int, **params: Any) -> dict[str, Any]:
+        """Changes once ``count`` are served (changes become durable asynchronously)."""
+        found: dict[str, Any] = {}
+
+        def enough() -> bool:
+            found.update(self.changes(**params))
+            return len(found["changes"]) >= count
+
+        wait_until(enough, timeout=30, what=f"{count} changes")
+        return found
+
+
+MakeServer = Callable[..., Harness]
+
+
+@pytest.fixture
+def make_server(
+    pg_dsn: str, tmp_path: Path, unique_name: Callable[[str], str]
+) -> Iterator[MakeServer]:
+    """Start a changeserver (settings overridable); all are stopped at the end."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(TABLE)
+    stack: list[Any] = []
+
+    def make(**overrides: Any) -> Harness:
+        settings = Settings(
+            dsn=pg_dsn, slot=unique_name("cs"), db_dir=tmp_path / "log", **overrides
+        )
+        server = ChangeServer(settings)
+        context = serve_in_thread(server.api_app)
+        url = context.__enter__()
+        stack.append(context)
+        wait_until(server.replicator.streaming.is_set, timeout=30, what="replication")
+        return Harness(url, pg_dsn, server)
+
+    yield make
+    for context in reversed(stack):
+        context.__exit__(None, None, None)
+
+
+@pytest.fixture
+def cs(make_server: MakeServer) -> Harness:
+    return make_server()
