@@ -23,6 +23,11 @@ class Harness:
     url: str
     dsn: str
     server: ChangeServer
+    context: Any
+
+    def stop(self) -> None:
+        """Shut the server down (its lifespan ends: replication stops, markdown drops the slot)."""
+        self.context.__exit__(None, None, None)
 
     def sql(self, statement: str, params: Any = None) -> None:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
@@ -60,7 +65,7 @@ def make_server(
     """Start a changeserver (settings overridable); all are stopped at the end."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(TABLE)
-    stack: list[Any] = []
+    stack: list[Harness] = []
 
     def make(**overrides: Any) -> Harness:
         settings = Settings(
@@ -69,13 +74,14 @@ def make_server(
         server = ChangeServer(settings)
         context = serve_in_thread(server.api_app)
         url = context.__enter__()
-        stack.append(context)
         wait_until(server.replicator.streaming.is_set, timeout=30, what="replication")
-        return Harness(url, pg_dsn, server)
+        harness = Harness(url, pg_dsn, server, context)
+        stack.append(harness)
+        return harness
 
     yield make
-    for context in reversed(stack):
-        context.__exit__(None, None, None)
+    for harness in reversed(stack):
+        harness.stop()
 
 
 @pytest.fixture

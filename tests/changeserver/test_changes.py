@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.changeserver.conftest import Harness
+from tests.changeserver.conftest import Harness, MakeServer
 
 
 def test_empty_database_gives_zero_sequences(cs: Harness) -> None:
@@ -26,3 +26,86 @@ def test_first_change_and_the_next_by_since(cs: Harness) -> None:
     assert after["changes"][0]["newRow"]["name"]["value"] == "uno"
     assert after["lastSequence"] == after["changes"][0]["sequence"]
     assert after["changes"][0]["commitSequence"] > first["commitSequence"]
+
+
+def test_alternate_selector_column(make_server: MakeServer) -> None:
+    cs = make_server(selector_column="tenant")
+    cs.sql("CREATE TABLE accounts (id int PRIMARY KEY, tenant text, _change_selector text)")
+    cs.sql("INSERT INTO accounts VALUES (1, 'acme', 'other')")
+    body = cs.wait_for(1, scope="acme")
+    assert [c["newRow"]["id"]["value"] for c in body["changes"]] == ["1"]
+    assert cs.changes(scope="other")["changes"] == []
+
+
+def test_one_transaction_shares_commit_sequence(cs: Harness) -> None:
+    cs.sql(
+        "INSERT INTO items VALUES (1, 'x', 'a'), (2, 'y', 'a');"
+        " UPDATE items SET name = 'z' WHERE id = 1"
+    )
+    changes = cs.wait_for(3, scope="a")["changes"]
+    assert len({c["commitSequence"] for c in changes}) == 1
+    assert [c["commitIndex"] for c in changes] == [0, 1, 2]
+    assert [c["operation"] for c in changes] == [1, 1, 2]
+    txids = {c["txid"] for c in changes}
+    assert len(txids) == 1
+    assert [c["sequence"].split(".")[2] for c in changes] == ["0", "1", "2"]
+    assert changes[0]["changeSequence"] < changes[2]["changeSequence"]
+
+
+def test_unmatched_selector_gives_nothing_and_selectors_or(cs: Harness) -> None:
+    cs.sql("INSERT INTO items VALUES (1, 'x', 'a')")
+    cs.sql("INSERT INTO items VALUES (2, 'y', 'b')")
+    cs.sql("INSERT INTO items VALUES (3, 'z', 'c')")
+    both = cs.wait_for(2, scope="a", selector="c")["changes"]
+    assert [c["newRow"]["id"]["value"] for c in both] == ["1", "3"]
+    nothing = cs.changes(scope="nobody")
+    assert nothing["changes"] == []
+    assert nothing["lastSequence"] == both[-1]["sequence"]
+
+
+def test_limit(cs: Harness) -> None:
+    for number in range(3):
+        cs.sql("INSERT INTO items VALUES (%s, 'x', 'a')", (number,))
+    every = cs.wait_for(3, scope="a")["changes"]
+    last = every[-1]["sequence"]
+
+    none = cs.changes(scope="a", limit=0)
+    assert none["changes"] == [] and none["lastSequence"] == last
+
+    one = cs.changes(scope="a", limit=1)
+    assert [c["sequence"] for c in one["changes"]] == [every[0]["sequence"]]
+    assert one["lastSequence"] == every[0]["sequence"]  # cut by limit: the last returned
+
+    over = cs.changes(scope="a", limit=10_000_000)
+    assert len(over["changes"]) == 3 and over["lastSequence"] == last
+
+    assert cs.get(scope="a", limit=-1).json()["code"] == "PARAMETER_INVALID"
+
+
+def test_old_row_wins_the_selector(cs: Harness) -> None:
+    cs.sql("ALTER TABLE items REPLICA IDENTITY FULL")
+    cs.sql("INSERT INTO items VALUES (1, 'x', 'a')")
+    cs.sql("UPDATE items SET _change_selector = 'b' WHERE id = 1")
+    cs.sql("DELETE FROM items WHERE id = 1")
+    changes = cs.wait_for(2, scope="a")["changes"]
+    assert [c["operation"] for c in changes] == [1, 2]
+    assert changes[1]["oldRow"]["_change_selector"]["value"] == "a"
+    assert changes[1]["newRow"]["_change_selector"]["value"] == "b"
+    deleted = cs.wait_for(1, scope="b")["changes"]
+    assert [c["operation"] for c in deleted] == [3]
+    assert deleted[0]["oldRow"]["name"]["value"] == "x"
+    assert "newRow" not in deleted[0]
+
+
+def test_errors(cs: Harness) -> None:
+    for params in ({"scope": "UPPER"}, {"selector": "a b"}, {}, {"scope": "a", "since": "x"}):
+        response = cs.get(**params)
+        assert response.status_code == 400, params
+        body = response.json()
+        assert set(body) == {"code", "error", "description"}
+        assert body["code"] == "PARAMETER_INVALID"
+    response = cs.get(accept="text/html", scope="a")
+    assert response.status_code == 415
+    assert response.json()["code"] == "UNSUPPORTED_FORMAT"
+    assert cs.get(accept="application/json", scope="a").status_code == 200
+    assert cs.get(accept="*/*", scope="a").status_code == 200
