@@ -136,7 +136,9 @@ class ChangeLog:
                 if sized:
                     updates["last_lsn"] = sized[-1].lsn
                     updates["last_idx"] = sized[-1].size - 1
-                    if self._meta()["first_lsn"] == 0:
+                    meta = self._meta()
+                    # Nothing held yet, or retention removed all: the batch starts the log.
+                    if meta["first_lsn"] == 0 or meta["first_lsn"] <= meta["purged_lsn"]:
                         updates["first_lsn"] = sized[0].lsn
                         updates["first_idx"] = 0
                 conn.executemany(
