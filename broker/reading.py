@@ -9,9 +9,11 @@ any cursor they cannot use. Nothing here writes: bad input changes nothing.
 from __future__ import annotations
 
 import json
+import logging
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from confluent_kafka import KafkaException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
@@ -23,6 +25,8 @@ from broker.problems import problem
 from broker.streaming import EventStream, LimitError, parse_limits
 from broker.topics import EventTypeTopic, TopicResolver
 from broker.watermarks import Watermark, Watermarks
+
+log = logging.getLogger(__name__)
 
 STREAM_MEDIA_TYPE = "application/x-json-stream"
 # Keep-alives must reach the client at once, so every chunk ends in a sync flush; a fast
@@ -247,13 +251,28 @@ class Reading:
         return JSONResponse(cursors)
 
 
+def _kafka_unavailable_is_503(endpoint: Endpoint) -> Endpoint:
+    async def guarded(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except KafkaException as error:
+            log.warning("Kafka unavailable", extra={"error": str(error)})
+            return problem(503, f"Kafka did not answer ({error}); retry in a moment")
+
+    return guarded
+
+
 def routes(resolve: TopicResolver, kafka_bootstrap: str) -> list[BaseRoute]:
     reading = Reading(resolve, kafka_bootstrap)
+    endpoints: list[tuple[str, Endpoint, str]] = [
+        ("/event-types/{name}/events", reading.stream, "GET"),
+        ("/event-types/{name}/partitions", reading.partitions, "GET"),
+        ("/event-types/{name}/partitions/{partition}", reading.partition, "GET"),
+        ("/event-types/{name}/cursor-distances", reading.distances, "POST"),
+        ("/event-types/{name}/cursors-lag", reading.lags, "POST"),
+        ("/event-types/{name}/shifted-cursors", reading.shifts, "POST"),
+    ]
     return [
-        Route("/event-types/{name}/events", reading.stream, methods=["GET"]),
-        Route("/event-types/{name}/partitions", reading.partitions, methods=["GET"]),
-        Route("/event-types/{name}/partitions/{partition}", reading.partition, methods=["GET"]),
-        Route("/event-types/{name}/cursor-distances", reading.distances, methods=["POST"]),
-        Route("/event-types/{name}/cursors-lag", reading.lags, methods=["POST"]),
-        Route("/event-types/{name}/shifted-cursors", reading.shifts, methods=["POST"]),
+        Route(path, _kafka_unavailable_is_503(endpoint), methods=[method])
+        for path, endpoint, method in endpoints
     ]

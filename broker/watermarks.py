@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from changebroker import kafka
 
 WATERMARK_TIMEOUT_SECONDS = 10.0
+RETRY_PAUSE_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -50,17 +52,26 @@ def consumer_config(bootstrap: str) -> dict[str, object]:
     )
 
 
+def _watermark(consumer: Consumer, topic: str, partition: int) -> Watermark:
+    """One partition's watermarks; a topic created a moment ago may still lack a leader."""
+    deadline = time.monotonic() + WATERMARK_TIMEOUT_SECONDS
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=WATERMARK_TIMEOUT_SECONDS, cached=False
+            )
+            return Watermark(low, high)
+        except KafkaException:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(RETRY_PAUSE_SECONDS)
+
+
 def read_watermarks(
     consumer: Consumer, topic: str, partitions: Iterable[int]
 ) -> dict[int, Watermark]:
     """Blocking: the watermarks of ``partitions`` of ``topic``, straight from the leaders."""
-    out: dict[int, Watermark] = {}
-    for partition in partitions:
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=WATERMARK_TIMEOUT_SECONDS, cached=False
-        )
-        out[partition] = Watermark(low, high)
-    return out
+    return {partition: _watermark(consumer, topic, partition) for partition in partitions}
 
 
 class Watermarks:
