@@ -26,6 +26,8 @@ import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench.report import Figure, report
+from broker.streaming import STREAM_CONSUMER_SETTINGS
+from broker.watermarks import consumer_config
 from changebroker import kafka, pg
 from changebroker.stack.processes import free_port, wait_until
 
@@ -87,9 +89,8 @@ def _through_api(url: str, name: str, events: int, batch_limit: int) -> float:
 
 
 def _raw(bootstrap: str, topic: str, events: int) -> float:
-    consumer = Consumer(
-        kafka.client_config(bootstrap, **{"group.id": "bench-raw", "enable.auto.commit": False})
-    )
+    # The same fetch settings as the broker's streams: the baseline is a well-tuned reader.
+    consumer = Consumer(consumer_config(bootstrap) | STREAM_CONSUMER_SETTINGS)
     started = time.monotonic()
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     received = 0
@@ -158,17 +159,23 @@ def main() -> int:
         assert row is not None, f"{name} has no topic"
         topic = row[0]
         _fill(bootstrap, topic)
-        raw = _raw(bootstrap, topic, EVENTS)
+        # The better of two raw reads, before and after ours: the baseline is never flattered.
+        first_raw = _raw(bootstrap, topic, EVENTS)
+        api = {
+            batch_limit: _through_api(url, name, events, batch_limit)
+            for batch_limit, events in ((1000, EVENTS), (1, SMALL_BATCH_EVENTS))
+        }
+        raw = max(first_raw, _raw(bootstrap, topic, EVENTS))
         figures = [
             Figure(
                 "broker_stream",
                 f"1 KB events/s read, {PARTITIONS} partitions, batch_limit {batch_limit}",
-                _through_api(url, name, events, batch_limit),
+                rate,
                 "events/s",
                 baseline=raw,
                 baseline_name="raw confluent-kafka consumer",
             )
-            for batch_limit, events in ((1000, EVENTS), (1, SMALL_BATCH_EVENTS))
+            for batch_limit, rate in api.items()
         ]
         report(figures)
         return 0

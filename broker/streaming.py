@@ -35,6 +35,16 @@ MAX_STREAM_TIMEOUT = 4200.0
 MAX_POLL_SECONDS = 0.5
 MESSAGES_PER_POLL = 5000
 
+STREAM_CONSUMER_SETTINGS: dict[str, object] = {
+    # Retention deleting what a stream is about to read ends it rather than skipping silently.
+    "auto.offset.reset": "error",
+    # Catching-up streams fetch 4 MiB per partition and round trip (librdkafka: 1 MiB).
+    "max.partition.fetch.bytes": 4 << 20,
+    # Once its prefetch queue fills, librdkafka pauses fetching for this long (default
+    # 1 s): a stream that drains the queue in bursts would stall for a second each time.
+    "fetch.queue.backoff.ms": 20,
+}
+
 # Streams currently holding a consumer; tests check it returns to zero after a disconnect.
 open_streams = 0
 
@@ -135,16 +145,7 @@ class EventStream:
 
     def _open(self) -> None:
         global open_streams
-        # Retention deleting what a stream is about to read ends it rather than skipping silently.
-        settings = {
-            "auto.offset.reset": "error",
-            # Catching-up streams fetch 4 MiB per partition and round trip (librdkafka: 1 MiB).
-            "max.partition.fetch.bytes": 4 << 20,
-            # Once its prefetch queue fills, librdkafka pauses fetching for this long (default
-            # 1 s): a stream that drains the queue in bursts would stall for a second each time.
-            "fetch.queue.backoff.ms": 20,
-        }
-        consumer = Consumer(consumer_config(self._bootstrap) | settings)
+        consumer = Consumer(consumer_config(self._bootstrap) | STREAM_CONSUMER_SETTINGS)
         consumer.assign(
             [TopicPartition(self._topic, p, last + 1) for p, last in self._positions.items()]
         )
