@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +48,7 @@ STREAM_CONSUMER_SETTINGS: dict[str, object] = {
 
 # Streams currently holding a consumer; tests check it returns to zero after a disconnect.
 open_streams = 0
+_open_streams_lock = threading.Lock()
 
 
 class LimitError(ValueError):
@@ -150,7 +152,8 @@ class EventStream:
             [TopicPartition(self._topic, p, last + 1) for p, last in self._positions.items()]
         )
         self._consumer = consumer
-        open_streams += 1
+        with _open_streams_lock:
+            open_streams += 1
 
     def _poll(self, timeout: float) -> list[Message]:
         """Wait for the first message only, then take whatever else is already fetched.
@@ -169,7 +172,8 @@ class EventStream:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
-            open_streams -= 1
+            with _open_streams_lock:
+                open_streams -= 1
 
     def close(self) -> None:
         """End the stream: the consumer closes on its own thread after any poll in flight."""

@@ -170,6 +170,28 @@ def test_a_client_going_away_closes_its_consumer(
     )
 
 
+def test_events_published_while_streaming_arrive_on_the_open_stream(
+    client: httpx.Client, broker_url: str, make_event_type: Callable[..., str]
+) -> None:
+    name = make_event_type()
+    with (
+        httpx.Client(base_url=broker_url, timeout=30) as http,
+        http.stream(
+            "GET",
+            f"/event-types/{name}/events",
+            params={"batch_flush_timeout": 0.1, "stream_limit": 1},
+        ) as response,
+    ):
+        lines = response.iter_lines()
+        # The first keep-alive proves the stream is assigned before the event is published.
+        assert json.loads(next(lines)) == {"cursor": {"partition": "0", "offset": "001-0001--1"}}
+        publish(client, name, [order("live")])
+        rest = [json.loads(line) for line in lines]
+    with_events = [b for b in rest if "events" in b]
+    assert [e["order_number"] for b in with_events for e in b["events"]] == ["live"]
+    assert with_events[0]["cursor"] == {"partition": "0", "offset": "001-0001-000000000000000000"}
+
+
 def test_unknown_event_type_is_404(client: httpx.Client) -> None:
     response, _ = stream_lines(client, "no.such.type", BEGIN)
     assert_problem(response, 404, 'EventType "no.such.type" does not exist.')
