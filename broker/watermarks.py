@@ -9,7 +9,6 @@ used from that thread.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -80,14 +79,13 @@ class Watermarks:
     def __init__(self, bootstrap: str) -> None:
         self._bootstrap = bootstrap
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watermarks")
+        # Created and used on the executor's one thread only.
         self._consumer: Consumer | None = None
-        self._lock = threading.Lock()
 
     def _read(self, topic: str, partitions: list[int]) -> dict[int, Watermark]:
-        with self._lock:
-            if self._consumer is None:
-                self._consumer = Consumer(consumer_config(self._bootstrap))
-            return read_watermarks(self._consumer, topic, partitions)
+        if self._consumer is None:
+            self._consumer = Consumer(consumer_config(self._bootstrap))
+        return read_watermarks(self._consumer, topic, partitions)
 
     async def of(self, topic: str, partitions: Iterable[int]) -> dict[int, Watermark]:
         loop = asyncio.get_running_loop()
