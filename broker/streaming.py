@@ -239,4 +239,7 @@ class EventStream:
     def _keep_alive_limit_reached(self, partitions: Mapping[int, _Partition]) -> bool:
         """Nakadi ends the stream once every partition sent that many keep-alives in a row."""
         limit = self._limits.stream_keep_alive_limit
-        return limit > 0 and all(s.keep_alives >= limit for s in partitions.values())
+        # A partition holding events that are not yet due still has something to say.
+        return limit > 0 and all(
+            s.keep_alives >= limit and not s.pending for s in partitions.values()
+        )
