@@ -139,9 +139,11 @@ class Replicator(threading.Thread):
             ).fetchone() or (0,)
         widener = TxidWidener(int(next_txid))
         durable_lsn, confirmed = self.changelog.durable()
-        with psycopg.connect(
+        conn = psycopg.connect(
             self.dsn, autocommit=True, replication="database", options=_SESSION_OPTIONS
-        ) as conn:
+        )
+        # Closed, never left by ``with``: its exit would COMMIT into the COPY_BOTH stream.
+        try:
             pgconn = conn.pgconn
             command = (
                 f"START_REPLICATION SLOT {sql.Identifier(self.slot).as_string(conn)} LOGICAL"
@@ -155,6 +157,8 @@ class Replicator(threading.Thread):
             log.info("streaming", extra=logs.fields(slot=self.slot, start=format_lsn(confirmed)))
             stream = _Stream(self, pgconn, widener, durable_lsn, confirmed)
             stream.pump()
+        finally:
+            conn.close()
 
 
 class _Stream:
