@@ -1,13 +1,15 @@
 """A change as stored in the change log, and as the API serves it (JSON or protobuf).
 
-Stored bodies are compact JSON (``[operation, table, change LSN, commit time,
-xid, new row, old row]``, rows as ``[[name, text, oid], ...]``): the text form
-is what JSON serves as is, and protobuf values are typed from it per request.
+Stored bodies are ``marshal``-encoded tuples (``(operation, table, change LSN,
+commit time, xid, new row, old row)``, rows as ``[(name, text, oid), ...]``):
+only this module writes and reads them, and marshal is several times cheaper
+than JSON on the ingest path. The text form is what JSON serves as is; protobuf
+values are typed from it per request.
 """
 
 from __future__ import annotations
 
-import json
+import marshal
 from typing import Any
 
 from changeserver import transicator_pb2 as pb
@@ -19,6 +21,8 @@ _BOOL, _BYTEA, _INT8, _INT2, _INT4, _OID, _FLOAT4, _FLOAT8 = 16, 17, 20, 21, 23,
 _INTS = {_INT2, _INT4, _INT8, _OID}
 _FLOATS = {_FLOAT4, _FLOAT8}
 _PG_EPOCH_UNIX_US = 946_684_800_000_000  # 2000-01-01 in Unix microseconds
+
+_MARSHAL_VERSION = 4  # pinned: logs written by one Python stay readable by the next
 
 Row = list[Column]
 
@@ -39,8 +43,8 @@ def unix_us(pg_us: int) -> int:
 def encode(transaction: Transaction, index: int) -> bytes:
     """The stored body of ``transaction.changes[index]``."""
     change = transaction.changes[index]
-    return json.dumps(
-        [
+    return marshal.dumps(
+        (
             change.operation,
             change.table,
             change.change_lsn,
@@ -48,9 +52,9 @@ def encode(transaction: Transaction, index: int) -> bytes:
             transaction.xid,
             change.new,
             change.old,
-        ],
-        separators=(",", ":"),
-    ).encode()
+        ),
+        _MARSHAL_VERSION,
+    )
 
 
 def _json_row(row: Row | None) -> dict[str, Any] | None:
@@ -60,7 +64,7 @@ def _json_row(row: Row | None) -> dict[str, Any] | None:
 
 
 def to_json(lsn: int, idx: int, txid: int, data: bytes) -> dict[str, Any]:
-    operation, table, change_lsn, commit_time, _, new, old = json.loads(data)
+    operation, table, change_lsn, commit_time, _, new, old = marshal.loads(data)
     change: dict[str, Any] = {
         "operation": operation,
         "table": table,
@@ -105,7 +109,7 @@ def _pb_row(row: Row | None) -> list[pb.ColumnPb]:
 
 
 def to_protobuf(lsn: int, idx: int, txid: int, data: bytes) -> pb.ChangePb:
-    operation, table, change_lsn, commit_time, xid, new, old = json.loads(data)
+    operation, table, change_lsn, commit_time, xid, new, old = marshal.loads(data)
     return pb.ChangePb(
         operation=operation,
         table=table,

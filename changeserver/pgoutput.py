@@ -172,21 +172,34 @@ def _table(relation: Relation) -> str:
     return f"{relation.schema}.{relation.name}"
 
 
+_INT16 = struct.Struct("!h")
+_INT32 = struct.Struct("!i")
+
+
 def _tuple(reader: Reader, relation: Relation, old: list[Column] | None) -> list[Column]:
-    previous = {name: value for name, value, _ in old} if old else {}
+    # The hot loop of ingest: locals and precompiled structs, no Reader method calls.
+    data, pos = reader.data, reader.pos
+    (count,) = _INT16.unpack_from(data, pos)
+    pos += 2
+    described = relation.columns
     columns: list[Column] = []
-    for number in range(reader.int16()):
-        name, oid = relation.columns[number]
-        kind = chr(reader.byte())
-        if kind == "n":
+    for number in range(count):
+        name, oid = described[number]
+        kind = data[pos]
+        pos += 1
+        if kind == 0x74:  # 't': text
+            (length,) = _INT32.unpack_from(data, pos)
+            pos += 4
+            columns.append((name, data[pos : pos + length].decode(), oid))
+            pos += length
+        elif kind == 0x6E:  # 'n': NULL
             columns.append((name, None, oid))
-        elif kind == "u":
-            # Unchanged TOAST: only the old row (REPLICA IDENTITY FULL) knows the value.
-            if name in previous:
-                columns.append((name, previous[name], oid))
+        elif kind == 0x75:  # 'u': unchanged TOAST
+            # Only the old row (REPLICA IDENTITY FULL) knows the value; else leave it out.
+            for old_name, old_value, _ in old or ():
+                if old_name == name:
+                    columns.append((name, old_value, oid))
         else:
-            length = reader.int32()
-            raw = reader.data[reader.pos : reader.pos + length]
-            reader.pos += length
-            columns.append((name, raw.decode(), oid))
+            raise ValueError(f"unexpected tuple data kind {chr(kind)!r}")
+    reader.pos = pos
     return columns

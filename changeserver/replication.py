@@ -187,6 +187,11 @@ class _Stream:
         pgconn = self.pgconn
         while not self.owner.stopping.is_set():
             size, data = pgconn.get_copy_data(1)
+            if size == 0:
+                # libpq's buffer is empty, the socket's may not be: while catching up, keep the
+                # batch growing (one fsync for many transactions) rather than flush per read.
+                pgconn.consume_input()
+                size, data = pgconn.get_copy_data(1)
             if size > 0:
                 self._handle(bytes(data))
                 if len(self.records) >= _BATCH_CHANGES:
@@ -194,7 +199,7 @@ class _Stream:
                 continue
             if size < 0:  # -1: the server ended the stream; -2: an error
                 raise RuntimeError(pgconn.get_error_message() or "stream ended")
-            # Nothing buffered: make the batch durable, then wait for more.
+            # Nothing more has arrived: make the batch durable, then wait.
             self._flush()
             self._purge_when_due()
             if time.monotonic() - self.last_status > _STATUS_INTERVAL:
