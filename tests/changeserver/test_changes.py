@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import httpx
+
 from tests.changeserver.conftest import Harness, MakeServer
 
 
@@ -109,3 +111,20 @@ def test_errors(cs: Harness) -> None:
     assert response.json()["code"] == "UNSUPPORTED_FORMAT"
     assert cs.get(accept="application/json", scope="a").status_code == 200
     assert cs.get(accept="*/*", scope="a").status_code == 200
+
+
+def test_prefix_moves_changes(make_server: MakeServer) -> None:
+    cs = make_server(prefix="/v1")
+    assert httpx.get(f"{cs.url}/v1/changes", params={"scope": "a"}).status_code == 200
+    assert httpx.get(f"{cs.url}/changes", params={"scope": "a"}).status_code == 404
+
+
+def test_truncate_yields_no_change_and_the_stream_goes_on(cs: Harness) -> None:
+    cs.sql("INSERT INTO items VALUES (1, 'x', 'a')")
+    cs.sql("TRUNCATE items")
+    cs.sql("INSERT INTO items VALUES (1, 'again', 'a')")
+    changes = cs.wait_for(2, scope="a")["changes"]
+    assert [(c["operation"], c["newRow"]["name"]["value"]) for c in changes] == [
+        (1, "x"),
+        (1, "again"),
+    ]
