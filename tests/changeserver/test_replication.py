@@ -1,0 +1,38 @@
+"""The replication client: confirms what is durable, and reconnects when the stream drops."""
+
+from __future__ import annotations
+
+import psycopg
+
+from changebroker.stack.processes import wait_until
+from tests.changeserver.conftest import Harness
+
+
+def _slot(cs: Harness) -> tuple[int | None, int]:
+    """(walsender pid or None, confirmed_flush_lsn as an integer)."""
+    with psycopg.connect(cs.dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT active_pid, confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots"
+            " WHERE slot_name = %s",
+            (cs.server.settings.slot,),
+        ).fetchone()
+    assert row is not None
+    return row[0], int(row[1])
+
+
+def test_durable_changes_are_confirmed(cs: Harness) -> None:
+    cs.sql("INSERT INTO items VALUES (1, 'x', 'a')")
+    commit_lsn = cs.wait_for(1, scope="a")["changes"][0]["commitSequence"]
+    wait_until(lambda: _slot(cs)[1] > commit_lsn, timeout=30, what="the slot to confirm")
+
+
+def test_reconnects_after_the_stream_drops(cs: Harness) -> None:
+    pid, _ = _slot(cs)
+    assert pid is not None
+    with psycopg.connect(cs.dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    cs.sql("INSERT INTO items VALUES (1, 'after the drop', 'a')")
+    changes = cs.wait_for(1, scope="a")["changes"]
+    assert [c["newRow"]["name"]["value"] for c in changes] == ["after the drop"]
+    new_pid, _ = _slot(cs)
+    assert new_pid not in (None, pid)
