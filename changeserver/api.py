@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from changeserver import changes
 from changeserver import transicator_pb2 as pb
-from changeserver.changelog import LogReader, Snapshot
+from changeserver.changelog import Bounds, LogReader, Snapshot
 from changeserver.sequence import ZERO, Sequence
 
 JSON = "application/json"
@@ -29,6 +29,7 @@ PROTOBUF = "application/transicator+protobuf"
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 100_000
 _SELECTOR = re.compile(r"^[0-9a-z_-]+$")
+_MAX_ANSWERS = 10_000  # distinct queries remembered between two writes to the change log
 
 
 class Waiters:
@@ -170,6 +171,8 @@ class ChangesEndpoint:
     def __init__(self, state: State, reader: LogReader) -> None:
         self.state = state
         self.reader = reader
+        self._version = -1
+        self._answers: dict[tuple[Any, ...], tuple[bool, bytes]] = {}
 
     async def handle(self, request: Request) -> Response:
         if self.state.marked_down:
@@ -180,7 +183,7 @@ class ChangesEndpoint:
         except BadRequest as bad:
             return error_response(bad.status, bad.code, bad.error, bad.description)
 
-    def _read(self, query: Query) -> tuple[Any, list[tuple[int, int, int, bytes]]]:
+    def _read(self, query: Query) -> tuple[Bounds, list[tuple[int, int, int, bytes]]]:
         bounds, rows = self.reader.read(query.selectors, query.since, query.limit, query.snapshot)
         # since 0.0.0 (or none) means "from the beginning": never too old.
         if query.since != ZERO and query.since < bounds.purged:
@@ -192,43 +195,65 @@ class ChangesEndpoint:
             )
         return bounds, rows
 
+    def _answer(self, query: Query) -> tuple[bool, bytes]:
+        """(any changes?, body), shared by identical queries until the change log changes.
+
+        When a batch wakes thousands of waiters on one selector, they all ask the same
+        question: the first reads and renders, the rest reuse its bytes.
+        """
+        version = self.reader.version()
+        if version != self._version or len(self._answers) > _MAX_ANSWERS:
+            self._answers.clear()
+            self._version = version
+        key = (tuple(query.selectors), query.since, query.limit, query.snapshot, query.media_type)
+        answer = self._answers.get(key)
+        if answer is None:
+            bounds, rows = self._read(query)
+            answer = (bool(rows), _render(query, bounds, rows))
+            self._answers[key] = answer
+        return answer
+
     async def _changes(self, query: Query) -> Response:
-        bounds, rows = self._read(query)
-        if not rows and query.block > 0 and query.limit > 0:
+        found, body = self._answer(query)
+        if not found and query.block > 0 and query.limit > 0:
             deadline = time.monotonic() + query.block
             waiters = self.state.waiters
-            while not rows:
+            while not found:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 future = waiters.register(query.selectors)
                 try:
-                    # Read again once registered: a batch made durable before is not missed.
-                    bounds, rows = self._read(query)
-                    if rows:
+                    # Ask again once registered: a batch made durable before is not missed.
+                    found, body = self._answer(query)
+                    if found:
                         break
                     await asyncio.wait_for(future, remaining)
                 except TimeoutError:
                     break
                 finally:
                     waiters.unregister(query.selectors, future)
-                bounds, rows = self._read(query)
-        last = bounds.last
-        if rows and len(rows) == query.limit:
-            last = Sequence(rows[-1][0], rows[-1][1])
-        if query.media_type == PROTOBUF:
-            message = pb.ChangeListPb(
-                firstSequence=str(bounds.first),
-                lastSequence=str(last),
-                changes=[changes.to_protobuf(*row) for row in rows],
-            )
-            return Response(message.SerializeToString(), media_type=PROTOBUF)
-        body = {
-            "firstSequence": str(bounds.first),
-            "lastSequence": str(last),
-            "changes": [changes.to_json(*row) for row in rows],
-        }
-        return Response(json.dumps(body, separators=(",", ":")), media_type=JSON)
+                found, body = self._answer(query)
+        return Response(body, media_type=query.media_type)
+
+
+def _render(query: Query, bounds: Bounds, rows: list[tuple[int, int, int, bytes]]) -> bytes:
+    last = bounds.last
+    if rows and len(rows) == query.limit:
+        last = Sequence(rows[-1][0], rows[-1][1])
+    if query.media_type == PROTOBUF:
+        message = pb.ChangeListPb(
+            firstSequence=str(bounds.first),
+            lastSequence=str(last),
+            changes=[changes.to_protobuf(*row) for row in rows],
+        )
+        return message.SerializeToString()
+    body = {
+        "firstSequence": str(bounds.first),
+        "lastSequence": str(last),
+        "changes": [changes.to_json(*row) for row in rows],
+    }
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def _status(request: Request, status: str, reason: str) -> Response:

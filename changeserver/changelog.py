@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from changeserver.sequence import ZERO, Sequence
+from changeserver.sequence import Sequence
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS changes (
@@ -227,8 +227,9 @@ class LogReader:
         finally:
             conn.execute("COMMIT")
 
-    def bounds(self) -> Bounds:
-        return self.read([], ZERO, 0, None)[0]
+    def version(self) -> int:
+        """Changes whenever another connection (the writer, retention) committed."""
+        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
 
     def close(self) -> None:
         self._conn.close()
