@@ -46,15 +46,9 @@ _META_KEYS = (
 )
 
 
-@dataclass(frozen=True)
-class Record:
-    """One change as stored: ``data`` is its encoded body (see changeserver.changes)."""
-
-    selector: str
-    lsn: int
-    idx: int
-    txid: int
-    data: bytes
+# One change as stored: (selector, commit LSN, index in its transaction, 64-bit txid, body).
+# A plain tuple: one is built per change on the ingest path, and executemany takes it as is.
+Record = tuple[str, int, int, int, bytes]
 
 
 @dataclass(frozen=True)
@@ -125,7 +119,7 @@ class ChangeLog:
             try:
                 conn.executemany(
                     "INSERT INTO changes (selector, lsn, idx, txid, data) VALUES (?, ?, ?, ?, ?)",
-                    ((r.selector, r.lsn, r.idx, r.txid, r.data) for r in records),
+                    records,
                 )
                 conn.executemany(
                     "INSERT INTO commits (lsn, unix_us, size) VALUES (?, ?, ?)",

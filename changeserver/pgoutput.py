@@ -20,6 +20,9 @@ from changebroker import logs
 log = logging.getLogger(__name__)
 
 INSERT, UPDATE, DELETE = 1, 2, 3
+_INT16 = struct.Struct("!h")
+_INT32 = struct.Struct("!i")
+_UINT32 = struct.Struct("!I")
 
 # (name, text value or None, type OID) in column order.
 Column = tuple[str, str | None, int]
@@ -27,8 +30,7 @@ Column = tuple[str, str | None, int]
 
 @dataclass(frozen=True)
 class Relation:
-    schema: str
-    name: str
+    table: str  # schema.table
     columns: list[tuple[str, int]]  # (name, type OID)
 
 
@@ -103,6 +105,11 @@ class Decoder:
 
     def decode(self, data: bytes, wal_start: int) -> Transaction | None:
         """Feed one message; returns the transaction its Commit completes, else None."""
+        if data[0] == 0x49:  # 'I', by far the most frequent: a path without the Reader
+            relation = self.relations[_UINT32.unpack_from(data, 1)[0]]
+            new, _ = _tuple(data, 6, relation, None)  # after relid and 'N'
+            self._add(Change(INSERT, relation.table, wal_start, new, None))
+            return None
         reader = Reader(data)
         kind = chr(reader.byte())
         if kind == "B":
@@ -130,34 +137,25 @@ class Decoder:
                 column = reader.string()
                 columns.append((column, reader.uint32()))
                 reader.int32()  # type modifier, unused
-            self.relations[relid] = Relation(schema or "public", name, columns)
-        elif kind == "I":
-            relation = self.relations[reader.uint32()]
-            reader.byte()  # 'N'
-            self._add(
-                Change(INSERT, _table(relation), wal_start, _tuple(reader, relation, None), None)
-            )
+            self.relations[relid] = Relation(f"{schema or 'public'}.{name}", columns)
         elif kind == "U":
             relation = self.relations[reader.uint32()]
-            marker = chr(reader.byte())
             old = None
-            if marker in "KO":
-                old = _tuple(reader, relation, None)
-                marker = chr(reader.byte())
-            new = _tuple(reader, relation, old)
-            self._add(Change(UPDATE, _table(relation), wal_start, new, old))
+            if data[reader.pos] in b"KO":
+                old, reader.pos = _tuple(data, reader.pos + 1, relation, None)
+            new, reader.pos = _tuple(data, reader.pos + 1, relation, old)  # after 'N'
+            self._add(Change(UPDATE, relation.table, wal_start, new, old))
         elif kind == "D":
             relation = self.relations[reader.uint32()]
-            reader.byte()  # 'K' or 'O'
-            old = _tuple(reader, relation, None)
-            self._add(Change(DELETE, _table(relation), wal_start, None, old))
+            old, reader.pos = _tuple(data, reader.pos + 1, relation, None)  # after 'K' or 'O'
+            self._add(Change(DELETE, relation.table, wal_start, None, old))
         elif kind == "T":
             count = reader.int32()
             reader.byte()  # options (CASCADE, RESTART IDENTITY)
             tables = [self.relations[reader.uint32()] for _ in range(count)]
             log.warning(
                 "truncate skipped: the transicator API cannot express it",
-                extra=logs.fields(tables=",".join(_table(t) for t in tables)),
+                extra=logs.fields(tables=",".join(t.table for t in tables)),
             )
         # 'Y' (type), 'O' (origin) and anything newer carry nothing a change needs.
         return None
@@ -168,17 +166,11 @@ class Decoder:
         self.current.changes.append(change)
 
 
-def _table(relation: Relation) -> str:
-    return f"{relation.schema}.{relation.name}"
-
-
-_INT16 = struct.Struct("!h")
-_INT32 = struct.Struct("!i")
-
-
-def _tuple(reader: Reader, relation: Relation, old: list[Column] | None) -> list[Column]:
+def _tuple(
+    data: bytes, pos: int, relation: Relation, old: list[Column] | None
+) -> tuple[list[Column], int]:
+    """The row at ``data[pos:]`` and the position after it."""
     # The hot loop of ingest: locals and precompiled structs, no Reader method calls.
-    data, pos = reader.data, reader.pos
     (count,) = _INT16.unpack_from(data, pos)
     pos += 2
     described = relation.columns
@@ -201,5 +193,4 @@ def _tuple(reader: Reader, relation: Relation, old: list[Column] | None) -> list
                     columns.append((name, old_value, oid))
         else:
             raise ValueError(f"unexpected tuple data kind {chr(kind)!r}")
-    reader.pos = pos
-    return columns
+    return columns, pos

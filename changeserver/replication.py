@@ -232,13 +232,7 @@ class _Stream:
             selector = changes.selector_of(change.new, change.old, column)
             self.selectors.add(selector)
             self.records.append(
-                Record(
-                    selector,
-                    transaction.commit_lsn,
-                    index,
-                    txid,
-                    changes.encode(transaction, index),
-                )
+                (selector, transaction.commit_lsn, index, txid, changes.encode(transaction, index))
             )
         self.commits.append(
             Commit(
