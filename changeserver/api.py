@@ -285,4 +285,6 @@ def management_routes(state: State) -> list[Route]:
 
 
 def changes_route(state: State, reader: LogReader, prefix: str) -> Route:
-    return Route(prefix.rstrip("/") + "/changes", ChangesEndpoint(state, reader).handle)
+    """``/changes`` under ``prefix``: ``v1``, ``/v1`` and ``/v1/`` all give ``/v1/changes``."""
+    base = "/" + prefix.strip("/") if prefix.strip("/") else ""
+    return Route(base + "/changes", ChangesEndpoint(state, reader).handle)

@@ -114,7 +114,7 @@ def test_errors(cs: Harness) -> None:
 
 
 def test_prefix_moves_changes(make_server: MakeServer) -> None:
-    cs = make_server(prefix="/v1")
+    cs = make_server(prefix="v1/")
     assert httpx.get(f"{cs.url}/v1/changes", params={"scope": "a"}).status_code == 200
     assert httpx.get(f"{cs.url}/changes", params={"scope": "a"}).status_code == 404
 
