@@ -62,10 +62,17 @@ async def _client(
         writer.write(f"GET {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n".encode())
         await writer.drain()
         connected[0] += 1
-    data = await reader.read()
+    # Complete at its Content-Length: the server closes connections later, in bulk.
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    body = await reader.readexactly(length)
     done = time.perf_counter()
     writer.close()
-    return done, data
+    return done, body
 
 
 async def _round(
@@ -86,7 +93,7 @@ async def _round(
         conn.commit()
     answers = await asyncio.gather(*tasks)
     latencies = [done - committing for done, _ in answers]
-    bodies = [json.loads(data.split(b"\r\n\r\n", 1)[1]) for _, data in answers]
+    bodies = [json.loads(body) for _, body in answers]
     assert all(len(body["changes"]) == 1 for body in bodies), "a client missed the change"
     return latencies, per_client, bodies[0]["lastSequence"]
 
