@@ -218,9 +218,12 @@ class _Stream:
             wal_end, _, reply = struct.unpack_from("!QqB", data, 1)
             # Idle (no transaction open or pending): nothing before wal_end is ours to keep,
             # so confirm it and let Postgres recycle WAL other databases and tables wrote.
-            if self.decoder.current is None and not self.commits:
-                self.confirmed = max(self.confirmed, wal_end)
-            if reply:
+            advanced = (
+                self.decoder.current is None and not self.commits and wal_end > self.confirmed
+            )
+            if advanced:
+                self.confirmed = wal_end
+            if reply or advanced:
                 self._send_status()
 
     def _add(self, transaction: Transaction) -> None:

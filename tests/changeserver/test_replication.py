@@ -36,3 +36,15 @@ def test_reconnects_after_the_stream_drops(cs: Harness) -> None:
     assert [c["newRow"]["name"]["value"] for c in changes] == ["after the drop"]
     new_pid, _ = _slot(cs)
     assert new_pid not in (None, pid)
+
+
+def test_idle_slot_follows_wal_it_has_no_changes_for(cs: Harness) -> None:
+    # WAL with nothing to publish (a logical message the stream does not ask for): the
+    # slot must still advance past it, or WAL piles up while the server is healthy.
+    with psycopg.connect(cs.dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT pg_logical_emit_message(false, 'changeserver-test', 'x') - '0/0'::pg_lsn"
+        ).fetchone()
+    assert row is not None
+    written = int(row[0])
+    wait_until(lambda: _slot(cs)[1] >= written, timeout=30, what="the slot to pass idle WAL")
