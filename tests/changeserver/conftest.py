@@ -27,7 +27,9 @@ class Harness:
 
     def stop(self) -> None:
         """Shut the server down (its lifespan ends: replication stops, markdown drops the slot)."""
-        self.context.__exit__(None, None, None)
+        if self.context is not None:
+            context, self.context = self.context, None
+            context.__exit__(None, None, None)
 
     def sql(self, statement: str, params: Any = None) -> None:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
