@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,7 +73,7 @@ class Waiters:
 class State:
     """What /ready and /markdown report and change."""
 
-    streaming: Any  # threading.Event: the replication stream is up
+    streaming: threading.Event  # set while the replication stream is up
     marked_down: bool = False
     waiters: Waiters = field(default_factory=Waiters)
 
