@@ -65,6 +65,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     add(
         parser,
+        "--tables",
+        scope=SCOPE,
+        type=_table_list,
+        default=(),
+        help="comma-separated tables for a publication we create (default: FOR ALL TABLES)",
+    )
+    add(
+        parser,
         "--max-age",
         scope=SCOPE,
         type=config.parse_duration,
@@ -79,6 +87,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="column whose value is a change's selector",
     )
     add(parser, "--prefix", scope=SCOPE, default="", help="path prefix for /changes")
+
+
+def _table_list(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
 class _Server(uvicorn.Server):
@@ -124,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         slot=args.slot,
         db_dir=args.db_dir,
         publication=args.publication,
+        tables=args.tables,
         selector_column=args.selector_column,
         max_age=args.max_age,
         prefix=args.prefix,

@@ -38,14 +38,24 @@ def format_lsn(lsn: int) -> str:
     return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
 
 
-def ensure_slot(dsn: str, slot: str, publication: str) -> None:
-    """Create the publication (FOR ALL TABLES) and the pgoutput slot when missing."""
+def ensure_slot(dsn: str, slot: str, publication: str, tables: tuple[str, ...] = ()) -> None:
+    """Create the publication and the pgoutput slot when missing.
+
+    The publication covers ``tables`` (``schema.table`` or ``table``), or all tables
+    when none are given; an existing publication is used as it is.
+    """
     with pg.connect(dsn, autocommit=True) as conn:
         if not conn.execute(
             "SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)
         ).fetchone():
+            covered = (
+                sql.SQL("TABLE ")
+                + sql.SQL(", ").join(sql.Identifier(*t.split(".", 1)) for t in tables)
+                if tables
+                else sql.SQL("ALL TABLES")
+            )
             conn.execute(
-                sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(publication))
+                sql.SQL("CREATE PUBLICATION {} FOR {}").format(sql.Identifier(publication), covered)
             )
             log.info("publication created", extra=logs.fields(publication=publication))
         if not conn.execute(
@@ -100,8 +110,10 @@ class Replicator(threading.Thread):
         selector_column: str,
         on_durable: Callable[[set[str]], None],
         max_age: float | None = None,
+        tables: tuple[str, ...] = (),
     ) -> None:
         super().__init__(name="replication", daemon=True)
+        self.tables = tables
         self.dsn = dsn
         self.slot = slot
         self.publication = publication
@@ -120,7 +132,7 @@ class Replicator(threading.Thread):
         backoff = 0.1
         while not self.stopping.is_set():
             try:
-                ensure_slot(self.dsn, self.slot, self.publication)
+                ensure_slot(self.dsn, self.slot, self.publication, self.tables)
                 self._stream()
                 backoff = 0.1
             except Exception as error:  # any failure: reconnect, the log keeps our place

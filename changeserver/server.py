@@ -25,6 +25,7 @@ class Settings:
     slot: str
     db_dir: Path
     publication: str | None = None
+    tables: tuple[str, ...] = ()  # for a publication we create; none: FOR ALL TABLES
     selector_column: str = "_change_selector"
     max_age: float | None = None
     prefix: str = ""
@@ -45,6 +46,7 @@ class ChangeServer:
             settings.selector_column,
             on_durable=lambda selectors: self.state.waiters.notify_threadsafe(selectors),
             max_age=settings.max_age,
+            tables=settings.tables,
         )
         self.state = api.State(streaming=self.replicator.streaming)
         routes = [api.changes_route(self.state, self.reader, settings.prefix)]

@@ -70,9 +70,10 @@ def make_server(
     stack: list[Harness] = []
 
     def make(**overrides: Any) -> Harness:
-        settings = Settings(
-            dsn=pg_dsn, slot=unique_name("cs"), db_dir=tmp_path / "log", **overrides
-        )
+        # unique_name is one token per test: number the servers so each has its own slot
+        # and its own change log.
+        slot = unique_name(f"cs{len(stack)}")
+        settings = Settings(dsn=pg_dsn, slot=slot, db_dir=tmp_path / slot, **overrides)
         server = ChangeServer(settings)
         context = serve_in_thread(server.api_app)
         url = context.__enter__()

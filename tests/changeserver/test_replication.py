@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 
 from changebroker.stack.processes import wait_until
-from tests.changeserver.conftest import Harness
+from tests.changeserver.conftest import Harness, MakeServer
 
 
 def _slot(cs: Harness) -> tuple[int | None, int]:
@@ -48,3 +48,17 @@ def test_idle_slot_follows_wal_it_has_no_changes_for(cs: Harness) -> None:
     assert row is not None
     written = int(row[0])
     wait_until(lambda: _slot(cs)[1] >= written, timeout=30, what="the slot to pass idle WAL")
+
+
+def test_publication_of_listed_tables_or_an_existing_one(make_server: MakeServer) -> None:
+    listed = make_server(tables=("public.items",))
+    listed.sql("CREATE TABLE other (id int PRIMARY KEY, _change_selector text)")
+    listed.sql("CREATE PUBLICATION mine FOR TABLE other")
+    existing = make_server(publication="mine")
+    listed.sql("INSERT INTO other VALUES (1, 'p')")
+    listed.sql("INSERT INTO items VALUES (2, 'x', 'p')")
+    listed.sql("INSERT INTO other VALUES (3, 'p')")
+    # Commit order: once the later change is served, the earlier ones were seen (or skipped).
+    assert [c["table"] for c in listed.wait_for(1, scope="p")["changes"]] == ["public.items"]
+    tables = [c["table"] for c in existing.wait_for(2, scope="p")["changes"]]
+    assert tables == ["public.other", "public.other"]
