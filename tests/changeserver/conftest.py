@@ -2,20 +2,36 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
 import psycopg
 import pytest
+import yaml
 
 from changebroker.stack.processes import wait_until
 from changeserver.server import ChangeServer, Settings
 from tests.support.apps import serve_in_thread
 
 TABLE = "CREATE TABLE items (id int PRIMARY KEY, name text, _change_selector text)"
+SPEC = Path(__file__).resolve().parents[3] / "shared/specs/changeserver-api.yaml"
+
+
+@functools.cache
+def _definitions() -> dict[str, Any]:
+    definitions: dict[str, Any] = yaml.safe_load(SPEC.read_text())["definitions"]
+    return definitions
+
+
+def conforms(body: Any, definition: str) -> None:
+    """Fail unless ``body`` matches the Swagger spec's ``definition`` (ChangeList, Error...)."""
+    schema = {**_definitions()[definition], "definitions": _definitions()}
+    jsonschema.validate(body, schema)
 
 
 @dataclass
@@ -43,6 +59,7 @@ class Harness:
         response = self.get(**params)
         assert response.status_code == 200, response.text
         body: dict[str, Any] = response.json()
+        conforms(body, "ChangeList")
         return body
 
     def wait_for(self, count: int, **params: Any) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.changeserver.conftest import Harness, MakeServer
+from tests.changeserver.conftest import Harness, MakeServer, conforms
 
 
 def test_empty_database_gives_zero_sequences(cs: Harness) -> None:
@@ -105,6 +105,7 @@ def test_errors(cs: Harness) -> None:
         assert response.status_code == 400, params
         body = response.json()
         assert set(body) == {"code", "error", "description"}
+        conforms(body, "Error")
         assert body["code"] == "PARAMETER_INVALID"
     response = cs.get(accept="text/html", scope="a")
     assert response.status_code == 415
