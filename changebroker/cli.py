@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="as a JSON object")
     status.set_defaults(handler=cmd_status)
 
-    for name, (module_name, help_text) in services.available().items():
+    for name, (module_name, help_text) in services.SERVICE_MODULES.items():
         service: ServiceMain = importlib.import_module(module_name)
         sub = commands.add_parser(name, help=help_text)
         service.configure(sub)
