@@ -1,9 +1,18 @@
-"""A short tour of the running local stack, for `changebroker up --demo`."""
+"""A short tour of the running local stack, for `changebroker up --demo`.
+
+Each step talks to a real part the way a user would (SQL, Kafka clients,
+HTTP) and prints what came back; a step that gets an unexpected answer says
+where to look and the demo exits non-zero. Every step can be run again on the
+same stack.
+"""
 
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 import uuid
+from typing import Any
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import NewTopic
@@ -12,11 +21,40 @@ from changebroker import kafka, pg
 from changebroker.stack.local import LocalStack
 
 
+class DemoError(RuntimeError):
+    """A step got an answer it did not expect."""
+
+
 def _step(text: str) -> None:
     print(f"\n== {text}", flush=True)
 
 
-def run(stack: LocalStack) -> int:
+def _say(text: str) -> None:
+    print(f"   {text}", flush=True)
+
+
+def _http(
+    method: str, url: str, body: Any = None, headers: dict[str, str] | None = None
+) -> tuple[int, bytes]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    request.add_header("X-Flow-Id", "changebroker-demo")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def _expect(status: int, body: bytes, *wanted: int) -> Any:
+    if status not in wanted:
+        raise DemoError(f"expected HTTP {' or '.join(map(str, wanted))}, got {status}: {body!r}")
+    return json.loads(body) if body else None
+
+
+def postgres_tour(stack: LocalStack) -> None:
     _step("Postgres: a table change read back through a pgoutput logical slot")
     slot = f"demo_{uuid.uuid4().hex[:8]}"
     with pg.connect(stack.pg_dsn, autocommit=True) as conn:
@@ -32,14 +70,16 @@ def run(stack: LocalStack) -> int:
                 (slot,),
             ).fetchall()
             kinds = "".join(bytes(kind).decode() for _, kind in rows)
-            print(
-                f"   slot {slot} decoded {len(rows)} pgoutput messages: {kinds} "
+            _say(
+                f"slot {slot} decoded {len(rows)} pgoutput messages: {kinds} "
                 "(B=begin R=relation I=insert C=commit)"
             )
         finally:
             conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
             conn.execute("DROP PUBLICATION demo_pub")
 
+
+def kafka_tour(stack: LocalStack) -> None:
     _step("Kafka: produce and consume one record")
     topic = f"demo-{uuid.uuid4().hex[:8]}"
     admin = kafka.admin(stack.kafka_bootstrap)
@@ -61,9 +101,152 @@ def run(stack: LocalStack) -> int:
     consumer.close()
     admin.delete_topics([topic])
     if message is None or message.error() is not None:
-        print("   no record came back: see .state/logs/kafka.log")
-        return 1
-    print(f"   {topic}: offset {message.offset()} value {(message.value() or b'').decode()}")
+        raise DemoError("no record came back: see .state/logs/kafka.log")
+    _say(f"{topic}: offset {message.offset()} value {(message.value() or b'').decode()}")
 
+
+def changeserver_tour(stack: LocalStack, base_url: str) -> None:
+    _step(f"Changeserver ({base_url}): one transaction, long-polled from /changes")
+    selector = "demo"
+    # Ask from the last sequence seen before the commit, blocking: the answer comes as
+    # soon as the change log has made the transaction durable.
+    before = _expect(*_http("GET", f"{base_url}/changes?selector={selector}&limit=0"), 200)
+    with pg.connect(stack.pg_dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS demo_accounts"
+            " (id serial PRIMARY KEY, owner text NOT NULL, balance numeric(12, 2),"
+            " _change_selector text)"
+        )
+        with conn.transaction():
+            for owner, balance in (("ada", "10.50"), ("grace", "99999.99")):
+                conn.execute(
+                    "INSERT INTO demo_accounts (owner, balance, _change_selector)"
+                    " VALUES (%s, %s, %s)",
+                    (owner, balance, selector),
+                )
+    since = before["lastSequence"]
+    url = f"{base_url}/changes?selector={selector}&since={since}&block=10"
+    answer = _expect(*_http("GET", url), 200)
+    changes = answer["changes"]
+    if len(changes) != 2:
+        raise DemoError(f"expected the 2 inserted rows after {since}, got {answer}")
+    for change in changes:
+        row = change["newRow"]
+        _say(
+            f"{change['sequence']} {change['table']} op {change['operation']}: "
+            f"owner={row['owner']['value']} balance={row['balance']['value']} "
+            f"(commit {change['commitSequence']}, index {change['commitIndex']})"
+        )
+
+
+def registry_tour(base_url: str) -> None:
+    _step(f"Registry ({base_url}): register a schema, again, then a breaking change")
+    subject = "demo-orders-value"
+    query = "?tenant=demo&namespace=shop"
+    status, body = _http("GET", f"{base_url}/subjects/{subject}{query}")
+    if status == 404:
+        status, body = _http(
+            "POST",
+            f"{base_url}/subjects/{subject}{query}",
+            {"tenant": "demo", "namespace": "shop", "status": "released", "format": "JSON"},
+        )
+    _expect(status, body, 200)
+    order_v1 = {
+        "type": "object",
+        "properties": {"id": {"type": "string"}, "total": {"type": "number"}},
+        "required": ["id"],
+    }
+    versions = f"{base_url}/subjects/{subject}/versions{query}"
+    register = {"serialization": "JSON", "schemaDefinition": json.dumps(order_v1)}
+    first = _expect(*_http("POST", versions, register), 200)
+    again = _expect(*_http("POST", versions, register), 200)
+    _say(f"{subject}: schema id {first['id']}; the same definition again gives id {again['id']}")
+    breaking = {**order_v1, "properties": {"id": {"type": "integer"}}, "required": ["id", "total"]}
+    breaking_body = {"serialization": "JSON", "schemaDefinition": json.dumps(breaking)}
+    refused = _expect(*_http("POST", versions, breaking_body), 409)
+    _say(f"a breaking change is refused ({refused['errorCode']}), and the registry says why:")
+    for violation in refused.get("violations", []):
+        _say(f"  {violation['path']}  {violation['rule']}: {violation['message']}")
+
+
+def broker_tour(base_url: str) -> None:
+    _step(f"Broker ({base_url}): a Nakadi event type, two events published and read back")
+    name = "demo.order-placed"
+    status, body = _http("GET", f"{base_url}/event-types/{name}")
+    if status == 404:
+        schema = {
+            "type": "object",
+            "properties": {"order_id": {"type": "string"}, "total": {"type": "number"}},
+            "required": ["order_id"],
+        }
+        event_type = {
+            "name": name,
+            "owning_application": "changebroker-demo",
+            "category": "business",
+            "enrichment_strategies": ["metadata_enrichment"],
+            "partition_strategy": "hash",
+            "partition_key_fields": ["order_id"],
+            "schema": {"type": "json_schema", "schema": json.dumps(schema)},
+        }
+        status, body = _http("POST", f"{base_url}/event-types", event_type)
+        _expect(status, body, 201)
+        _say(f"created event type {name}")
+    else:
+        _expect(status, body, 200)
+    events: list[dict[str, Any]] = [
+        {
+            "order_id": f"o-{uuid.uuid4().hex[:6]}",
+            "total": total,
+            "metadata": {"eid": str(uuid.uuid4()), "occurred_at": "2026-11-22T12:00:00Z"},
+        }
+        for total in (12.5, 99.0)
+    ]
+    _expect(*_http("POST", f"{base_url}/event-types/{name}/events", events), 200)
+    _say(f"published {len(events)} events (200: both stored)")
+    invalid = _expect(
+        *_http("POST", f"{base_url}/event-types/{name}/events", [{"total": "twelve"}]), 422
+    )
+    _say(f"an invalid event is refused, nothing stored: {invalid[0]['detail']}")
+
+    # Each event's partition is the hash of its order_id; read each one from there.
+    wanted = {e["order_id"] for e in events}
+    partitions = _expect(*_http("GET", f"{base_url}/event-types/{name}/partitions"), 200)
+    seen: dict[str, dict[str, Any]] = {}
+    for partition in partitions:
+        cursors = json.dumps([{"partition": partition["partition"], "offset": "begin"}])
+        status, body = _http(
+            "GET",
+            f"{base_url}/event-types/{name}/events?stream_timeout=2&batch_flush_timeout=1",
+            headers={"X-Nakadi-Cursors": cursors},
+        )
+        _expect(status, b"{}", 200)
+        for line in body.splitlines():
+            for event in json.loads(line).get("events", []):
+                if event["order_id"] in wanted:
+                    seen[event["order_id"]] = event
+    if set(seen) != wanted:
+        raise DemoError(f"read back {sorted(seen)}, expected {sorted(wanted)}")
+    for event in seen.values():
+        metadata = event["metadata"]
+        _say(
+            f"read {event['order_id']} from partition {metadata['partition']}: "
+            f"received_at {metadata['received_at']}, flow_id {metadata['flow_id']}"
+        )
+
+
+def run(stack: LocalStack) -> int:
+    running = stack.status()
+    try:
+        postgres_tour(stack)
+        kafka_tour(stack)
+        if "changeserver" in running:
+            changeserver_tour(stack, running["changeserver"]["url"])
+        if "registry" in running:
+            registry_tour(running["registry"]["url"])
+        if "broker" in running:
+            broker_tour(running["broker"]["url"])
+    except (DemoError, OSError) as error:
+        print(f"\ndemo failed: {error} (logs: {stack.state.logs})")
+        return 1
     _step("Done. `changebroker status --json` lists the endpoints; `changebroker down` stops it.")
     return 0
