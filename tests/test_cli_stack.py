@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 
 from changebroker import kafka
+from changebroker.services import SERVICE_MODULES
 from changebroker.stack.processes import free_port, pid_alive
 from changebroker.stack.state import REPO_ROOT
 
@@ -33,7 +34,9 @@ def _status(env: dict[str, str]) -> dict[str, Any]:
     return result
 
 
-def test_up_is_idempotent_status_reports_endpoints_and_down_stops(tmp_path: Path) -> None:
+def test_up_demo_runs_every_service_idempotently_and_down_stops_them(
+    tmp_path: Path,
+) -> None:
     ports = {
         name: str(free_port())
         for name in (
@@ -51,17 +54,21 @@ def test_up_is_idempotent_status_reports_endpoints_and_down_stops(tmp_path: Path
     env["CHANGEBROKER_STATE_DIR"] = str(tmp_path / "state")
     env["CHANGEBROKER_CACHE_DIR"] = str(REPO_ROOT / ".state" / "cache")
     try:
-        first = _changebroker(env, "up")
+        first = _changebroker(env, "up", "--demo")
         assert first.returncode == 0, first.stdout + first.stderr
+        assert "demo failed" not in first.stdout and "== Done." in first.stdout, first.stdout
         status = _status(env)
+        for name in SERVICE_MODULES:
+            assert pid_alive(status[name]["pid"]), f"{name} is not running after up"
         assert status["postgres"]["dsn"].endswith(f":{ports['PG_PORT']}/changebroker")
         assert status["kafka"]["bootstrap"] == f"127.0.0.1:{ports['KAFKA_PORT']}"
         with psycopg.connect(status["postgres"]["dsn"]) as conn:
             assert conn.execute("SHOW wal_level").fetchone() == ("logical",)
         kafka.wait_until_ready(status["kafka"]["bootstrap"], timeout=30)
 
-        second = _changebroker(env, "up")
+        second = _changebroker(env, "up", "--demo")
         assert second.returncode == 0, second.stdout + second.stderr
+        assert "== Done." in second.stdout, second.stdout
         assert _status(env) == status  # same processes, nothing restarted
 
         stopped = _changebroker(env, "down")
