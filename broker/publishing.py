@@ -176,10 +176,10 @@ class Publisher:
         except BadBody as bad:
             return bad.response
         messages: list[Message] = []
-        received_at = _now()
+        received_at = received_now()
         for index, (event, size) in enumerate(batch):
             try:
-                messages.append(self._prepare(target, event, size, received_at))
+                messages.append(prepare(target, event, size, received_at))
             except ItemFailure as failure:
                 metrics.batches.inc(event_type=name, status="422")
                 return JSONResponse(_rejected(batch, index, failure), status_code=422)
@@ -201,43 +201,46 @@ class Publisher:
         metrics.events.inc(len(messages), event_type=name)
         return Response(status_code=200)
 
-    def _prepare(self, target: Target, event: Any, size: int, received_at: str) -> Message:
-        if size > MAX_EVENT_BYTES:
-            raise ItemFailure(
-                "validating",
-                f"Event too large: {size} bytes, the limit is {MAX_EVENT_BYTES} bytes as sent",
-            )
-        if not isinstance(event, dict):
-            raise ItemFailure("validating", "an event must be a JSON object")
-        error = target.validator.first_error(event)
-        if error is not None:
-            raise ItemFailure("validating", error)
+
+def prepare(target: Target, event: Any, size: int, received_at: str) -> Message:
+    """One event validated, partitioned, enriched and encoded: the pipeline without Kafka
+    (the bridge sends the result in its own Kafka transactions)."""
+    if size > MAX_EVENT_BYTES:
+        raise ItemFailure(
+            "validating",
+            f"Event too large: {size} bytes, the limit is {MAX_EVENT_BYTES} bytes as sent",
+        )
+    if not isinstance(event, dict):
+        raise ItemFailure("validating", "an event must be a JSON object")
+    error = target.validator.first_error(event)
+    if error is not None:
+        raise ItemFailure("validating", error)
+    try:
+        partition = partition_for(
+            target.partition_strategy,
+            event,
+            key_fields=target.key_fields,
+            category=target.category,
+            partitions=target.partitions,
+        )
+    except PartitioningError as exc:
+        raise ItemFailure("partitioning", str(exc)) from None
+    if target.enriched:
         try:
-            partition = partition_for(
-                target.partition_strategy,
+            enrich(
                 event,
-                key_fields=target.key_fields,
-                category=target.category,
-                partitions=target.partitions,
+                event_type=target.name,
+                partition=partition,
+                version=target.version,
+                flow_id=logs.flow_id.get(),
+                received_at=received_at,
             )
-        except PartitioningError as exc:
-            raise ItemFailure("partitioning", str(exc)) from None
-        if target.enriched:
-            try:
-                enrich(
-                    event,
-                    event_type=target.name,
-                    partition=partition,
-                    version=target.version,
-                    flow_id=logs.flow_id.get(),
-                    received_at=received_at,
-                )
-            except EnrichmentError as exc:
-                raise ItemFailure("enriching", str(exc)) from None
-        key = event["metadata"]["partition_compaction_key"].encode() if target.compacted else None
-        # ensure_ascii keeps json's fast C path; \u escapes are the same JSON text to readers.
-        value = json.dumps(event, separators=(",", ":")).encode()
-        return Message(target.topic, partition, key, value)
+        except EnrichmentError as exc:
+            raise ItemFailure("enriching", str(exc)) from None
+    key = event["metadata"]["partition_compaction_key"].encode() if target.compacted else None
+    # ensure_ascii keeps json's fast C path; \u escapes are the same JSON text to readers.
+    value = json.dumps(event, separators=(",", ":")).encode()
+    return Message(target.topic, partition, key, value)
 
 
 def _rejected(batch: list[tuple[Any, int]], failed: int, failure: ItemFailure) -> list[Any]:
@@ -254,6 +257,6 @@ def _rejected(batch: list[tuple[Any, int]], failed: int, failure: ItemFailure) -
     return items
 
 
-def _now() -> str:
+def received_now() -> str:
     now = datetime.now(UTC)
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
