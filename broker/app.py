@@ -37,6 +37,7 @@ from broker.producer import KafkaProducer
 from broker.publishing import Publisher
 from broker.settings import Settings
 from broker.store import Store, StoreResolver
+from broker.watermarks import Watermarks
 from changebroker import pg
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ def create_app(settings: Settings) -> Starlette:
     event_type_api = EventTypeApi(store, topics, settings)
     producer = KafkaProducer(settings.kafka_bootstrap)
     publisher = Publisher(store, producer)
+    watermarks = Watermarks(settings.kafka_bootstrap)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -60,6 +62,7 @@ def create_app(settings: Settings) -> Starlette:
             yield
         finally:
             await asyncio.to_thread(producer.close)
+            await watermarks.close()
             await store.close()
 
     async def health(request: Request) -> Response:
@@ -82,7 +85,7 @@ def create_app(settings: Settings) -> Starlette:
         *event_type_api.routes(),
         *publisher.routes(),
         # Streams, partitions and cursor operations: broker/reading.py.
-        *reading.routes(StoreResolver(store), settings.kafka_bootstrap),
+        *reading.routes(StoreResolver(store), settings.kafka_bootstrap, watermarks),
     ]
     return Starlette(
         routes=routes,

@@ -71,10 +71,12 @@ def _not_found(name: str) -> Response:
 
 
 class Reading:
-    def __init__(self, resolve: TopicResolver, kafka_bootstrap: str) -> None:
+    def __init__(
+        self, resolve: TopicResolver, kafka_bootstrap: str, watermarks: Watermarks
+    ) -> None:
         self._resolve = resolve
         self._bootstrap = kafka_bootstrap
-        self._watermarks = Watermarks(kafka_bootstrap)
+        self._watermarks = watermarks
 
     async def _marks(self, topic: EventTypeTopic) -> dict[int, Watermark]:
         return await self._watermarks.of(topic.topic, range(topic.partitions))
@@ -262,8 +264,9 @@ def _kafka_unavailable_is_503(endpoint: Endpoint) -> Endpoint:
     return guarded
 
 
-def routes(resolve: TopicResolver, kafka_bootstrap: str) -> list[BaseRoute]:
-    reading = Reading(resolve, kafka_bootstrap)
+def routes(resolve: TopicResolver, kafka_bootstrap: str, watermarks: Watermarks) -> list[BaseRoute]:
+    """The reading endpoints; ``watermarks`` is the app's, closed by its lifespan."""
+    reading = Reading(resolve, kafka_bootstrap, watermarks)
     endpoints: list[tuple[str, Endpoint, str]] = [
         ("/event-types/{name}/events", reading.stream, "GET"),
         ("/event-types/{name}/partitions", reading.partitions, "GET"),

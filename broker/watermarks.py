@@ -90,3 +90,14 @@ class Watermarks:
     async def of(self, topic: str, partitions: Iterable[int]) -> dict[int, Watermark]:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._read, topic, list(partitions))
+
+    def _close_consumer(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    async def close(self) -> None:
+        """Leave Kafka (the consumer's sockets and librdkafka threads) and end the thread."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._close_consumer)
+        self._executor.shutdown(wait=True)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 
 import httpx
 
+from broker.app import create_app
+from broker.settings import Settings
+from tests.broker.conftest import business_event_type
 from tests.broker.stream_support import order, publish, two_partition_type
 from tests.broker.swagger import assert_problem, validate
+from tests.support.apps import serve_in_thread
 
 
 def test_empty_partitions_have_newest_before_the_first_event(
@@ -118,3 +123,21 @@ def test_partition_errors(client: httpx.Client, make_event_type: Callable[..., s
         422,
         "non existing partition 3",
     )
+
+
+def _watermark_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith("watermarks"))
+
+
+def test_app_shutdown_closes_the_watermark_consumer(
+    broker_dsn: str, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    before = _watermark_threads()
+    settings = Settings(pg_dsn=broker_dsn, kafka_bootstrap=kafka_bootstrap)
+    with serve_in_thread(create_app(settings)) as url, httpx.Client(base_url=url) as http:
+        name = unique_name("marks")
+        assert http.post("/event-types", json=business_event_type(name)).status_code == 201
+        # The first watermark question creates the consumer on the watermarks thread.
+        assert http.get(f"/event-types/{name}/partitions").status_code == 200
+        assert _watermark_threads() == before + 1
+    assert _watermark_threads() == before
