@@ -103,7 +103,7 @@ def parse_limits(query: Mapping[str, str]) -> StreamLimits:
 
 
 @dataclass
-class _Partition:
+class PartitionBatch:
     """One partition's progress: what was last sent, what waits, when it must be flushed."""
 
     prefix: bytes
@@ -113,16 +113,93 @@ class _Partition:
     keep_alives: int = 0
     pending: list[bytes] = field(default_factory=list)
 
+    def cursor_end(self) -> bytes:
+        """What closes the cursor after its offset (subscriptions add event_type and a token)."""
+        return b'"}'
+
     def line(self) -> bytes:
         """The next batch (or keep-alive when nothing waits); resets the flush timer's state."""
         offset = format_offset(self.last_offset, self.timeline).encode()
         if not self.pending:
             self.keep_alives += 1
-            return self.prefix + offset + b'"}}\n'
+            return self.prefix + offset + self.cursor_end() + b"}\n"
         self.keep_alives = 0
         events = b",".join(self.pending)
         self.pending = []
-        return self.prefix + offset + b'"},"events":[' + events + b"]}\n"
+        return self.prefix + offset + self.cursor_end() + b',"events":[' + events + b"]}\n"
+
+
+PartitionKey = tuple[str, int]
+
+
+class Batcher:
+    """Nakadi's batching over a set of partitions: batch_limit, flush timeouts, stream_limit
+    and the keep-alive limit. Low-level and subscription streams both feed it polled messages.
+    """
+
+    def __init__(self, limits: StreamLimits) -> None:
+        self.limits = limits
+        self.partitions: dict[PartitionKey, PartitionBatch] = {}
+        self.accepted = 0
+
+    def take(self, messages: list[Message]) -> tuple[list[bytes], bool]:
+        """Lines of the batches these messages fill; True once stream_limit is reached."""
+        limits = self.limits
+        out: list[bytes] = []
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                raise RuntimeError(f"Kafka failed while streaming {message.topic()}: {error}")
+            state = self.partitions.get((message.topic(), message.partition()))  # type: ignore[arg-type]
+            if state is None:
+                # Fetched before its partition was given up (subscription rebalance): not ours.
+                continue
+            state.pending.append(message.value())  # type: ignore[arg-type]
+            state.last_offset = message.offset()  # type: ignore[assignment]
+            self.accepted += 1
+            if len(state.pending) >= limits.batch_limit:
+                out.append(state.line())
+                state.flush_at = time.monotonic() + limits.batch_flush_timeout
+            if limits.stream_limit and self.accepted >= limits.stream_limit:
+                return out, True
+        return out, False
+
+    def due(self, now: float, stream_over: bool) -> list[bytes]:
+        """Batches whose flush timeout passed (keep-alives if empty); at the end, all that waits."""
+        out: list[bytes] = []
+        for state in self.partitions.values():
+            if state.pending and stream_over:
+                out.append(state.line())
+            elif now >= state.flush_at and not stream_over:
+                out.append(state.line())
+                state.flush_at = now + self.limits.batch_flush_timeout
+        return out
+
+    def next_flush(self, bound: float) -> float:
+        """When the next partition is due, ``bound`` at the latest."""
+        return min([bound, *(s.flush_at for s in self.partitions.values())])
+
+    def keep_alive_limit_reached(self) -> bool:
+        """Nakadi ends the stream once every partition sent that many keep-alives in a row."""
+        limit = self.limits.stream_keep_alive_limit
+        # A partition holding events that are not yet due still has something to say.
+        return (
+            limit > 0
+            and bool(self.partitions)
+            and all(s.keep_alives >= limit and not s.pending for s in self.partitions.values())
+        )
+
+
+def poll(consumer: Consumer, timeout: float, most: int = MESSAGES_PER_POLL) -> list[Message]:
+    """Wait for the first message only, then take whatever else is already fetched.
+
+    ``consume(n, timeout)`` alone would hold a few messages back until ``n``
+    arrive or the timeout passes, delaying quiet streams by the whole timeout.
+    """
+    first = consumer.poll(timeout)
+    if first is None:
+        return []
+    return [first, *consumer.consume(most - 1, 0)] if most > 1 else [first]
 
 
 class EventStream:
@@ -156,16 +233,8 @@ class EventStream:
             open_streams += 1
 
     def _poll(self, timeout: float) -> list[Message]:
-        """Wait for the first message only, then take whatever else is already fetched.
-
-        ``consume(n, timeout)`` alone would hold a few messages back until ``n``
-        arrive or the timeout passes, delaying quiet streams by the whole timeout.
-        """
         assert self._consumer is not None
-        first = self._consumer.poll(timeout)
-        if first is None:
-            return []
-        return [first, *self._consumer.consume(MESSAGES_PER_POLL - 1, 0)]
+        return poll(self._consumer, timeout)
 
     def _close_consumer(self) -> None:
         global open_streams
@@ -190,56 +259,25 @@ class EventStream:
             await loop.run_in_executor(self._executor, self._open)
             started = time.monotonic()
             ends_at = started + limits.stream_timeout
-            partitions = {
-                p: _Partition(
+            batcher = Batcher(limits)
+            for p, last in self._positions.items():
+                batcher.partitions[(self._topic, p)] = PartitionBatch(
                     b'{"cursor":{"partition":"' + str(p).encode() + b'","offset":"',
                     last,
                     self._timeline,
                     started + limits.batch_flush_timeout,
                 )
-                for p, last in self._positions.items()
-            }
-            accepted = 0
             while True:
                 now = time.monotonic()
-                next_flush = min(min(s.flush_at for s in partitions.values()), ends_at)
-                wait = min(max(next_flush - now, 0.0), MAX_POLL_SECONDS)
+                wait = min(max(batcher.next_flush(ends_at) - now, 0.0), MAX_POLL_SECONDS)
                 messages = await loop.run_in_executor(self._executor, self._poll, wait)
-                out: list[bytes] = []
-                limit_reached = False
-                for message in messages:
-                    error = message.error()
-                    if error is not None:
-                        raise RuntimeError(f"Kafka failed while streaming {self._topic}: {error}")
-                    state = partitions[message.partition()]  # type: ignore[index]
-                    state.pending.append(message.value())  # type: ignore[arg-type]
-                    state.last_offset = message.offset()  # type: ignore[assignment]
-                    accepted += 1
-                    if len(state.pending) >= limits.batch_limit:
-                        out.append(state.line())
-                        state.flush_at = time.monotonic() + limits.batch_flush_timeout
-                    if limits.stream_limit and accepted >= limits.stream_limit:
-                        limit_reached = True
-                        break
+                out, limit_reached = batcher.take(messages)
                 now = time.monotonic()
                 stream_over = limit_reached or now >= ends_at
-                for state in partitions.values():
-                    if state.pending and stream_over:
-                        out.append(state.line())
-                    elif now >= state.flush_at and not stream_over:
-                        out.append(state.line())
-                        state.flush_at = now + limits.batch_flush_timeout
+                out += batcher.due(now, stream_over)
                 if out:
                     yield b"".join(out)
-                if stream_over or self._keep_alive_limit_reached(partitions):
+                if stream_over or batcher.keep_alive_limit_reached():
                     return
         finally:
             self.close()
-
-    def _keep_alive_limit_reached(self, partitions: Mapping[int, _Partition]) -> bool:
-        """Nakadi ends the stream once every partition sent that many keep-alives in a row."""
-        limit = self._limits.stream_keep_alive_limit
-        # A partition holding events that are not yet due still has something to say.
-        return limit > 0 and all(
-            s.keep_alives >= limit and not s.pending for s in partitions.values()
-        )
