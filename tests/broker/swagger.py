@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
 from jsonschema.validators import Draft4Validator
 
-# The shared folder sits beside the checkout: /work/shared next to /work/main.
-SPEC = Path(__file__).resolve().parents[3] / "shared/specs/nakadi-event-bus-api-0.10.1.yaml"
+from tests.support import SPECS
+
+SPEC = SPECS / "nakadi-event-bus-api-0.10.1.yaml"
 
 
 def _drop_prose_patterns(node: Any) -> Any:

@@ -16,10 +16,11 @@ import yaml
 
 from changebroker.stack.processes import wait_until
 from changeserver.server import ChangeServer, Settings
+from tests.support import SPECS
 from tests.support.apps import serve_in_thread
 
 TABLE = "CREATE TABLE items (id int PRIMARY KEY, name text, _change_selector text)"
-SPEC = Path(__file__).resolve().parents[3] / "shared/specs/changeserver-api.yaml"
+SPEC = SPECS / "changeserver-api.yaml"
 
 
 @functools.cache
