@@ -41,8 +41,9 @@ def migrations(component: str) -> list[tuple[int, Path]]:
     return found
 
 
-def migrate(dsn: str, component: str) -> int:
-    """Apply ``component``'s pending migrations; returns the version now in place.
+def migrate(dsn: str, component: str, *, until: int | None = None) -> int:
+    """Apply ``component``'s pending migrations (up to version ``until``, if given: a test of
+    a migration starts from the schema before it); returns the version now in place.
 
     Each file runs in its own transaction under an advisory lock, so several
     processes starting at once apply each file exactly once.
@@ -57,6 +58,8 @@ def migrate(dsn: str, component: str) -> int:
         conn.commit()
         current = 0
         for version, path in migrations(component):
+            if until is not None and version > until:
+                break
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext('changebroker_migrations'))")
                 done = conn.execute(

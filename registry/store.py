@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncCursor
+from psycopg.errors import ForeignKeyViolation
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
@@ -41,6 +42,8 @@ SUBJECT_COLUMNS = (
 EDITABLE = ("app", "description", "status", "compatibility", "coordinate", "format")
 
 Conn = AsyncConnection[DictRow]
+# A pool connection, or a dict-row cursor on a connection inside someone else's transaction.
+Db = Conn | AsyncCursor[DictRow]
 
 
 @dataclass(frozen=True)
@@ -144,50 +147,6 @@ class Store:
 
     # -- subjects ---------------------------------------------------------------------
 
-    async def _find(
-        self,
-        conn: Conn,
-        key: SubjectKey,
-        *,
-        lock: bool = False,
-        with_version: tuple[int | None] | None = None,
-    ) -> DictRow | None:
-        """The subject row; ``with_version=(v,)`` adds version v's columns (None: latest)."""
-        query = f"SELECT {SUBJECT_COLUMNS}"
-        params: list[Any] = []
-        if with_version is not None:
-            # One round trip for the lookup the API serves most.
-            query += (
-                ", v.* FROM registry_subjects j LEFT JOIN LATERAL (SELECT s.id AS schema_id,"
-                " s.version, s.name, s.comment, s.serialization, s.definition, s.validator"
-                " FROM registry_schemas s WHERE s.subject_id = j.id"
-                " AND (%s::int IS NULL OR s.version = %s) ORDER BY s.version DESC LIMIT 1) v"
-                " ON true"
-            )
-            params += [with_version[0], with_version[0]]
-        else:
-            query += " FROM registry_subjects j"
-        query += (
-            " WHERE subject = %s"
-            " AND (%s::text IS NULL OR tenant = %s) AND (%s::text IS NULL OR namespace = %s)"
-            + (" FOR UPDATE" if lock else "")
-        )
-        params += [key.subject, key.tenant, key.tenant, key.namespace, key.namespace]
-        rows = await (await conn.execute(query, params)).fetchall()
-        if len(rows) > 1:
-            raise RegistryError(
-                errors.INVALID_INPUT,
-                f"subject {key.subject!r} exists in several tenants or namespaces:"
-                " pass the tenant and namespace parameters",
-            )
-        return rows[0] if rows else None
-
-    async def _get(self, conn: Conn, key: SubjectKey, *, lock: bool = False) -> DictRow:
-        row = await self._find(conn, key, lock=lock)
-        if row is None:
-            raise RegistryError(errors.SUBJECT_NOT_FOUND, f"subject {key.subject!r} not found")
-        return row
-
     async def list_subjects(self, tenant: str | None, namespace: str | None) -> list[str]:
         async with self.pool.connection() as conn:
             rows = await (
@@ -202,90 +161,34 @@ class Store:
 
     async def subject(self, key: SubjectKey) -> dict[str, Any]:
         async with self.pool.connection() as conn:
-            return subject_json(await self._get(conn, key))
+            return subject_json(await _get(conn, key))
 
     async def put_subject(self, key: SubjectKey, body: Mapping[str, Any]) -> dict[str, Any]:
         """Create the subject, or update the metadata ``body`` carries (seed 004, 7.2.5)."""
-        if key.tenant is None or key.namespace is None:
-            raise RegistryError(
-                errors.INVALID_INPUT, "tenant and namespace are required to create or update"
-            )
-        changes: dict[str, Any] = {}
-        for column in EDITABLE:
-            if column in body:
-                changes[column] = _optional_text(body, column)
-        if changes.get("compatibility") is not None:
-            changes["compatibility"] = parse_mode(changes["compatibility"]).value
-        elif "compatibility" in changes:
-            del changes["compatibility"]  # null: keep the current mode (BACKWARD when new)
-        if changes.get("format") is not None:
-            changes["format"] = normalize_format(changes["format"])
         async with self.pool.connection() as conn, conn.transaction():
-            await conn.execute(
-                "INSERT INTO registry_subjects (tenant, namespace, subject, status) VALUES"
-                " (%s, %s, %s, %s) ON CONFLICT (tenant, namespace, subject) DO NOTHING",
-                (key.tenant, key.namespace, key.subject, changes.get("status")),
-            )
-            row = await self._get(conn, key, lock=True)
-            if "status" not in changes and row["status"] is None:
-                raise RegistryError(errors.INVALID_INPUT, "status is required (e.g. released)")
-            if "compatibility" in changes and changes["compatibility"] != row["compatibility"]:
-                await self._check_history(conn, row, Mode(changes["compatibility"]), "the new mode")
-            if "format" in changes and changes["format"] != row["format"]:
-                await self._check_format_change(conn, row, changes["format"])
-            if changes:
-                assignments = ", ".join(f"{column} = %s" for column in changes)
-                row = (
-                    await (
-                        await conn.execute(
-                            f"UPDATE registry_subjects SET {assignments},"
-                            " last_modified_time = now() WHERE id = %s"
-                            f" RETURNING {SUBJECT_COLUMNS}",
-                            (*changes.values(), row["id"]),
-                        )
-                    ).fetchone()
-                    or row
-                )
-        return subject_json(row)
-
-    async def _check_format_change(self, conn: Conn, row: Mapping[str, Any], fmt: str) -> None:
-        count = await (
-            await conn.execute(
-                "SELECT count(*) AS n FROM registry_schemas WHERE subject_id = %s", (row["id"],)
-            )
-        ).fetchone()
-        if count and count["n"]:
-            raise RegistryError(
-                errors.INVALID_INPUT,
-                f"subject {row['subject']!r} already has {row['format']} schemas;"
-                " its format cannot change (use a new subject)",
-            )
+            return subject_json(await put_subject_in(conn, key, body))
 
     async def delete_subject(self, key: SubjectKey) -> list[int]:
-        async with self.pool.connection() as conn, conn.transaction():
-            row = await self._get(conn, key, lock=True)
-            versions = await (
-                await conn.execute(
-                    "SELECT version FROM registry_schemas WHERE subject_id = %s ORDER BY version",
-                    (row["id"],),
-                )
-            ).fetchall()
-            await conn.execute("DELETE FROM registry_subjects WHERE id = %s", (row["id"],))
+        try:
+            async with self.pool.connection() as conn, conn.transaction():
+                versions = await delete_subject_in(conn, key)
+        except ForeignKeyViolation as error:
+            raise _in_use(f"subject {key.subject!r}", error) from None
         log.info("subject deleted", extra=logs.fields(subject=key.subject, versions=len(versions)))
-        return [v["version"] for v in versions]
+        return versions
 
     # -- config ---------------------------------------------------------------------
 
     async def compatibility(self, key: SubjectKey) -> str:
         async with self.pool.connection() as conn:
-            return str((await self._get(conn, key))["compatibility"])
+            return str((await _get(conn, key))["compatibility"])
 
     async def set_compatibility(self, key: SubjectKey, value: Any) -> str:
         mode = parse_mode(value)
         async with self.pool.connection() as conn, conn.transaction():
-            row = await self._get(conn, key, lock=True)
+            row = await _get(conn, key, lock=True)
             if mode.value != row["compatibility"]:
-                await self._check_history(conn, row, mode, "the new mode")
+                await _check_history(conn, row, mode, "the new mode")
                 await conn.execute(
                     "UPDATE registry_subjects SET compatibility = %s, last_modified_time = now()"
                     " WHERE id = %s",
@@ -297,7 +200,7 @@ class Store:
 
     async def versions(self, key: SubjectKey) -> list[int]:
         async with self.pool.connection() as conn:
-            row = await self._get(conn, key)
+            row = await _get(conn, key)
             rows = await (
                 await conn.execute(
                     "SELECT version FROM registry_schemas WHERE subject_id = %s ORDER BY version",
@@ -306,21 +209,10 @@ class Store:
             ).fetchall()
         return [r["version"] for r in rows]
 
-    async def _version_row(
-        self, conn: Conn, subject_id: int, version: int | None
-    ) -> DictRow | None:
-        if version is None:
-            query = (
-                "SELECT * FROM registry_schemas WHERE subject_id = %s ORDER BY version DESC LIMIT 1"
-            )
-            return await (await conn.execute(query, (subject_id,))).fetchone()
-        query = "SELECT * FROM registry_schemas WHERE subject_id = %s AND version = %s"
-        return await (await conn.execute(query, (subject_id, version))).fetchone()
-
     async def version(self, key: SubjectKey, version: int | None) -> dict[str, Any]:
         """Subject metadata with ``schema`` (seed 004, 7.2.4); ``None`` is the latest."""
         async with self.pool.connection() as conn:
-            row = await self._find(conn, key, with_version=(version,))
+            row = await _find(conn, key, with_version=(version,))
         if row is None:
             raise RegistryError(errors.SUBJECT_NOT_FOUND, f"subject {key.subject!r} not found")
         if row["schema_id"] is None:
@@ -352,82 +244,24 @@ class Store:
 
     async def register(self, key: SubjectKey, body: Mapping[str, Any]) -> str:
         """The id of ``body``'s definition in the subject: existing, or a new version."""
-        serialization = _optional_text(body, "serialization")
         async with self.pool.connection() as conn, conn.transaction():
-            subject = await self._find(conn, key, lock=True)
-            if subject is None:
-                await conn.execute(
-                    "INSERT INTO registry_subjects (tenant, namespace, subject) VALUES (%s, %s, %s)"
-                    " ON CONFLICT (tenant, namespace, subject) DO NOTHING",
-                    (key.tenant or "", key.namespace or "", key.subject),
-                )
-                subject = await self._get(
-                    conn, SubjectKey(key.subject, key.tenant or "", key.namespace or ""), lock=True
-                )
-            fmt = subject["format"] or format_of_serialization(serialization)
-            implied = format_of_serialization(serialization)
-            if subject["format"] and implied and implied != subject["format"]:
-                raise RegistryError(
-                    errors.INVALID_INPUT,
-                    f"serialization {serialization!r} does not fit the subject's format"
-                    f" {subject['format']}",
-                )
-            parsed = parse_definition(fmt, body.get("schemaDefinition"))
-            text = parsed.canonical
-            existing = await (
-                await conn.execute(
-                    "SELECT id FROM registry_schemas WHERE subject_id = %s"
-                    " AND md5(canonical) = md5(%s) AND canonical = %s ORDER BY version LIMIT 1",
-                    (subject["id"], text, text),
-                )
-            ).fetchone()
-            if existing is not None:
-                return str(existing["id"])
-            mode = Mode(subject["compatibility"])
-            history = await self._history(conn, subject["id"], latest_only=not mode.transitive)
-            found = _violations(mode, parsed.value, history, fmt)
-            if found:
-                raise errors.incompatible(
-                    found, f"the schema is not {mode.value} compatible with {key.subject!r}"
-                )
-            version = (history[-1][0] + 1) if history else 1
-            row = await (
-                await conn.execute(
-                    "INSERT INTO registry_schemas (subject_id, version, name, comment,"
-                    " serialization, definition, canonical, validator)"
-                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-                    (
-                        subject["id"],
-                        version,
-                        _optional_text(body, "name"),
-                        _optional_text(body, "comment"),
-                        serialization,
-                        Jsonb(body.get("schemaDefinition")),
-                        text,
-                        _optional_text(body, "validator"),
-                    ),
-                )
-            ).fetchone()
-            if subject["format"] is None and fmt is not None:
-                await conn.execute(
-                    "UPDATE registry_subjects SET format = %s WHERE id = %s", (fmt, subject["id"])
-                )
-        assert row is not None
-        log.info(
-            "schema registered",
-            extra=logs.fields(subject=key.subject, version=version, id=row["id"]),
-        )
-        return str(row["id"])
+            registered = await register_in(conn, key, body)
+        if registered.new:
+            log.info(
+                "schema registered",
+                extra=logs.fields(
+                    subject=key.subject, version=registered.version, id=registered.id
+                ),
+            )
+        return str(registered.id)
 
     async def delete_version(self, key: SubjectKey, version: int | None) -> int:
         async with self.pool.connection() as conn, conn.transaction():
-            subject = await self._get(conn, key, lock=True)
-            row = await self._version_row(conn, subject["id"], version)
+            subject = await _get(conn, key, lock=True)
+            row = await _version_row(conn, subject["id"], version)
             if row is None:
                 raise _version_missing(key, version)
-            remaining = [
-                h for h in await self._history(conn, subject["id"]) if h[0] != row["version"]
-            ]
+            remaining = [h for h in await _history(conn, subject["id"]) if h[0] != row["version"]]
             mode = Mode(subject["compatibility"])
             found = _history_violations(mode, remaining, subject["format"])
             if found:
@@ -436,7 +270,10 @@ class Store:
                     f"without version {row['version']} the remaining versions of"
                     f" {key.subject!r} break {mode.value}",
                 )
-            await conn.execute("DELETE FROM registry_schemas WHERE id = %s", (row["id"],))
+            try:
+                await conn.execute("DELETE FROM registry_schemas WHERE id = %s", (row["id"],))
+            except ForeignKeyViolation as error:
+                raise _in_use(f"version {row['version']} of {key.subject!r}", error) from None
         return int(row["version"])
 
     async def test_compatibility(
@@ -444,40 +281,243 @@ class Store:
     ) -> list[Violation]:
         """Violations of the subject's mode by ``definition`` against history up to ``version``."""
         async with self.pool.connection() as conn:
-            subject = await self._get(conn, key)
-            row = await self._version_row(conn, subject["id"], version)
+            subject = await _get(conn, key)
+            row = await _version_row(conn, subject["id"], version)
             if row is None:
                 raise _version_missing(key, version)
-            history = [
-                h for h in await self._history(conn, subject["id"]) if h[0] <= row["version"]
-            ]
+            history = [h for h in await _history(conn, subject["id"]) if h[0] <= row["version"]]
         fmt = subject["format"] or format_of_serialization(row["serialization"])
         parsed = parse_definition(fmt, definition)
         return _violations(Mode(subject["compatibility"]), parsed.value, history, fmt)
 
-    async def _history(
-        self, conn: Conn, subject_id: int, *, latest_only: bool = False
-    ) -> list[tuple[int, Any]]:
-        """(version, definition), oldest first; non-transitive checks need the latest alone."""
-        rows = await (
-            await conn.execute(
-                "SELECT version, canonical FROM registry_schemas WHERE subject_id = %s"
-                " ORDER BY version DESC" + (" LIMIT 1" if latest_only else ""),
-                (subject_id,),
-            )
-        ).fetchall()
-        return [(r["version"], json.loads(r["canonical"])) for r in reversed(rows)]
 
-    async def _check_history(
-        self, conn: Conn, subject: Mapping[str, Any], mode: Mode, what: str
-    ) -> None:
-        found = _history_violations(
-            mode, await self._history(conn, subject["id"]), subject["format"]
+# -- in a transaction the caller holds ----------------------------------------------------
+# The broker calls these on its own connection, so an event type and its subject change in
+# one transaction (both live in one metadata database).
+
+
+@dataclass(frozen=True)
+class Registered:
+    id: int
+    version: int
+    new: bool  # False: the subject already had this definition (same id, no new version)
+
+
+async def put_subject_in(db: Db, key: SubjectKey, body: Mapping[str, Any]) -> DictRow:
+    """Create the subject or update the metadata ``body`` carries; ``key`` names tenant and
+    namespace."""
+    if key.tenant is None or key.namespace is None:
+        raise RegistryError(
+            errors.INVALID_INPUT, "tenant and namespace are required to create or update"
         )
-        if found:
-            raise errors.incompatible(
-                found, f"the versions of {subject['subject']!r} already break {what} {mode.value}"
-            )
+    changes: dict[str, Any] = {}
+    for column in EDITABLE:
+        if column in body:
+            changes[column] = _optional_text(body, column)
+    if changes.get("compatibility") is not None:
+        changes["compatibility"] = parse_mode(changes["compatibility"]).value
+    elif "compatibility" in changes:
+        del changes["compatibility"]  # null: keep the current mode (BACKWARD when new)
+    if changes.get("format") is not None:
+        changes["format"] = normalize_format(changes["format"])
+    await db.execute(
+        "INSERT INTO registry_subjects (tenant, namespace, subject, status) VALUES"
+        " (%s, %s, %s, %s) ON CONFLICT (tenant, namespace, subject) DO NOTHING",
+        (key.tenant, key.namespace, key.subject, changes.get("status")),
+    )
+    row = await _get(db, key, lock=True)
+    if "status" not in changes and row["status"] is None:
+        raise RegistryError(errors.INVALID_INPUT, "status is required (e.g. released)")
+    if "compatibility" in changes and changes["compatibility"] != row["compatibility"]:
+        await _check_history(db, row, Mode(changes["compatibility"]), "the new mode")
+    if "format" in changes and changes["format"] != row["format"]:
+        await _check_format_change(db, row, changes["format"])
+    if not changes:
+        return row
+    assignments = ", ".join(f"{column} = %s" for column in changes)
+    updated = await (
+        await db.execute(
+            f"UPDATE registry_subjects SET {assignments}, last_modified_time = now()"
+            f" WHERE id = %s RETURNING {SUBJECT_COLUMNS}",
+            (*changes.values(), row["id"]),
+        )
+    ).fetchone()
+    return updated or row
+
+
+async def delete_subject_in(db: Db, key: SubjectKey) -> list[int]:
+    """Delete the subject and its versions; returns the versions it had."""
+    row = await _get(db, key, lock=True)
+    versions = await (
+        await db.execute(
+            "SELECT version FROM registry_schemas WHERE subject_id = %s ORDER BY version",
+            (row["id"],),
+        )
+    ).fetchall()
+    await db.execute("DELETE FROM registry_subjects WHERE id = %s", (row["id"],))
+    return [v["version"] for v in versions]
+
+
+async def register_in(db: Db, key: SubjectKey, body: Mapping[str, Any]) -> Registered:
+    """``body``'s definition in the subject (created if absent): existing, or a new version
+    after the subject's mode accepts it."""
+    serialization = _optional_text(body, "serialization")
+    subject = await _find(db, key, lock=True)
+    if subject is None:
+        await db.execute(
+            "INSERT INTO registry_subjects (tenant, namespace, subject) VALUES (%s, %s, %s)"
+            " ON CONFLICT (tenant, namespace, subject) DO NOTHING",
+            (key.tenant or "", key.namespace or "", key.subject),
+        )
+        subject = await _get(
+            db, SubjectKey(key.subject, key.tenant or "", key.namespace or ""), lock=True
+        )
+    fmt = subject["format"] or format_of_serialization(serialization)
+    implied = format_of_serialization(serialization)
+    if subject["format"] and implied and implied != subject["format"]:
+        raise RegistryError(
+            errors.INVALID_INPUT,
+            f"serialization {serialization!r} does not fit the subject's format"
+            f" {subject['format']}",
+        )
+    parsed = parse_definition(fmt, body.get("schemaDefinition"))
+    text = parsed.canonical
+    existing = await (
+        await db.execute(
+            "SELECT id, version FROM registry_schemas WHERE subject_id = %s"
+            " AND md5(canonical) = md5(%s) AND canonical = %s ORDER BY version LIMIT 1",
+            (subject["id"], text, text),
+        )
+    ).fetchone()
+    if existing is not None:
+        return Registered(existing["id"], existing["version"], new=False)
+    mode = Mode(subject["compatibility"])
+    history = await _history(db, subject["id"], latest_only=not mode.transitive)
+    found = _violations(mode, parsed.value, history, fmt)
+    if found:
+        raise errors.incompatible(
+            found, f"the schema is not {mode.value} compatible with {key.subject!r}"
+        )
+    version = (history[-1][0] + 1) if history else 1
+    row = await (
+        await db.execute(
+            "INSERT INTO registry_schemas (subject_id, version, name, comment,"
+            " serialization, definition, canonical, validator)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+            (
+                subject["id"],
+                version,
+                _optional_text(body, "name"),
+                _optional_text(body, "comment"),
+                serialization,
+                Jsonb(body.get("schemaDefinition")),
+                text,
+                _optional_text(body, "validator"),
+            ),
+        )
+    ).fetchone()
+    assert row is not None
+    if subject["format"] is None and fmt is not None:
+        await db.execute(
+            "UPDATE registry_subjects SET format = %s WHERE id = %s", (fmt, subject["id"])
+        )
+    return Registered(row["id"], version, new=True)
+
+
+def _in_use(what: str, error: ForeignKeyViolation) -> RegistryError:
+    """Deleting what another table (the broker's event types) still refers to."""
+    return RegistryError(
+        errors.IN_USE,
+        f"{what} is in use by {error.diag.table_name or 'another table'}: a broker event type's"
+        " schemas are deleted with the event type (DELETE /event-types/{name} on the broker)",
+    )
+
+
+async def _find(
+    db: Db,
+    key: SubjectKey,
+    *,
+    lock: bool = False,
+    with_version: tuple[int | None] | None = None,
+) -> DictRow | None:
+    """The subject row; ``with_version=(v,)`` adds version v's columns (None: latest)."""
+    query = f"SELECT {SUBJECT_COLUMNS}"
+    params: list[Any] = []
+    if with_version is not None:
+        # One round trip for the lookup the API serves most.
+        query += (
+            ", v.* FROM registry_subjects j LEFT JOIN LATERAL (SELECT s.id AS schema_id,"
+            " s.version, s.name, s.comment, s.serialization, s.definition, s.validator"
+            " FROM registry_schemas s WHERE s.subject_id = j.id"
+            " AND (%s::int IS NULL OR s.version = %s) ORDER BY s.version DESC LIMIT 1) v"
+            " ON true"
+        )
+        params += [with_version[0], with_version[0]]
+    else:
+        query += " FROM registry_subjects j"
+    query += (
+        " WHERE subject = %s"
+        " AND (%s::text IS NULL OR tenant = %s) AND (%s::text IS NULL OR namespace = %s)"
+        + (" FOR UPDATE" if lock else "")
+    )
+    params += [key.subject, key.tenant, key.tenant, key.namespace, key.namespace]
+    rows = await (await db.execute(query, params)).fetchall()
+    if len(rows) > 1:
+        raise RegistryError(
+            errors.INVALID_INPUT,
+            f"subject {key.subject!r} exists in several tenants or namespaces:"
+            " pass the tenant and namespace parameters",
+        )
+    return rows[0] if rows else None
+
+
+async def _get(db: Db, key: SubjectKey, *, lock: bool = False) -> DictRow:
+    row = await _find(db, key, lock=lock)
+    if row is None:
+        raise RegistryError(errors.SUBJECT_NOT_FOUND, f"subject {key.subject!r} not found")
+    return row
+
+
+async def _check_format_change(db: Db, row: Mapping[str, Any], fmt: str) -> None:
+    count = await (
+        await db.execute(
+            "SELECT count(*) AS n FROM registry_schemas WHERE subject_id = %s", (row["id"],)
+        )
+    ).fetchone()
+    if count and count["n"]:
+        raise RegistryError(
+            errors.INVALID_INPUT,
+            f"subject {row['subject']!r} already has {row['format']} schemas;"
+            " its format cannot change (use a new subject)",
+        )
+
+
+async def _version_row(db: Db, subject_id: int, version: int | None) -> DictRow | None:
+    if version is None:
+        query = "SELECT * FROM registry_schemas WHERE subject_id = %s ORDER BY version DESC LIMIT 1"
+        return await (await db.execute(query, (subject_id,))).fetchone()
+    query = "SELECT * FROM registry_schemas WHERE subject_id = %s AND version = %s"
+    return await (await db.execute(query, (subject_id, version))).fetchone()
+
+
+async def _history(db: Db, subject_id: int, *, latest_only: bool = False) -> list[tuple[int, Any]]:
+    """(version, definition), oldest first; non-transitive checks need the latest alone."""
+    rows = await (
+        await db.execute(
+            "SELECT version, canonical FROM registry_schemas WHERE subject_id = %s"
+            " ORDER BY version DESC" + (" LIMIT 1" if latest_only else ""),
+            (subject_id,),
+        )
+    ).fetchall()
+    return [(r["version"], json.loads(r["canonical"])) for r in reversed(rows)]
+
+
+async def _check_history(db: Db, subject: Mapping[str, Any], mode: Mode, what: str) -> None:
+    found = _history_violations(mode, await _history(db, subject["id"]), subject["format"])
+    if found:
+        raise errors.incompatible(
+            found, f"the versions of {subject['subject']!r} already break {what} {mode.value}"
+        )
 
 
 def _version_missing(key: SubjectKey, version: int | None) -> RegistryError:
