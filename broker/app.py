@@ -10,7 +10,7 @@ Build it for tests (Postgres metadata database, Kafka bootstrap)::
     with serve_in_thread(create_app(settings)) as url:
         httpx.post(f"{url}/event-types", json={...})  # 201
 
-Start-up applies ``sql/broker`` migrations, opens the Postgres pool and the
+Start-up applies ``sql/registry`` and ``sql/broker`` migrations, opens the Postgres pool and the
 Kafka producer; /health answers 200 once they are up.
 """
 
@@ -55,6 +55,8 @@ def create_app(settings: Settings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Event type schemas are registry subjects in the same database (broker/store.py).
+        await asyncio.to_thread(pg.migrate, settings.pg_dsn, "registry")
         await asyncio.to_thread(pg.migrate, settings.pg_dsn, "broker")
         await store.open()
         producer.start()

@@ -23,7 +23,7 @@ from broker.event_types import InvalidEventType
 from broker.kafka_topics import TopicError, Topics, topic_config, topic_name
 from broker.problems import problem
 from broker.settings import Settings
-from broker.store import AlreadyExists, Store
+from broker.store import AlreadyExists, Store, SubjectConflict
 from changebroker import logs
 from registry.compat import SchemaError, nakadi_evolution, next_version
 
@@ -86,6 +86,8 @@ class EventTypeApi:
             await self.store.create(event_type, topic, partitions, create_topic)
         except AlreadyExists:
             return problem(409, f"EventType with name {name} already exists")
+        except SubjectConflict as exc:
+            return problem(409, str(exc))
         except TopicError as exc:
             return problem(503, f"{exc}; nothing was created, try again")
         log.info(
@@ -100,25 +102,27 @@ class EventTypeApi:
             body = await json_body(request)
         except BadBody as bad:
             return bad.response
-        async with self.store.locked(name) as locked:
-            if locked is None:
-                return not_found(name)
-            current = locked.current
-            try:
-                updated = event_types.validate_update(body, current.body)
-                new_version = self._next_version(current.body, updated)
-            except InvalidEventType as exc:
-                return problem(422, str(exc))
-            old_retention = _retention(current.body)
-            new_retention = _retention(updated)
-            if new_retention != old_retention:
+        try:
+            async with self.store.locked(name) as locked:
+                if locked is None:
+                    return not_found(name)
+                current = locked.current
                 try:
+                    updated = event_types.validate_update(body, current.body)
+                    new_version = self._next_version(current.body, updated)
+                except InvalidEventType as exc:
+                    return problem(422, str(exc))
+                await locked.update(updated, new_version)
+                new_retention = _retention(updated)
+                if new_retention != _retention(current.body):
+                    # Raised inside the transaction: a refused retention change stores nothing.
                     await self.topics.set_retention(
                         current.topic, new_retention or self.settings.default_retention_ms
                     )
-                except TopicError as exc:
-                    return problem(503, f"{exc}; nothing was changed, try again")
-            await locked.update(updated, new_version)
+        except TopicError as exc:
+            return problem(503, f"{exc}; nothing was changed, try again")
+        except SubjectConflict as exc:
+            return problem(409, str(exc))
         log.info(
             "event type updated",
             extra=logs.fields(event_type=name, schema_version=new_version or "unchanged"),

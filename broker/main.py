@@ -54,8 +54,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     option(
         "--registry-url",
-        help="the schema registry's URL; accepted as `changebroker up` passes it, though schema"
-        " versions still live in the broker's own tables",
+        help="the schema registry's URL, as `changebroker up` passes it; the broker writes event"
+        " type schemas into the registry's tables in its own --pg-url database, so run the"
+        " registry on that database too",
     )
     option("--pool-size", type=int, default=10, help="Postgres connections at most (per worker)")
     option(

@@ -1,4 +1,14 @@
-"""Event types and schema versions in Postgres (``sql/broker``), shared by every broker process.
+"""Event types in Postgres (``sql/broker``), their schemas in the registry's tables.
+
+Each event type's schema versions are a registry subject: the event type's
+name in tenant ``changebroker``, namespace ``event-types`` (:func:`subject_key`),
+so the registry API (``GET /subjects/{name}/versions``) shows them. The
+broker registers through :mod:`registry.store` on its own connection, in the
+transaction that changes the event type: both live in one metadata database,
+so a crash never leaves one without the other. Nakadi's semantic version of
+each schema ("1.0.0", "1.1.0", ...) is the broker's: ``broker_schema_versions``
+maps it to the registry schema id. The subject's mode is ``NONE`` because the
+broker checks Nakadi's modes itself (``compatible`` is none of OpenSchema's).
 
 Nothing here is cached: each broker process asks Postgres, so several
 processes behind one load balancer always agree. Callers that cache (the
@@ -20,12 +30,33 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from broker.topics import EventTypeTopic
+from registry import store as registry
+from registry.errors import RegistryError
 
 FIRST_VERSION = "1.0.0"
+SUBJECT_TENANT = "changebroker"
+SUBJECT_NAMESPACE = "event-types"
+# What the broker keeps saying about its subjects; NONE: see the module docstring.
+SUBJECT_METADATA = {
+    "app": "changebroker-broker",
+    "description": "schemas of the broker's Nakadi event type of this name; the broker checks"
+    " its compatibility_mode and owns the subject (delete the event type to delete it)",
+    "status": "released",
+    "compatibility": "NONE",
+    "format": "JSON",
+}
+
+
+def subject_key(event_type: str) -> registry.SubjectKey:
+    return registry.SubjectKey(event_type, SUBJECT_TENANT, SUBJECT_NAMESPACE)
 
 
 class AlreadyExists(Exception):
     """An event type of that name exists."""
+
+
+class SubjectConflict(Exception):
+    """The registry subject an event type's schemas go to is someone else's."""
 
 
 def _utc(moment: datetime) -> str:
@@ -47,25 +78,22 @@ class StoredEventType:
         return str(self.body["schema"]["version"])
 
 
-_SELECT = """
+# A Nakadi schema version and its text: the registry stores the schema string as sent.
+_VERSION_COLUMNS = "v.version, r.definition #>> '{}' AS schema, v.created_at"
+_VERSIONS_FROM = "FROM broker_schema_versions v JOIN registry_schemas r ON r.id = v.schema_id"
+_VERSIONS = f"SELECT {_VERSION_COLUMNS} {_VERSIONS_FROM}"
+
+_SELECT = f"""
 SELECT e.name, e.body, e.topic, e.partitions, e.revision, e.created_at, e.updated_at,
-       s.version, s.type, s.schema, s.created_at AS schema_created_at
+       s.version, s.schema, s.created_at AS schema_created_at
 FROM broker_event_types e
-JOIN LATERAL (
-    SELECT version, type, schema, created_at FROM broker_schemas
-    WHERE event_type = e.name ORDER BY seq DESC LIMIT 1
-) s ON true
+JOIN LATERAL ({_VERSIONS} WHERE v.event_type = e.name ORDER BY v.seq DESC LIMIT 1) s ON true
 """
 
 
 def _stored(row: dict[str, Any]) -> StoredEventType:
     body = dict(row["body"])
-    body["schema"] = {
-        "type": row["type"],
-        "schema": row["schema"],
-        "version": row["version"],
-        "created_at": _utc(row["schema_created_at"]),
-    }
+    body["schema"] = _schema({**row, "created_at": row["schema_created_at"]})
     body["created_at"] = _utc(row["created_at"])
     body["updated_at"] = _utc(row["updated_at"])
     return StoredEventType(row["name"], body, row["topic"], row["partitions"], row["revision"])
@@ -128,16 +156,13 @@ class Store:
                 )
             except psycopg.errors.UniqueViolation:
                 raise AlreadyExists(event_type["name"]) from None
-            await conn.execute(
-                "INSERT INTO broker_schemas (event_type, seq, version, type, schema)"
-                " VALUES (%s, 1, %s, %s, %s)",
-                (
-                    event_type["name"],
-                    FIRST_VERSION,
-                    event_type["schema"]["type"],
-                    event_type["schema"]["schema"],
-                ),
-            )
+            registered = await _register(conn, event_type)
+            if not (registered.new and registered.version == 1):
+                raise SubjectConflict(
+                    f"the registry subject {event_type['name']!r} (tenant {SUBJECT_TENANT},"
+                    f" namespace {SUBJECT_NAMESPACE}) already has schemas; delete it there first"
+                )
+            await _add_version(conn, event_type["name"], FIRST_VERSION, registered.id)
             await create_topic()
 
     @contextlib.asynccontextmanager
@@ -153,14 +178,15 @@ class Store:
         """A page of schema versions, newest first, and how many there are in all."""
         async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
-                "SELECT version, type, schema, created_at, count(*) OVER () AS total"
-                " FROM broker_schemas WHERE event_type = %s ORDER BY seq DESC LIMIT %s OFFSET %s",
+                f"SELECT {_VERSION_COLUMNS}, count(*) OVER () AS total {_VERSIONS_FROM}"
+                " WHERE v.event_type = %s ORDER BY v.seq DESC LIMIT %s OFFSET %s",
                 (name, limit, offset),
             )
             rows = await cur.fetchall()
             if not rows:
                 await cur.execute(
-                    "SELECT count(*) AS total FROM broker_schemas WHERE event_type = %s", (name,)
+                    "SELECT count(*) AS total FROM broker_schema_versions WHERE event_type = %s",
+                    (name,),
                 )
                 counted = await cur.fetchone()
                 return [], int(counted["total"]) if counted else 0
@@ -169,9 +195,7 @@ class Store:
     async def schema(self, name: str, version: str) -> dict[str, Any] | None:
         async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
-                "SELECT version, type, schema, created_at FROM broker_schemas"
-                " WHERE event_type = %s AND version = %s",
-                (name, version),
+                _VERSIONS + " WHERE v.event_type = %s AND v.version = %s", (name, version)
             )
             row = await cur.fetchone()
         return _schema(row) if row else None
@@ -179,7 +203,7 @@ class Store:
 
 def _schema(row: dict[str, Any]) -> dict[str, Any]:
     return {
-        "type": row["type"],
+        "type": "json_schema",  # the only type event types take
         "schema": row["schema"],
         "version": row["version"],
         "created_at": _utc(row["created_at"]),
@@ -201,23 +225,44 @@ class Locked:
             (Jsonb(_without_schema(event_type)), name),
         )
         if new_version is not None:
-            await self._conn.execute(
-                "INSERT INTO broker_schemas (event_type, seq, version, type, schema)"
-                " SELECT %s, coalesce(max(seq), 0) + 1, %s, %s, %s"
-                " FROM broker_schemas WHERE event_type = %s",
-                (
-                    name,
-                    new_version,
-                    event_type["schema"]["type"],
-                    event_type["schema"]["schema"],
-                    name,
-                ),
-            )
+            registered = await _register(self._conn, event_type)
+            await _add_version(self._conn, name, new_version, registered.id)
 
     async def delete(self) -> None:
+        """The event type, its version mapping (cascade) and then its subject."""
         await self._conn.execute(
             "DELETE FROM broker_event_types WHERE name = %s", (self.current.name,)
         )
+        async with self._conn.cursor(row_factory=dict_row) as cur:
+            await registry.delete_subject_in(cur, subject_key(self.current.name))
+
+
+async def _register(
+    conn: psycopg.AsyncConnection[Any], event_type: dict[str, Any]
+) -> registry.Registered:
+    """The event type's schema in its subject (the same id when the subject has it already)."""
+    key = subject_key(event_type["name"])
+    async with conn.cursor(row_factory=dict_row) as cur:
+        try:
+            await registry.put_subject_in(cur, key, SUBJECT_METADATA)
+            # The text as sent, a JSON string: Nakadi answers schema.schema exactly as given.
+            body = {"serialization": "json", "schemaDefinition": event_type["schema"]["schema"]}
+            return await registry.register_in(cur, key, body)
+        except RegistryError as error:
+            raise SubjectConflict(
+                f"the registry refused the schema of {event_type['name']!r}: {error.message}"
+            ) from None
+
+
+async def _add_version(
+    conn: psycopg.AsyncConnection[Any], name: str, version: str, schema_id: int
+) -> None:
+    await conn.execute(
+        "INSERT INTO broker_schema_versions (event_type, seq, version, schema_id)"
+        " SELECT %s, coalesce(max(seq), 0) + 1, %s, %s"
+        " FROM broker_schema_versions WHERE event_type = %s",
+        (name, version, schema_id, name),
+    )
 
 
 class StoreResolver:
