@@ -37,6 +37,7 @@ from broker.producer import KafkaProducer
 from broker.publishing import Publisher
 from broker.settings import Settings
 from broker.store import Store, StoreResolver
+from broker.subscription_streams import SubscriptionService
 from broker.watermarks import Watermarks
 from changebroker import pg
 
@@ -52,6 +53,9 @@ def create_app(settings: Settings) -> Starlette:
     producer = KafkaProducer(settings.kafka_bootstrap)
     publisher = Publisher(store, producer)
     watermarks = Watermarks(settings.kafka_bootstrap)
+    subscriptions = SubscriptionService(
+        store, settings.pg_dsn, settings.kafka_bootstrap, watermarks
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -60,9 +64,11 @@ def create_app(settings: Settings) -> Starlette:
         await asyncio.to_thread(pg.migrate, settings.pg_dsn, "broker")
         await store.open()
         producer.start()
+        await subscriptions.start()
         try:
             yield
         finally:
+            await subscriptions.stop()
             await asyncio.to_thread(producer.close)
             await watermarks.close()
             await store.close()
@@ -88,6 +94,8 @@ def create_app(settings: Settings) -> Starlette:
         *publisher.routes(),
         # Streams, partitions and cursor operations: broker/reading.py.
         *reading.routes(StoreResolver(store), settings.kafka_bootstrap, watermarks),
+        # Subscriptions, their streams, commits and stats: broker/subscription*.py.
+        *subscriptions.routes(),
     ]
     return Starlette(
         routes=routes,

@@ -1,0 +1,450 @@
+"""Nakadi subscriptions: ``/subscriptions`` and ``/subscriptions/{id}`` (create, list, get, ...).
+
+A subscription is identified by (owning_application, event_types, consumer_group):
+creating it again answers 200 with the one that exists. Its cursors are set when it
+is first streamed or reset (``initialise``), from ``read_from``: ``begin``, ``end``
+or ``initial_cursors``. Streaming, commits, resets and stats are in
+:mod:`broker.subscription_streams`; both keep their state in the tables of
+``sql/broker/002_subscriptions.sql``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from broker import bodies, coordination
+from broker.cursors import Cursor, CursorError, parse_cursor, position
+from broker.problems import problem
+from broker.store import Store, _utc
+from broker.topics import EventTypeTopic, TopicResolver
+from broker.watermarks import Watermarks
+
+READ_FROM = ("begin", "end", "cursors")
+DEFAULT_CONSUMER_GROUP = "default"
+DEFAULT_PAGE = 20
+MAX_PAGE = 1000
+# Nakadi: a subscription spans at most this many partitions (its streams' maximum).
+MAX_PARTITIONS = 100
+
+PartitionKey = tuple[str, int]
+
+
+class SubscriptionError(ValueError):
+    """The request cannot be served; ``status`` and ``str(error)`` make its Problem."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+
+    def response(self) -> Response:
+        return problem(self.status, str(self))
+
+
+@dataclass(frozen=True)
+class Subscription:
+    id: str
+    owning_application: str
+    event_types: list[str]
+    consumer_group: str
+    read_from: str
+    initial_cursors: list[dict[str, str]] | None
+    authorization: dict[str, Any] | None
+    initialised: bool
+    created_at: datetime
+    updated_at: datetime
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "owning_application": self.owning_application,
+            "event_types": self.event_types,
+            "consumer_group": self.consumer_group,
+            "read_from": self.read_from,
+            "created_at": _utc(self.created_at),
+            "updated_at": _utc(self.updated_at),
+        }
+        if self.initial_cursors is not None:
+            out["initial_cursors"] = self.initial_cursors
+        if self.authorization is not None:
+            out["authorization"] = self.authorization
+        return out
+
+
+_COLUMNS = (
+    "id::text, owning_application, event_types, consumer_group, read_from, initial_cursors,"
+    " authz AS authorization, initialised, created_at, updated_at"
+)
+
+
+def _subscription(row: Mapping[str, Any]) -> Subscription:
+    return Subscription(
+        row["id"],
+        row["owning_application"],
+        list(row["event_types"]),
+        row["consumer_group"],
+        row["read_from"],
+        row["initial_cursors"],
+        row["authorization"],
+        row["initialised"],
+        row["created_at"],
+        row["updated_at"],
+    )
+
+
+def notify_sql(subscription_id: str) -> tuple[str, tuple[str, str]]:
+    """The statement that wakes every stream of the subscription, in every broker process."""
+    return "SELECT pg_notify(%s, %s)", (coordination.CHANNEL, subscription_id)
+
+
+def valid_id(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+class Subscriptions:
+    """Subscriptions in Postgres; every method asks Postgres, so broker processes agree."""
+
+    def __init__(self, store: Store, resolve: TopicResolver, watermarks: Watermarks) -> None:
+        self.store = store
+        self.resolve = resolve
+        self.watermarks = watermarks
+
+    async def get(self, subscription_id: str) -> Subscription | None:
+        if not valid_id(subscription_id):
+            return None
+        async with self.store.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                f"SELECT {_COLUMNS} FROM broker_subscriptions WHERE id = %s", (subscription_id,)
+            )
+            row = await cur.fetchone()
+        return _subscription(row) if row else None
+
+    async def topics(self, event_types: list[str]) -> dict[str, EventTypeTopic]:
+        """The topics of ``event_types``; 422 names the ones that do not exist."""
+        found = {name: await self.resolve(name) for name in event_types}
+        missing = sorted(name for name, topic in found.items() if topic is None)
+        if missing:
+            raise SubscriptionError(
+                422, f"Failed to create subscription, event type(s) not found: {missing}"
+            )
+        return {name: topic for name, topic in found.items() if topic is not None}
+
+    async def start_positions(
+        self, topics: Mapping[str, EventTypeTopic], cursors: list[dict[str, str]]
+    ) -> dict[PartitionKey, int]:
+        """Kafka offsets of the last consumed event for ``cursors`` (begin / end / an offset).
+
+        Every cursor must name a partition of an event type in ``topics``; 422 otherwise.
+        """
+        parsed: dict[PartitionKey, tuple[EventTypeTopic, Cursor, str]] = {}
+        for item in cursors:
+            if not isinstance(item, dict) or not isinstance(item.get("event_type"), str):
+                raise SubscriptionError(422, f"each cursor needs an event_type, got {item!r}")
+            topic = topics.get(item["event_type"])
+            if topic is None:
+                raise SubscriptionError(
+                    422, f"event type {item['event_type']} is not part of the subscription"
+                )
+            offset = item.get("offset")
+            # Cursors here may also say "end": after the newest event.
+            as_sent = "begin" if isinstance(offset, str) and offset.lower() == "end" else offset
+            try:
+                cursor = parse_cursor({**item, "offset": as_sent}, topic)
+            except CursorError as error:
+                raise SubscriptionError(422, str(error)) from None
+            key = (topic.event_type, cursor.partition)
+            if key in parsed:
+                raise SubscriptionError(
+                    422, f"more than one cursor for {key[0]} partition {key[1]}"
+                )
+            parsed[key] = (topic, cursor, str(offset))
+        positions: dict[PartitionKey, int] = {}
+        for name, topic in topics.items():
+            keys = [key for key in parsed if key[0] == name]
+            marks = await self.watermarks.of(topic.topic, [p for _, p in keys])
+            for key in keys:
+                _, cursor, offset = parsed[key]
+                mark = marks[key[1]]
+                try:
+                    positions[key] = (
+                        mark.newest_position
+                        if offset.lower() == "end"
+                        else position(cursor, mark, name)
+                    )
+                except CursorError as error:
+                    raise SubscriptionError(422, str(error)) from None
+        return positions
+
+    async def initial_positions(self, subscription: Subscription) -> dict[PartitionKey, int]:
+        """Where a subscription never streamed starts, per partition, by its ``read_from``."""
+        topics = await self.topics(subscription.event_types)
+        if subscription.read_from == "cursors":
+            return await self.start_positions(topics, subscription.initial_cursors or [])
+        edge = "begin" if subscription.read_from == "begin" else "end"
+        every = [
+            {"event_type": name, "partition": str(p), "offset": edge}
+            for name, topic in topics.items()
+            for p in range(topic.partitions)
+        ]
+        return await self.start_positions(topics, every)
+
+    async def initialise(
+        self, conn: psycopg.AsyncConnection[Any], subscription: Subscription
+    ) -> None:
+        """Give every partition its starting offset, once; call under the subscription's lock."""
+        cur = await conn.execute(
+            "SELECT initialised FROM broker_subscriptions WHERE id = %s", (subscription.id,)
+        )
+        row = await cur.fetchone()
+        if row is None or row[0]:
+            return
+        positions = await self.initial_positions(subscription)
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO broker_subscription_partitions"
+                " (subscription_id, event_type, partition, committed) VALUES (%s, %s, %s, %s)",
+                [(subscription.id, name, p, offset) for (name, p), offset in positions.items()],
+            )
+        await conn.execute(
+            "UPDATE broker_subscriptions SET initialised = true WHERE id = %s", (subscription.id,)
+        )
+
+    async def create(self, body: object) -> tuple[Subscription, bool]:
+        """The subscription and whether it is new (201) or existed with the same key (200)."""
+        if not isinstance(body, dict):
+            raise SubscriptionError(400, "the body must be a Subscription object")
+        owner = body.get("owning_application")
+        if not isinstance(owner, str) or not owner:
+            raise SubscriptionError(422, "owning_application is required: a non-empty string")
+        event_types = body.get("event_types")
+        if (
+            not isinstance(event_types, list)
+            or not event_types
+            or not all(isinstance(e, str) and e for e in event_types)
+        ):
+            raise SubscriptionError(422, "event_types is required: a non-empty array of names")
+        group = body.get("consumer_group", DEFAULT_CONSUMER_GROUP)
+        if not isinstance(group, str) or not group:
+            raise SubscriptionError(422, "consumer_group must be a non-empty string")
+        read_from = body.get("read_from", "end")
+        if read_from not in READ_FROM:
+            raise SubscriptionError(422, f"read_from must be one of {', '.join(READ_FROM)}")
+        names = sorted(set(event_types))
+        topics = await self.topics(names)
+        total = sum(t.partitions for t in topics.values())
+        if total > MAX_PARTITIONS:
+            raise SubscriptionError(
+                422, f"the event types have {total} partitions; a subscription spans at most 100"
+            )
+        initial_cursors = body.get("initial_cursors")
+        if read_from == "cursors":
+            if not isinstance(initial_cursors, list):
+                raise SubscriptionError(
+                    422, "initial_cursors is required when read_from is cursors"
+                )
+            covered = await self.start_positions(topics, initial_cursors)
+            if len(covered) != total:
+                raise SubscriptionError(
+                    422, "initial_cursors must cover every partition of the subscription"
+                )
+        elif initial_cursors is not None:
+            raise SubscriptionError(422, "initial_cursors is only for read_from: cursors")
+        authorization = body.get("authorization")
+        async with self.store.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                "INSERT INTO broker_subscriptions (id, owning_application, event_types,"
+                " consumer_group, read_from, initial_cursors, authz)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (owning_application, event_types, consumer_group) DO NOTHING"
+                f" RETURNING {_COLUMNS}",
+                (
+                    str(uuid.uuid4()),
+                    owner,
+                    names,
+                    group,
+                    read_from,
+                    None if initial_cursors is None else Jsonb(initial_cursors),
+                    None if authorization is None else Jsonb(authorization),
+                ),
+            )
+            row = await cur.fetchone()
+            if row is not None:
+                return _subscription(row), True
+            await cur.execute(
+                f"SELECT {_COLUMNS} FROM broker_subscriptions"
+                " WHERE owning_application = %s AND event_types = %s AND consumer_group = %s",
+                (owner, names, group),
+            )
+            existing = await cur.fetchone()
+        assert existing is not None, "ON CONFLICT saw the row, so it exists"
+        return _subscription(existing), False
+
+    async def page(
+        self, owner: str | None, event_types: list[str], limit: int, offset: int
+    ) -> tuple[list[Subscription], bool]:
+        """Newest first; and whether there is a next page."""
+        conditions: list[str] = ["true"]
+        params: list[object] = []
+        if owner is not None:
+            conditions.append("owning_application = %s")
+            params.append(owner)
+        if event_types:
+            conditions.append("event_types @> %s")
+            params.append(sorted(set(event_types)))
+        async with self.store.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                f"SELECT {_COLUMNS} FROM broker_subscriptions WHERE {' AND '.join(conditions)}"
+                " ORDER BY created_at DESC, id LIMIT %s OFFSET %s",
+                (*params, limit + 1, offset),
+            )
+            rows = await cur.fetchall()
+        return [_subscription(r) for r in rows[:limit]], len(rows) > limit
+
+    async def delete(self, subscription_id: str) -> bool:
+        if not valid_id(subscription_id):
+            return False
+        async with self.store.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                "DELETE FROM broker_subscriptions WHERE id = %s", (subscription_id,)
+            )
+            if cur.rowcount:
+                # Its streams end: they find their session gone.
+                await conn.execute(*notify_sql(subscription_id))
+            return cur.rowcount > 0
+
+    async def update_authorization(self, subscription_id: str, body: object) -> bool:
+        """PUT changes only ``authorization`` (the rest is immutable); False when not found."""
+        current = await self.get(subscription_id)
+        if current is None:
+            return False
+        if not isinstance(body, dict):
+            raise SubscriptionError(400, "the body must be a Subscription object")
+        for key in ("owning_application", "consumer_group", "read_from"):
+            if key in body and body[key] != getattr(current, key):
+                raise SubscriptionError(422, f"{key} can't be changed; only authorization can")
+        if "event_types" in body and sorted(set(body["event_types"])) != current.event_types:
+            raise SubscriptionError(422, "event_types can't be changed; only authorization can")
+        authorization = body.get("authorization")
+        async with self.store.pool.connection() as conn:
+            await conn.execute(
+                "UPDATE broker_subscriptions SET authz = %s, updated_at = now() WHERE id = %s",
+                (None if authorization is None else Jsonb(authorization), subscription_id),
+            )
+        return True
+
+
+# What ``show_status`` adds to a listed subscription (served by the streams module).
+StatusSource = Callable[["Subscription"], Awaitable[list[dict[str, Any]]]]
+
+
+def not_found(subscription_id: str) -> Response:
+    return problem(404, f'Subscription with id "{subscription_id}" does not exist')
+
+
+def _page_number(request: Request, name: str, default: int, low: int, high: int) -> int:
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or not low <= int(text) <= high:
+        raise SubscriptionError(400, f"{name} must be a whole number from {low} to {high}")
+    return int(text)
+
+
+class SubscriptionApi:
+    def __init__(self, subscriptions: Subscriptions, status: StatusSource) -> None:
+        self._subscriptions = subscriptions
+        self._status = status
+
+    async def create(self, request: Request) -> Response:
+        try:
+            body = await bodies.json_body(request)
+            subscription, created = await self._subscriptions.create(body)
+        except bodies.BadBody as bad:
+            return bad.response
+        except SubscriptionError as error:
+            return error.response()
+        location = f"/subscriptions/{subscription.id}"
+        headers = {"Location": location}
+        if created:
+            headers["Content-Location"] = location
+        return JSONResponse(
+            subscription.body(), status_code=201 if created else 200, headers=headers
+        )
+
+    async def index(self, request: Request) -> Response:
+        query = request.query_params
+        try:
+            limit = _page_number(request, "limit", DEFAULT_PAGE, 1, MAX_PAGE)
+            offset = _page_number(request, "offset", 0, 0, 2**62)
+        except SubscriptionError as error:
+            return error.response()
+        owner = query.get("owning_application")
+        event_types = query.getlist("event_type")
+        found, more = await self._subscriptions.page(owner, event_types, limit, offset)
+        items = [s.body() for s in found]
+        if query.get("show_status", "false").lower() == "true":
+            for item, subscription in zip(items, found, strict=True):
+                item["status"] = await self._status(subscription)
+        filters: list[tuple[str, str]] = []
+        if owner is not None:
+            filters.append(("owning_application", owner))
+        filters += [("event_type", name) for name in event_types]
+
+        def link(at: int) -> dict[str, str]:
+            params = [*filters, ("offset", str(at)), ("limit", str(limit))]
+            return {"href": f"/subscriptions?{urlencode(params)}"}
+
+        links: dict[str, Any] = {}
+        if offset > 0:
+            links["prev"] = link(max(offset - limit, 0))
+        if more:
+            links["next"] = link(offset + limit)
+        return JSONResponse({"items": items, "_links": links})
+
+    async def get(self, request: Request) -> Response:
+        subscription_id = request.path_params["id"]
+        subscription = await self._subscriptions.get(subscription_id)
+        if subscription is None:
+            return not_found(subscription_id)
+        return JSONResponse(subscription.body())
+
+    async def update(self, request: Request) -> Response:
+        subscription_id = request.path_params["id"]
+        try:
+            body = await bodies.json_body(request)
+            found = await self._subscriptions.update_authorization(subscription_id, body)
+        except bodies.BadBody as bad:
+            return bad.response
+        except SubscriptionError as error:
+            return error.response()
+        return Response(status_code=204) if found else not_found(subscription_id)
+
+    async def delete(self, request: Request) -> Response:
+        subscription_id = request.path_params["id"]
+        if await self._subscriptions.delete(subscription_id):
+            return Response(status_code=204)
+        return not_found(subscription_id)
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/subscriptions", self.create, methods=["POST"]),
+            Route("/subscriptions", self.index, methods=["GET"]),
+            Route("/subscriptions/{id}", self.get, methods=["GET"]),
+            Route("/subscriptions/{id}", self.update, methods=["PUT"]),
+            Route("/subscriptions/{id}", self.delete, methods=["DELETE"]),
+        ]

@@ -1,0 +1,226 @@
+"""Subscriptions as the manual describes them, on two broker processes sharing Postgres and Kafka.
+
+``client`` talks to one broker app, ``other`` to a second one on the same
+metadata database: streams and commits go to different processes on purpose.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from broker.app import create_app
+from broker.settings import Settings
+from tests.broker.stream_support import order, publish
+from tests.broker.subscription_support import (
+    Stream,
+    commit,
+    create,
+    numbers,
+    owners,
+    partitioned_type,
+    stats,
+    wait_until_gone,
+)
+from tests.broker.swagger import assert_problem, validate
+from tests.support.apps import serve_in_thread
+
+FAST = {"batch_flush_timeout": 0.2}
+
+
+@pytest.fixture(scope="module")
+def other(broker_dsn: str, kafka_bootstrap: str, broker_url: str) -> Iterator[httpx.Client]:
+    """A second broker process on the first one's database (``broker_url`` migrated it)."""
+    settings = Settings(pg_dsn=broker_dsn, kafka_bootstrap=kafka_bootstrap, max_partitions=12)
+    with serve_in_thread(create_app(settings)) as url, httpx.Client(base_url=url, timeout=60) as c:
+        yield c
+
+
+def test_the_manuals_flow_create_stream_commit_cursors_stats_delete(
+    client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
+) -> None:
+    name = make_event_type()
+    body = {"owning_application": "order-service", "event_types": [name]}
+    created = client.post("/subscriptions", json=body)
+    assert created.status_code == 201, created.text
+    subscription = created.json()
+    validate("Subscription", subscription)
+    sid = subscription["id"]
+    assert created.headers["Location"] == f"/subscriptions/{sid}"
+    assert subscription["consumer_group"] == "default"
+    assert subscription["read_from"] == "end"
+    # The same key again, on the other process: the same subscription, 200.
+    again = other.post("/subscriptions", json=body)
+    assert again.status_code == 200
+    assert again.json()["id"] == sid
+    assert other.get(f"/subscriptions/{sid}").json() == subscription
+    listed = client.get("/subscriptions", params={"event_type": name, "show_status": "true"})
+    assert listed.status_code == 200
+    assert [s["id"] for s in listed.json()["items"]] == [sid]
+    validate("Subscription", listed.json()["items"][0])
+
+    stream = Stream(client, sid, **FAST)
+    assert stream.status_code == 200
+    first = stream.batch()
+    assert first is not None and first["info"] == {"debug": "Stream started"}
+    publish(client, name, [order("a"), order("b")])
+    got = stream.read_events(2)
+    assert numbers(got) == ["a", "b"]
+    assert got[0]["cursor"]["event_type"] == name
+    # The commit goes to the other process: the session is in Postgres, not in one process.
+    assert commit(other, sid, stream.id, [got[-1]["cursor"]]).status_code == 204
+
+    cursors = other.get(f"/subscriptions/{sid}/cursors")
+    assert cursors.status_code == 200
+    for cursor in cursors.json()["items"]:
+        validate("SubscriptionCursor", cursor)
+    assert [(c["partition"], c["offset"]) for c in cursors.json()["items"]] == [
+        ("0", got[-1]["cursor"]["offset"])
+    ]
+    [item] = stats(other, sid, show_time_lag="true")
+    assert item["partitions"] == [
+        {
+            "partition": "0",
+            "state": "assigned",
+            "stream_id": stream.id,
+            "assignment_type": "auto",
+            "unconsumed_events": 0,
+            "consumer_lag_seconds": 0,
+        }
+    ]
+    publish(client, name, [order("c")])
+    [item] = stats(other, sid, show_time_lag="true")
+    assert item["partitions"][0]["unconsumed_events"] == 1
+    assert item["partitions"][0]["consumer_lag_seconds"] >= 0
+    stream.close()
+
+    assert other.delete(f"/subscriptions/{sid}").status_code == 204
+    assert_problem(client.get(f"/subscriptions/{sid}"), 404)
+    assert_problem(client.delete(f"/subscriptions/{sid}"), 404)
+
+
+def test_at_least_once_uncommitted_events_come_again_committed_ones_never(
+    client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
+) -> None:
+    name = make_event_type()
+    sid = create(client, [name], read_from="begin")["id"]
+    publish(client, name, [order(str(i)) for i in range(4)])
+
+    first = Stream(client, sid, commit_timeout=1, **FAST)
+    got = first.read_events(4)
+    assert numbers(got) == ["0", "1", "2", "3"]
+    assert commit(client, sid, first.id, [got[1]["cursor"]]).status_code == 204
+    first.close()  # the consumer dies with "2" and "3" uncommitted
+    wait_until_gone(other, sid, first.id)
+
+    second = Stream(other, sid, **FAST)
+    assert numbers(second.read_events(2)) == ["2", "3"]
+    second.close()
+
+
+def test_the_manuals_rebalancing_example_six_partitions_three_and_three(
+    client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
+) -> None:
+    a, b = partitioned_type(make_event_type, 2), partitioned_type(make_event_type, 4)
+    sid = create(client, [a, b], read_from="begin")["id"]
+    publish(client, a, [order(f"a{p}", str(p)) for p in range(2)])
+    publish(client, b, [order(f"b{p}", str(p)) for p in range(4)])
+
+    one = Stream(client, sid, **FAST)
+    got = one.read_events(6)
+    assert sorted(numbers(got)) == ["a0", "a1", "b0", "b1", "b2", "b3"]
+    assert set(owners(other, sid).values()) == {one.id}
+
+    two = Stream(other, sid, **FAST)
+    # Until the first stream commits, the moving partitions wait for it.
+    moving = [p for item in stats(client, sid) for p in item["partitions"]]
+    assert sum(p["state"] == "reassigning" for p in moving) == 3
+    # The first stream (served by `client`) commits through the other process.
+    assert commit(other, sid, one.id, [g["cursor"] for g in got]).status_code == 204
+    publish(client, a, [order(f"a{p}-2", str(p)) for p in range(2)])
+    publish(client, b, [order(f"b{p}-2", str(p)) for p in range(4)])
+    from_one = one.read_events(3)
+    from_two = two.read_events(3)
+    held = owners(client, sid)
+    assert Counter(held.values()) == {one.id: 3, two.id: 3}
+    assert {(b["cursor"]["event_type"], b["cursor"]["partition"]) for b in from_one} == {
+        k for k, v in held.items() if v == one.id
+    }
+    assert {(b["cursor"]["event_type"], b["cursor"]["partition"]) for b in from_two} == {
+        k for k, v in held.items() if v == two.id
+    }
+    assert sorted(numbers(from_one) + numbers(from_two)) == sorted(
+        ["a0-2", "a1-2", "b0-2", "b1-2", "b2-2", "b3-2"]
+    )
+    one.close()
+    two.close()
+
+
+def test_a_commit_after_the_commit_timeout_is_422_and_an_old_cursor_is_outdated(
+    client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
+) -> None:
+    name = make_event_type()
+    sid = create(client, [name], read_from="begin")["id"]
+    publish(client, name, [order("0"), order("1")])
+
+    stream = Stream(client, sid, commit_timeout=1, **FAST)
+    got = stream.read_events(2)
+    assert commit(other, sid, stream.id, [got[1]["cursor"]]).status_code == 204
+    outdated = commit(other, sid, stream.id, [got[0]["cursor"], got[1]["cursor"]])
+    assert outdated.status_code == 200
+    validate("CursorCommitResult", outdated.json()["items"][0])
+    assert [i["result"] for i in outdated.json()["items"]] == ["outdated", "outdated"]
+    publish(client, name, [order("2")])
+    late = stream.read_events(1)
+    # Uncommitted for commit_timeout: the server ends the stream, and the session with it.
+    stream.until_end()
+    assert stream.ended
+    assert_problem(commit(other, sid, stream.id, [late[0]["cursor"]]), 422, stream.id)
+    assert_problem(commit(other, sid, "not-a-stream", [late[0]["cursor"]]), 422)
+    stream.close()
+
+
+def test_409_when_every_partition_is_taken_and_422_for_a_foreign_partition(
+    client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
+) -> None:
+    name = make_event_type()
+    sid = create(client, [name])["id"]
+    stream = Stream(client, sid, **FAST)
+    assert stream.batch() is not None
+    refused = Stream(other, sid, **FAST)
+    assert_problem(refused.response, 409, "No free slots")
+    foreign = other.post(
+        f"/subscriptions/{sid}/events",
+        json={"partitions": [{"event_type": name, "partition": "7"}]},
+    )
+    assert_problem(foreign, 422)
+    stream.close()
+
+
+def test_a_reset_while_streaming_ends_the_stream_and_the_next_one_starts_there(
+    client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
+) -> None:
+    name = make_event_type()
+    sid = create(client, [name], read_from="begin")["id"]
+    publish(client, name, [order(str(i)) for i in range(3)])
+    stream = Stream(client, sid, **FAST)
+    got = stream.read_events(3)
+    assert commit(client, sid, stream.id, [got[-1]["cursor"]]).status_code == 204
+
+    reset = other.patch(
+        f"/subscriptions/{sid}/cursors",
+        json={
+            "items": [{"event_type": name, "partition": "0", "offset": got[0]["cursor"]["offset"]}]
+        },
+    )
+    assert reset.status_code == 204, reset.text
+    stream.until_end()
+    assert stream.ended
+    assert_problem(commit(client, sid, stream.id, [got[-1]["cursor"]]), 422)
+    again = Stream(other, sid, **FAST)
+    assert numbers(again.read_events(2)) == ["1", "2"]
+    again.close()
+    stream.close()
