@@ -439,7 +439,16 @@ class Session:
             await conn.execute(*notify_sql(self.subscription_id))
 
     async def lines(self) -> AsyncIterator[bytes]:
-        """The stream's batches; ends on a limit, a timeout, commit timeout or a reset."""
+        """The stream's batches; ends on a limit, a timeout, commit timeout or a reset.
+
+        The session is closed before the response ends, so a client that saw the end
+        finds the session closed (a commit after a commit timeout is refused at once).
+        """
+        async for chunk in self._batches():
+            yield chunk
+        await self.close()
+
+    async def _batches(self) -> AsyncIterator[bytes]:
         limits = self._params.limits
         await self._kafka(self._open)
         started = time.monotonic()

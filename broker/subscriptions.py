@@ -61,7 +61,6 @@ class Subscription:
     read_from: str
     initial_cursors: list[dict[str, str]] | None
     authorization: dict[str, Any] | None
-    initialised: bool
     created_at: datetime
     updated_at: datetime
 
@@ -84,7 +83,7 @@ class Subscription:
 
 _COLUMNS = (
     "id::text, owning_application, event_types, consumer_group, read_from, initial_cursors,"
-    " authz AS authorization, initialised, created_at, updated_at"
+    " authz AS authorization, created_at, updated_at"
 )
 
 
@@ -97,7 +96,6 @@ def _subscription(row: Mapping[str, Any]) -> Subscription:
         row["read_from"],
         row["initial_cursors"],
         row["authorization"],
-        row["initialised"],
         row["created_at"],
         row["updated_at"],
     )

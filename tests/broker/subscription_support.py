@@ -43,9 +43,19 @@ class Stream:
     read never blocks for long, and ``close()`` is how a consumer dies.
     """
 
-    def __init__(self, client: httpx.Client, subscription_id: str, **params: Any) -> None:
+    def __init__(
+        self,
+        client: httpx.Client,
+        subscription_id: str,
+        body: dict[str, Any] | None = None,
+        **params: Any,
+    ) -> None:
+        """GET with ``params``; POST when the parameters come as a ``body``."""
         self._context = client.stream(
-            "GET", f"/subscriptions/{subscription_id}/events", params=params
+            "GET" if body is None else "POST",
+            f"/subscriptions/{subscription_id}/events",
+            params=params,
+            json=body,
         )
         self.response = self._context.__enter__()
         self.status_code = self.response.status_code

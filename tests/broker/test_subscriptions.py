@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -28,7 +29,7 @@ from tests.broker.subscription_support import (
 from tests.broker.swagger import assert_problem, validate
 from tests.support.apps import serve_in_thread
 
-FAST = {"batch_flush_timeout": 0.2}
+FAST: dict[str, Any] = {"batch_flush_timeout": 0.2}
 
 
 @pytest.fixture(scope="module")
@@ -224,3 +225,79 @@ def test_a_reset_while_streaming_ends_the_stream_and_the_next_one_starts_there(
     assert numbers(again.read_events(2)) == ["1", "2"]
     again.close()
     stream.close()
+
+
+def test_max_uncommitted_events_pauses_the_stream_until_a_commit(
+    client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
+) -> None:
+    name = make_event_type()
+    sid = create(client, [name], read_from="begin")["id"]
+    publish(client, name, [order(str(i)) for i in range(5)])
+    stream = Stream(client, sid, max_uncommitted_events=2, **FAST)
+    got = stream.read_events(2)
+    assert numbers(got) == ["0", "1"]
+    # Paused: the three waiting events are not sent, keep-alives are.
+    paused = [stream.batch() for _ in range(3)]
+    assert all(b is not None and "events" not in b for b in paused), paused
+    assert commit(other, sid, stream.id, [got[0]["cursor"]]).status_code == 204
+    assert numbers(stream.read_events(1)) == ["2"]
+    stream.close()
+
+
+def test_direct_partitions_win_and_a_stream_commits_only_what_it_holds(
+    client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
+) -> None:
+    name = partitioned_type(make_event_type, 2)
+    sid = create(client, [name], read_from="begin")["id"]
+    publish(client, name, [order("p0", "0"), order("p1", "1")])
+    auto = Stream(client, sid, **FAST)
+    got = auto.read_events(2)
+    assert commit(client, sid, auto.id, [g["cursor"] for g in got]).status_code == 204
+    # A second stream asks for partition 1 by name: it moves there (nothing uncommitted).
+    direct = Stream(
+        other, sid, body={"partitions": [{"event_type": name, "partition": "1"}], **FAST}
+    )
+    first = direct.batch()
+    assert first is not None and first["cursor"]["partition"] == "1"
+    [item] = stats(client, sid)
+    assert {p["partition"]: (p["stream_id"], p["assignment_type"]) for p in item["partitions"]} == {
+        "0": (auto.id, "auto"),
+        "1": (direct.id, "direct"),
+    }
+    partition_one = next(g["cursor"] for g in got if g["cursor"]["partition"] == "1")
+    assert_problem(commit(client, sid, auto.id, [partition_one]), 422, "not assigned")
+    auto.close()
+    direct.close()
+
+
+def test_create_rejects_what_nakadi_rejects_and_lists_in_pages(
+    client: httpx.Client, make_event_type: Callable[..., str]
+) -> None:
+    name = make_event_type()
+    missing = client.post(
+        "/subscriptions", json={"owning_application": "x", "event_types": [f"{name}.none"]}
+    )
+    assert_problem(missing, 422, "not found")
+    no_cursors = client.post(
+        "/subscriptions",
+        json={"owning_application": "x", "event_types": [name], "read_from": "cursors"},
+    )
+    assert_problem(no_cursors, 422, "initial_cursors")
+    ids = [
+        create(
+            client,
+            [name],
+            consumer_group=f"g{i}",
+            read_from="cursors",
+            initial_cursors=[{"event_type": name, "partition": "0", "offset": "begin"}],
+        )["id"]
+        for i in range(3)
+    ]
+    first = client.get("/subscriptions", params={"event_type": name, "limit": 2})
+    assert first.status_code == 200
+    assert [s["id"] for s in first.json()["items"]] == ids[::-1][:2]
+    assert "prev" not in first.json()["_links"]
+    following = client.get(first.json()["_links"]["next"]["href"])
+    assert [s["id"] for s in following.json()["items"]] == ids[:1]
+    assert "next" not in following.json()["_links"]
+    assert_problem(client.get("/subscriptions", params={"limit": 0}), 400)
