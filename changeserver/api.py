@@ -13,9 +13,11 @@ import json
 import re
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -84,9 +86,25 @@ class BadRequest(Exception):
         self.status, self.code, self.error, self.description = status, code, error, description
 
 
-def error_response(status: int, code: str, error: str, description: str = "") -> JSONResponse:
+def error_response(
+    status: int,
+    code: str,
+    error: str,
+    description: str = "",
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
     body = {"code": code, "error": error, "description": description or error}
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Unknown paths and methods answer in transicator's error shape, like every other error."""
+    assert isinstance(exc, HTTPException)
+    code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "BAD_REQUEST")
+    return error_response(exc.status_code, code, exc.detail, headers=exc.headers)
+
+
+EXCEPTION_HANDLERS = {HTTPException: http_error}
 
 
 def _media_type(accept: str) -> str:

@@ -53,8 +53,15 @@ class ChangeServer:
         management = api.management_routes(self.state)
         if not separate_management:
             routes += management
-        self.api_app = Starlette(routes=routes, lifespan=self._lifespan)
-        self.management_app = Starlette(routes=management) if separate_management else None
+        handlers = api.EXCEPTION_HANDLERS
+        self.api_app = Starlette(
+            routes=routes, lifespan=self._lifespan, exception_handlers=handlers
+        )
+        self.management_app = (
+            Starlette(routes=management, exception_handlers=handlers)
+            if separate_management
+            else None
+        )
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
