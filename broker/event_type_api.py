@@ -166,7 +166,8 @@ class EventTypeApi:
         name = request.path_params["name"]
         try:
             limit = _int_param(request, "limit", SCHEMAS_DEFAULT_LIMIT, 1, SCHEMAS_MAX_LIMIT)
-            offset = _int_param(request, "offset", 0, 0, None)
+            # Nakadi reads offset as a Java int; beyond it Postgres could not page either.
+            offset = _int_param(request, "offset", 0, 0, 2**31 - 1)
         except ValueError as exc:
             return problem(400, str(exc))
         if await self.store.revision(name) is None:
