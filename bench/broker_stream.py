@@ -13,6 +13,7 @@ broker runs as its own process (``changebroker broker``), as people run it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -21,6 +22,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -109,18 +112,30 @@ def _raw(bootstrap: str, topic: str, events: int) -> float:
     return received / (time.monotonic() - started)
 
 
-def main() -> int:
+@dataclass(frozen=True)
+class BenchBroker:
+    url: str
+    event_type: str
+    topic: str
+    bootstrap: str
+
+
+@contextlib.contextmanager
+def broker_with_event_type(label: str) -> Iterator[BenchBroker]:
+    """A broker process on a metadata database of its own, with an undefined event type of
+    ``PARTITIONS`` partitions; the event type (and so its topic), the process and the
+    database are removed afterwards."""
     server_dsn = os.environ.get(
         "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
     )
     bootstrap = os.environ.get("CHANGEBROKER_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-    database = f"bench_stream_{uuid.uuid4().hex[:8]}"
+    database = f"bench_{label}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{database}"')
     meta_dsn = pg.with_database(server_dsn, database)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    log = Path(tempfile.mkstemp(prefix="bench-stream-", suffix=".log")[1])
+    log = Path(tempfile.mkstemp(prefix=f"bench-{label}-", suffix=".log")[1])
     broker = subprocess.Popen(
         [
             *(sys.executable, "-m", "changebroker.cli", "broker"),
@@ -130,7 +145,7 @@ def main() -> int:
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
     )
-    name = f"bench.stream_{uuid.uuid4().hex[:8]}"
+    name = f"bench.{label}_{uuid.uuid4().hex[:8]}"
     try:
         wait_until(
             lambda: _healthy(url) or broker.poll() is not None, timeout=60, what="the broker"
@@ -160,7 +175,20 @@ def main() -> int:
                 "SELECT topic FROM broker_event_types WHERE name = %s", (name,)
             ).fetchone()
         assert row is not None, f"{name} has no topic"
-        topic = row[0]
+        yield BenchBroker(url, name, row[0], bootstrap)
+    finally:
+        if broker.poll() is None:
+            # Deleting the event type deletes its topic: the filled data does not linger.
+            httpx.delete(f"{url}/event-types/{name}", timeout=60)
+        broker.terminate()
+        broker.wait(30)
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{database}" WITH (FORCE)')
+
+
+def main() -> int:
+    with broker_with_event_type("stream") as broker:
+        url, name, topic, bootstrap = broker.url, broker.event_type, broker.topic, broker.bootstrap
         _fill(bootstrap, topic)
         # The better of two raw reads, before and after ours: the baseline is never flattered.
         first_raw = _raw(bootstrap, topic, EVENTS)
@@ -184,15 +212,7 @@ def main() -> int:
             for batch_limit, rate in api.items()
         ]
         report(figures)
-        return 0
-    finally:
-        if broker.poll() is None:
-            # Deleting the event type deletes its topic: the filled data does not linger.
-            httpx.delete(f"{url}/event-types/{name}", timeout=60)
-        broker.terminate()
-        broker.wait(30)
-        with psycopg.connect(server_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE "{database}" WITH (FORCE)')
+    return 0
 
 
 def _healthy(url: str) -> bool:

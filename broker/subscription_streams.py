@@ -596,11 +596,16 @@ class SubscriptionStreams:
         self.bootstrap = bootstrap
         self.watermarks = watermarks
 
-    async def stream(self, request: Request) -> Response:
+    async def _subscription(self, request: Request) -> Subscription | Response:
+        """The subscription the path names, or the 404 to answer."""
         subscription_id = request.path_params["id"]
-        subscription = await self.subscriptions.get(subscription_id)
-        if subscription is None:
-            return not_found(subscription_id)
+        found = await self.subscriptions.get(subscription_id)
+        return not_found(subscription_id) if found is None else found
+
+    async def stream(self, request: Request) -> Response:
+        subscription = await self._subscription(request)
+        if isinstance(subscription, Response):
+            return subscription
         values: dict[str, Any] = dict(request.query_params)
         if request.method == "POST":
             try:
@@ -687,10 +692,9 @@ class SubscriptionStreams:
             await _rebalance(conn, subscription.id)
 
     async def commit(self, request: Request) -> Response:
-        subscription_id = request.path_params["id"]
-        subscription = await self.subscriptions.get(subscription_id)
-        if subscription is None:
-            return not_found(subscription_id)
+        subscription = await self._subscription(request)
+        if isinstance(subscription, Response):
+            return subscription
         stream_id = request.headers.get(STREAM_ID_HEADER)
         if not stream_id:
             return problem(400, f"the {STREAM_ID_HEADER} header is required to commit")
@@ -783,10 +787,9 @@ class SubscriptionStreams:
         return results
 
     async def cursors(self, request: Request) -> Response:
-        subscription_id = request.path_params["id"]
-        subscription = await self.subscriptions.get(subscription_id)
-        if subscription is None:
-            return not_found(subscription_id)
+        subscription = await self._subscription(request)
+        if isinstance(subscription, Response):
+            return subscription
         async with self.store.pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT event_type, partition, committed FROM broker_subscription_partitions"
@@ -811,10 +814,9 @@ class SubscriptionStreams:
 
     async def reset(self, request: Request) -> Response:
         """PATCH cursors: streams are closed, offsets set, new streams get 409 until they ended."""
-        subscription_id = request.path_params["id"]
-        subscription = await self.subscriptions.get(subscription_id)
-        if subscription is None:
-            return not_found(subscription_id)
+        subscription = await self._subscription(request)
+        if isinstance(subscription, Response):
+            return subscription
         try:
             body = await bodies.json_body(request)
             items = _cursor_items(body, subscription, with_token=False)
@@ -827,7 +829,7 @@ class SubscriptionStreams:
         with self.coordinator.waiter(subscription.id) as changed:
             async with _locked(self.store, subscription.id) as (conn, row):
                 if row is None:
-                    return not_found(subscription_id)
+                    return not_found(subscription.id)
                 if row["resetting"]:
                     return problem(409, "Cursors reset is already in progress for the subscription")
                 await self.subscriptions.initialise(conn, subscription)
@@ -922,10 +924,9 @@ class SubscriptionStreams:
         return out
 
     async def stats(self, request: Request) -> Response:
-        subscription_id = request.path_params["id"]
-        subscription = await self.subscriptions.get(subscription_id)
-        if subscription is None:
-            return not_found(subscription_id)
+        subscription = await self._subscription(request)
+        if isinstance(subscription, Response):
+            return subscription
         items = await self.status(subscription)
         committed = {
             (r["event_type"], r["partition"]): r["committed"]

@@ -32,14 +32,19 @@ def publish(client: httpx.Client, name: str, events: list[dict[str, Any]]) -> No
 
 def two_partition_type(make_event_type: Callable[..., str]) -> str:
     """A user_defined event type with partitions "0" and "1"."""
+    return partitioned_type(make_event_type, 2)
+
+
+def partitioned_type(make_event_type: Callable[..., str], partitions: int) -> str:
+    """A user_defined event type with ``partitions`` partitions."""
     return make_event_type(
         partition_strategy="user_defined",
         partition_key_fields=[],
         default_statistic={
             "messages_per_minute": 100,
             "message_size": 100,
-            "read_parallelism": 2,
-            "write_parallelism": 2,
+            "read_parallelism": partitions,
+            "write_parallelism": partitions,
         },
     )
 

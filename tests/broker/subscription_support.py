@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -20,20 +20,6 @@ def create(client: httpx.Client, event_types: list[str], **fields: Any) -> dict[
     assert response.status_code == 201, response.text
     validate("Subscription", response.json())
     return dict(response.json())
-
-
-def partitioned_type(make_event_type: Callable[..., str], partitions: int) -> str:
-    """A user_defined event type with ``partitions`` partitions."""
-    return make_event_type(
-        partition_strategy="user_defined",
-        partition_key_fields=[],
-        default_statistic={
-            "messages_per_minute": 100,
-            "message_size": 100,
-            "read_parallelism": partitions,
-            "write_parallelism": partitions,
-        },
-    )
 
 
 class Stream:

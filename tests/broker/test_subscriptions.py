@@ -15,14 +15,13 @@ import pytest
 
 from broker.app import create_app
 from broker.settings import Settings
-from tests.broker.stream_support import order, publish
+from tests.broker.stream_support import order, partitioned_type, publish
 from tests.broker.subscription_support import (
     Stream,
     commit,
     create,
     numbers,
     owners,
-    partitioned_type,
     stats,
     wait_until_gone,
 )
