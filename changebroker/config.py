@@ -22,6 +22,7 @@ DEFAULT_BROKER_PORT = 8080
 DEFAULT_REGISTRY_PORT = 8081
 DEFAULT_CHANGESERVER_PORT = 9000
 DEFAULT_CHANGESERVER_MGMT_PORT = 9001
+DEFAULT_BRIDGE_PORT = 9002
 # The application data the changeserver publishes, and our own metadata (broker, registry),
 # in separate databases: our metadata writes must never show up as changes.
 DEFAULT_DATABASE = "changebroker"

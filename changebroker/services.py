@@ -6,4 +6,5 @@ SERVICE_MODULES: dict[str, tuple[str, str]] = {
     "changeserver": ("changeserver.main", "tail Postgres logical replication, serve /changes"),
     "registry": ("registry.main", "the OpenSchema schema registry"),
     "broker": ("broker.main", "the Nakadi-compatible event broker on Kafka"),
+    "bridge": ("broker.bridge.main", "publish every row change from /changes as data events"),
 }

@@ -1,0 +1,117 @@
+"""A table's columns, types, nullability and primary key from the catalog, and its JSON Schema.
+
+The changes carry each column's name and type OID but not nullability or the key, so the
+bridge asks the application database. The catalog is now, a change may be older: where the
+change's own type OID differs from the catalog's (the table was altered again since), the
+change's type wins and the column counts as nullable.
+
+Evolution under the event type's ``forward`` mode (old consumers must read new events):
+
+* an added column becomes a new optional property: a MINOR version;
+* a dropped column stays declared (events just stop carrying it): removing the property
+  would let new events put anything there, which old readers refuse;
+* a retype within one JSON type (``int`` -> ``bigint``, ``varchar(5)`` -> ``text``) changes
+  the property's description: a PATCH version; a retype to another JSON type (``text`` ->
+  ``int``) or a ``DROP NOT NULL`` is refused by the mode, and the table stops (bridge.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from broker.bridge import values
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    oid: int
+    type_name: str
+    nullable: bool
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str  # schema.table, as the changeserver names it
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]  # primary key columns in key order; empty without one
+    full_identity: bool = False  # REPLICA IDENTITY FULL: deletes carry the whole old row
+
+
+_COLUMNS = """
+SELECT a.attname, a.atttypid::int, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull
+FROM pg_attribute a
+WHERE a.attrelid = format('%%I.%%I', %(schema)s::text, %(table)s::text)::regclass
+  AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum
+"""
+
+_KEY = """
+SELECT a.attname
+FROM pg_index i
+CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = format('%%I.%%I', %(schema)s::text, %(table)s::text)::regclass
+  AND i.indisprimary
+ORDER BY k.n
+"""
+
+
+def split_name(name: str) -> tuple[str, str]:
+    schema, _, table = name.partition(".")
+    return (schema, table) if table else ("public", schema)
+
+
+async def describe(conn: psycopg.AsyncConnection[Any], name: str) -> Table | None:
+    """The table as the catalog has it now; ``None`` when it no longer exists."""
+    schema, table = split_name(name)
+    params = {"schema": schema, "table": table}
+    try:
+        rows = await (await conn.execute(_COLUMNS, params)).fetchall()
+        key = [r[0] for r in await (await conn.execute(_KEY, params)).fetchall()]
+    except psycopg.errors.UndefinedTable:
+        return None
+    identity = await (
+        await conn.execute(
+            "SELECT relreplident FROM pg_class"
+            " WHERE oid = format('%%I.%%I', %(schema)s::text, %(table)s::text)::regclass",
+            params,
+        )
+    ).fetchone()
+    columns = tuple(Column(r[0], r[1], r[2], r[3]) for r in rows)
+    return Table(name, columns, tuple(key), identity is not None and identity[0] == "f")
+
+
+def json_schema(
+    table: Table, row_types: Mapping[str, int], previous: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The schema of ``data``: ``row_types`` (column -> OID) from the change at hand win over
+    the catalog; properties ``previous`` declared and the table no longer has stay."""
+    properties: dict[str, Any] = dict((previous or {}).get("properties", {}))
+    for column in table.columns:
+        oid = row_types.get(column.name, column.oid)
+        if oid == column.oid:
+            properties[column.name] = values.column_schema(oid, column.type_name, column.nullable)
+        else:
+            properties[column.name] = values.column_schema(oid, f"type {oid}", True)
+    for name, oid in row_types.items():
+        if name not in properties:
+            properties[name] = values.column_schema(oid, f"type {oid}", True)
+    schema: dict[str, Any] = {
+        "type": "object",
+        "description": f"a row of {table.name}",
+        "properties": properties,
+    }
+    if table.key:
+        schema["required"] = list(table.key)
+    return schema
+
+
+def canonical(schema: Mapping[str, Any]) -> str:
+    """One spelling per schema, so equal schemas compare equal as text."""
+    return json.dumps(schema, sort_keys=True, separators=(",", ":"))

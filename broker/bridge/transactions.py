@@ -1,0 +1,117 @@
+"""Events and the bridge's position in one Kafka transaction; the position read back at start.
+
+The position is a record in a compacted topic keyed by the bridge's name. ``init_transactions``
+under the bridge's ``transactional.id`` fences any earlier incarnation and aborts what it left
+open, so once it returns, the newest committed position record is exactly where the committed
+events end: a crash at any moment neither skips nor repeats a change.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from broker.producer import Message
+from changebroker import kafka
+
+POSITIONS_TOPIC = "changebroker.bridge.positions"
+
+
+def ensure_positions_topic(bootstrap: str, replication_factor: int) -> None:
+    new = NewTopic(
+        POSITIONS_TOPIC,
+        num_partitions=1,
+        replication_factor=replication_factor,
+        config={"cleanup.policy": "compact"},
+    )
+    admin = kafka.admin(bootstrap)  # held: a collected client fails its pending futures
+    future = admin.create_topics([new])[POSITIONS_TOPIC]
+    try:
+        future.result(timeout=30)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+
+
+def load_position(bootstrap: str, name: str) -> dict[str, Any] | None:
+    """The newest committed position record of bridge ``name``, ``None`` before the first."""
+    consumer = Consumer(
+        kafka.client_config(
+            bootstrap,
+            **{
+                "group.id": f"changebroker-bridge-{name}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+            },
+        )
+    )
+    found: dict[str, Any] | None = None
+    try:
+        consumer.assign([TopicPartition(POSITIONS_TOPIC, 0, 0)])
+        while True:
+            message = consumer.poll(30)
+            if message is None:
+                raise TimeoutError(f"reading {POSITIONS_TOPIC} took over 30 s")
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    return found
+                raise KafkaException(error)
+            if message.key() == name.encode():
+                value = message.value()
+                found = json.loads(value) if value is not None else None
+    finally:
+        consumer.close()
+
+
+class Transactions:
+    """A transactional producer: :meth:`commit` writes a batch of events and a position
+    record atomically, or raises with nothing visible to read_committed consumers."""
+
+    def __init__(self, bootstrap: str, name: str) -> None:
+        self._name = name.encode()
+        self._producer = Producer(
+            kafka.producer_config(
+                bootstrap,
+                **{
+                    "transactional.id": f"changebroker-bridge-{name}",
+                    # The batch is sent and committed at once: waiting would only add latency.
+                    "linger.ms": 1,
+                    "queue.buffering.max.messages": 1_000_000,
+                    "transaction.timeout.ms": 60_000,
+                },
+            )
+        )
+        self._producer.init_transactions(60)
+
+    def commit(self, messages: Sequence[Message], position: dict[str, Any]) -> None:
+        producer = self._producer
+        producer.begin_transaction()
+        try:
+            for message in messages:
+                self._produce(message.topic, message.partition, message.key, message.value)
+            self._produce(POSITIONS_TOPIC, 0, self._name, json.dumps(position).encode())
+            producer.commit_transaction(60)
+        except KafkaException as exc:
+            # Whatever went wrong, this transaction's records never become readable; the
+            # caller starts over from the committed position with a fresh producer.
+            if exc.args[0].txn_requires_abort():
+                producer.abort_transaction(30)
+            raise
+
+    def _produce(self, topic: str, partition: int, key: bytes | None, value: bytes) -> None:
+        while True:
+            try:
+                self._producer.produce(topic, value, key, partition=partition)
+                return
+            except BufferError:
+                # The local queue is full: let deliveries drain it.
+                self._producer.poll(0.01)
+
+    def close(self) -> None:
+        self._producer.flush(5)

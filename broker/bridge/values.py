@@ -1,0 +1,112 @@
+"""Postgres values as the changeserver sends them (text output) -> JSON values, and the JSON
+Schema of each type.
+
+The changeserver renders every value with fixed session settings (``DateStyle=ISO``,
+``TimeZone=UTC``, ``extra_float_digits=3``, hex bytea), so each conversion here is exact:
+
+* ``boolean`` -> true/false; ``smallint``/``integer``/``bigint``/``oid`` -> JSON integers
+  (JSON has no integer limit; the text keeps all 64 bits);
+* ``real``/``double precision`` -> JSON numbers (shortest round-trip digits), except
+  ``NaN``/``Infinity``/``-Infinity``, which JSON cannot spell: those stay strings;
+* ``numeric`` and ``money`` -> strings: a JSON number is read as a double by most consumers,
+  and a numeric's digits must survive;
+* ``timestamptz`` -> RFC 3339 with its offset (``2026-11-23T02:37:49.5+00:00``), ``timestamp``
+  -> the same without one (it has none); ``infinity`` stays as Postgres spells it;
+* ``bytea`` -> base64 of the bytes; ``json``/``jsonb`` -> the JSON value itself;
+* everything else (text, uuid, date, time, interval, enums, arrays, ...) -> Postgres's text
+  output, which reads back into the same value.
+
+NULL is null everywhere; a nullable column's schema admits null.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+BOOL, BYTEA, INT8, INT2, INT4, OID = 16, 17, 20, 21, 23, 26
+JSON, FLOAT4, FLOAT8, MONEY = 114, 700, 701, 790
+TIMESTAMP, TIMESTAMPTZ, NUMERIC, JSONB = 1114, 1184, 1700, 3802
+
+_NON_FINITE = frozenset({"NaN", "Infinity", "-Infinity"})
+_SHORT_OFFSET = re.compile(r"[+-]\d\d$")
+
+
+def _float(text: str) -> float | str:
+    return text if text in _NON_FINITE else float(text)
+
+
+def _timestamptz(text: str) -> str:
+    # "2026-11-23 02:37:49.5+00" -> "2026-11-23T02:37:49.5+00:00" (RFC 3339 wants hh:mm).
+    text = text.replace(" ", "T", 1)
+    return text + ":00" if _SHORT_OFFSET.search(text) else text
+
+
+def _bytea(text: str) -> str:
+    return base64.b64encode(bytes.fromhex(text[2:])).decode("ascii")
+
+
+def _bool(text: str) -> bool:
+    return text == "t"
+
+
+_CONVERT: dict[int, Callable[[str], Any]] = {
+    BOOL: _bool,
+    INT2: int,
+    INT4: int,
+    INT8: int,
+    OID: int,
+    FLOAT4: _float,
+    FLOAT8: _float,
+    TIMESTAMPTZ: _timestamptz,
+    TIMESTAMP: lambda text: text.replace(" ", "T", 1),
+    BYTEA: _bytea,
+    JSON: json.loads,
+    JSONB: json.loads,
+}
+
+
+def to_json(text: str | None, oid: int) -> Any:
+    """The JSON value of a column the changeserver sent as ``{"value": text, "type": oid}``."""
+    if text is None:
+        return None
+    convert = _CONVERT.get(oid)
+    return text if convert is None else convert(text)
+
+
+def _json_type(oid: int) -> str | list[str] | None:
+    if oid == BOOL:
+        return "boolean"
+    if oid in (INT2, INT4, INT8, OID):
+        return "integer"
+    if oid in (FLOAT4, FLOAT8):
+        return ["number", "string"]
+    if oid in (JSON, JSONB):
+        return None  # any JSON value
+    return "string"
+
+
+_NOTES = {
+    NUMERIC: "as a string, every digit kept",
+    MONEY: "as Postgres prints it",
+    BYTEA: "base64",
+    FLOAT4: "NaN and infinities as strings",
+    FLOAT8: "NaN and infinities as strings",
+    TIMESTAMPTZ: "RFC 3339 with offset",
+    TIMESTAMP: "RFC 3339 without offset",
+}
+
+
+def column_schema(oid: int, type_name: str, nullable: bool) -> dict[str, Any]:
+    """A column's property schema; the description names the Postgres type (a retype that
+    keeps the JSON type is then a PATCH version, visible in the schema history)."""
+    note = _NOTES.get(oid)
+    schema: dict[str, Any] = {"description": f"{type_name}, {note}" if note else type_name}
+    json_type = _json_type(oid)
+    if json_type is not None:
+        types = [json_type] if isinstance(json_type, str) else list(json_type)
+        schema["type"] = [*types, "null"] if nullable else (types[0] if len(types) == 1 else types)
+    return schema
