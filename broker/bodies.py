@@ -7,6 +7,7 @@ compressed body cannot expand without bound); past that the answer is 413.
 from __future__ import annotations
 
 import json
+import math
 import zlib
 from typing import Any
 
@@ -64,9 +65,26 @@ async def raw(request: Request) -> bytes:
     return plain
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text} does not fit a double")
+    return value
+
+
+# JSON as RFC 8259 has it: NaN and Infinity are not numbers, and a number no double holds is
+# refused rather than kept as infinity (published events are encoded by orjson, which would
+# write a non-finite float as null).
+DECODER = json.JSONDecoder(parse_float=_finite, parse_constant=_no_constant)
+
+
 def parse(data: bytes) -> Any:
     try:
-        return json.loads(data)
+        return DECODER.decode(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadBody(problem(400, f"the body is not valid JSON: {exc}")) from None
     except RecursionError:

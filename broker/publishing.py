@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -97,7 +98,6 @@ def split_batch(data: bytes) -> list[tuple[Any, int]]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadBody(problem(400, f"the body is not UTF-8 JSON: {exc}")) from None
-    decoder = json.JSONDecoder()
     out: list[tuple[Any, int]] = []
     i = _skip_space(text, 0)
     if not text.startswith("[", i):
@@ -107,7 +107,7 @@ def split_batch(data: bytes) -> list[tuple[Any, int]]:
         return out
     try:
         while True:
-            event, end = decoder.raw_decode(text, i)
+            event, end = bodies.DECODER.raw_decode(text, i)
             # A character is at most 4 UTF-8 bytes: only events that could be too big are encoded.
             chars = end - i
             size = chars if chars * 4 <= MAX_EVENT_BYTES else len(text[i:end].encode("utf-8"))
@@ -238,8 +238,12 @@ def prepare(target: Target, event: Any, size: int, received_at: str) -> Message:
         except EnrichmentError as exc:
             raise ItemFailure("enriching", str(exc)) from None
     key = event["metadata"]["partition_compaction_key"].encode() if target.compacted else None
-    # ensure_ascii keeps json's fast C path; \u escapes are the same JSON text to readers.
-    value = json.dumps(event, separators=(",", ":")).encode()
+    try:
+        # ~25x json.dumps on 1 KB events; compact, UTF-8 unescaped: the same JSON to readers.
+        value = orjson.dumps(event)
+    except orjson.JSONEncodeError:
+        # Integers past 64 bits and lone surrogates, which JSON parsing accepts.
+        value = json.dumps(event, separators=(",", ":")).encode()
     return Message(target.topic, partition, key, value)
 
 

@@ -422,3 +422,56 @@ def test_gzip_bomb_and_oversized_bodies_are_413(client: httpx.Client, make_event
         f"/event-types/{name}/events", content=b"[]", headers={"Content-Encoding": "br"}
     )
     assert_problem(unsupported, 415, "gzip")
+
+
+def test_values_reach_kafka_exactly_as_json_reads_them(
+    client: httpx.Client, unique_name, broker_dsn: str, kafka_bootstrap: str
+) -> None:
+    name = unique_name("exact")
+    created = client.post(
+        "/event-types",
+        json={
+            "name": name,
+            "owning_application": "exact",
+            "category": "undefined",
+            "partition_strategy": "random",
+            "schema": {"type": "json_schema", "schema": "{}"},
+        },
+    )
+    assert created.status_code == 201, created.text
+    # Past 64 bits and a lone surrogate take the encoder's fallback; the rest its fast path.
+    body = (
+        '[{"big": 123456789012345678901234567890, "pi": 3.141592653589793},'
+        ' {"text": "é 😀 \\u2028 \\"q\\"", "n": -9223372036854775808, "f": 1e-7},'
+        ' {"lone": "\\ud800"}]'
+    )
+    published = client.post(
+        f"/event-types/{name}/events",
+        content=body,
+        headers={"Content-Type": "application/json"},
+    )
+    assert published.status_code == 200, published.text
+    topic, partitions = topic_of(broker_dsn, name)
+    stored = [s.event for s in read_all(kafka_bootstrap, topic, partitions)]
+    assert sorted(stored, key=json.dumps) == sorted(json.loads(body), key=json.dumps)
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_numbers_json_cannot_hold_are_refused(
+    client: httpx.Client, make_event_type: Callable[..., str], number: str
+) -> None:
+    name = make_event_type()
+    event = json.dumps(
+        {
+            "order_number": "1",
+            "metadata": {"eid": str(uuid.uuid4()), "occurred_at": "2026-11-22T10:00:00Z"},
+        }
+    )
+    body = f'[{event[:-1]}, "amount": {number}}}]'
+    response = client.post(
+        f"/event-types/{name}/events",
+        content=body,
+        headers={"Content-Type": "application/json"},
+    )
+    assert_problem(response, 400)
+    assert "not valid JSON" in response.json()["detail"]
