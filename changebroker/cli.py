@@ -38,6 +38,7 @@ def _stack_options(parser: argparse.ArgumentParser) -> None:
         ("--registry-port", "registry"),
         ("--changeserver-port", "changeserver"),
         ("--changeserver-mgmt-port", "changeserver_mgmt"),
+        ("--bridge-port", "bridge"),
     ]:
         config.add_option(
             parser,
@@ -58,6 +59,7 @@ def _stack(args: argparse.Namespace) -> LocalStack:
         registry=args.registry_port,
         changeserver=args.changeserver_port,
         changeserver_mgmt=args.changeserver_mgmt_port,
+        bridge=args.bridge_port,
     )
     return LocalStack.from_env(StateDir(args.state_dir), ports)
 

@@ -36,6 +36,7 @@ class Ports:
     registry: int = config.DEFAULT_REGISTRY_PORT
     changeserver: int = config.DEFAULT_CHANGESERVER_PORT
     changeserver_mgmt: int = config.DEFAULT_CHANGESERVER_MGMT_PORT
+    bridge: int = config.DEFAULT_BRIDGE_PORT
 
 
 @dataclass
@@ -46,6 +47,8 @@ class Service:
     args: list[str]
     base_url: str
     ready_url: str
+    # What ``status`` adds from the running service (the bridge's per-table progress).
+    status_url: str | None = None
 
 
 @dataclass
@@ -130,6 +133,25 @@ class LocalStack:
                 f"{loopback}:{p.broker}",
                 f"{loopback}:{p.broker}/health",
             ),
+            # Last: it reads the changeserver, and creates event types on the broker.
+            Service(
+                "bridge",
+                [
+                    "--port",
+                    str(p.bridge),
+                    "--meta-pg-url",
+                    self.meta_dsn,
+                    "--changeserver-url",
+                    f"{loopback}:{p.changeserver}",
+                    "--broker-url",
+                    f"{loopback}:{p.broker}",
+                    "--registry-url",
+                    f"{loopback}:{p.registry}",
+                ],
+                f"{loopback}:{p.bridge}",
+                f"{loopback}:{p.bridge}/health",
+                f"{loopback}:{p.bridge}/status",
+            ),
         ]
 
     def up(self, *, with_services: bool = True) -> dict[str, Any]:
@@ -178,6 +200,8 @@ class LocalStack:
             pid = read_pid(self.state.pid_file(service.name))
             if pid is not None:
                 result[service.name] = {"url": service.base_url, "pid": pid}
+                if service.status_url:
+                    result[service.name]["status"] = _json(service.status_url)
         return result
 
     def _start_service(self, service: Service) -> None:
@@ -206,3 +230,12 @@ def _answers(url: str) -> bool:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
         return False
+
+
+def _json(url: str) -> Any:
+    """A service's JSON answer, or ``None`` while it does not answer."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return json.load(response)
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
