@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 STRATEGIES = ("random", "hash", "user_defined")
@@ -50,26 +50,6 @@ def java_to_string(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def _lookup(event: Mapping[str, Any], path: str) -> Any:
-    node: Any = event
-    for part in path.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            raise PartitioningError(f"partition key field {path!r} is missing from the event")
-        node = node[part]
-    return node
-
-
-def hash_partition(
-    event: Mapping[str, Any], key_fields: Sequence[str], category: str, partitions: int
-) -> int:
-    total = 0
-    for field in key_fields:
-        path = f"data.{field}" if category == "data" else field
-        total = _int32(total + java_string_hash(java_to_string(_lookup(event, path))))
-    # Where Java's abs overflows (a sum of exactly -2^31) Nakadi itself fails; we take 2^31.
-    return _string_sorted_ids(partitions)[abs(total) % partitions]
-
-
 @functools.cache
 def _string_sorted_ids(partitions: int) -> tuple[int, ...]:
     """Partition ids in Nakadi's order: sorted as strings, so 10 comes before 2."""
@@ -87,16 +67,32 @@ def user_defined_partition(event: Mapping[str, Any], partitions: int) -> int:
     return int(chosen)
 
 
-def partition_for(
-    strategy: str,
-    event: Mapping[str, Any],
-    *,
-    key_fields: Sequence[str],
-    category: str,
-    partitions: int,
-) -> int:
-    if strategy == "hash":
-        return hash_partition(event, key_fields, category, partitions)
+Partitioner = Callable[[Mapping[str, Any]], int]
+
+
+def partitioner(
+    strategy: str, key_fields: Sequence[str], category: str, partitions: int
+) -> Partitioner:
+    """The event -> partition function of one event type, its key paths split once."""
     if strategy == "user_defined":
-        return user_defined_partition(event, partitions)
-    return random.randrange(partitions)
+        return functools.partial(user_defined_partition, partitions=partitions)
+    if strategy != "hash":
+        return lambda _event: random.randrange(partitions)
+    paths = [tuple((f"data.{f}" if category == "data" else f).split(".")) for f in key_fields]
+    ids = _string_sorted_ids(partitions)
+
+    def hashed(event: Mapping[str, Any]) -> int:
+        total = 0
+        for path in paths:
+            node: Any = event
+            for part in path:
+                if not isinstance(node, dict) or part not in node:
+                    raise PartitioningError(
+                        f"partition key field {'.'.join(path)!r} is missing from the event"
+                    )
+                node = node[part]
+            total += java_string_hash(java_to_string(node))
+        # Where Java's abs overflows (a sum of exactly -2^31) Nakadi itself fails; we take 2^31.
+        return ids[abs(_int32(total)) % partitions]
+
+    return hashed

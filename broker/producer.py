@@ -19,7 +19,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from changebroker import kafka
 
 
-@dataclass(frozen=True)
+# Not frozen: a frozen dataclass's __init__ costs ~0.5 us more per event.
+@dataclass(slots=True)
 class Message:
     topic: str
     partition: int

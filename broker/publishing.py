@@ -8,6 +8,7 @@ step, the others ``aborted``); when Kafka refuses some events the answer is
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Mapping
@@ -24,7 +25,7 @@ from broker import bodies, effective_schema, metrics
 from broker.bodies import BadBody
 from broker.enrichment import EnrichmentError, enrich
 from broker.event_type_api import not_found
-from broker.partitioning import PartitioningError, partition_for
+from broker.partitioning import Partitioner, PartitioningError, partitioner
 from broker.problems import problem
 from broker.producer import KafkaProducer, Message
 from broker.store import Store, StoredEventType
@@ -51,6 +52,11 @@ class Target:
     compacted: bool
     version: str
     validator: effective_schema.EventValidator
+
+    @functools.cached_property
+    def partition(self) -> Partitioner:
+        """Derived, not a field: ``dataclasses.replace`` of the strategy gets a new one."""
+        return partitioner(self.partition_strategy, self.key_fields, self.category, self.partitions)
 
     @classmethod
     def of(cls, stored: StoredEventType) -> Target:
@@ -216,13 +222,7 @@ def prepare(target: Target, event: Any, size: int, received_at: str) -> Message:
     if error is not None:
         raise ItemFailure("validating", error)
     try:
-        partition = partition_for(
-            target.partition_strategy,
-            event,
-            key_fields=target.key_fields,
-            category=target.category,
-            partitions=target.partitions,
-        )
+        partition = target.partition(event)
     except PartitioningError as exc:
         raise ItemFailure("partitioning", str(exc)) from None
     if target.enriched:
