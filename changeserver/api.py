@@ -228,7 +228,7 @@ class ChangesEndpoint:
         answer = self._answers.get(key)
         if answer is None:
             bounds, rows = self._read(query)
-            answer = (bool(rows), _render(query, bounds, rows))
+            answer = (bool(rows), _render(query, bounds, rows, self.reader.relation))
             self._answers[key] = answer
         return answer
 
@@ -264,7 +264,12 @@ def _expire(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def _render(query: Query, bounds: Bounds, rows: list[tuple[int, int, int, bytes]]) -> bytes:
+def _render(
+    query: Query,
+    bounds: Bounds,
+    rows: list[tuple[int, int, int, bytes]],
+    relations: changes.Relations,
+) -> bytes:
     last = bounds.last
     if rows and len(rows) == query.limit:
         last = Sequence(rows[-1][0], rows[-1][1])
@@ -272,13 +277,13 @@ def _render(query: Query, bounds: Bounds, rows: list[tuple[int, int, int, bytes]
         message = pb.ChangeListPb(
             firstSequence=str(bounds.first),
             lastSequence=str(last),
-            changes=[changes.to_protobuf(*row) for row in rows],
+            changes=[changes.to_protobuf(*row, relations) for row in rows],
         )
         return message.SerializeToString()
     body = {
         "firstSequence": str(bounds.first),
         "lastSequence": str(last),
-        "changes": [changes.to_json(*row) for row in rows],
+        "changes": [changes.to_json(*row, relations) for row in rows],
     }
     return json.dumps(body, separators=(",", ":")).encode()
 

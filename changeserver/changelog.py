@@ -7,6 +7,11 @@ cuts at whole transactions. ``meta`` keeps what must outlive the rows: the
 durable commit LSN (the restart point), the first and last sequence held, and
 the newest sequence retention removed (older ``since`` values are too old).
 
+``relations`` holds each relation (table and columns) that change bodies name
+by id: a body is the change's pgoutput message (see ``pgoutput``), decoded
+against its relation when served. Relations are never dropped, so an id a
+durable body names always resolves.
+
 ``synchronous=FULL``: the durable LSN is confirmed to Postgres, which then
 recycles that WAL; with NORMAL a power loss could drop WAL-mode commits that
 Postgres no longer has, a permanent gap. Batching many transactions into one
@@ -15,12 +20,16 @@ SQLite transaction keeps the fsync cost per change small.
 
 from __future__ import annotations
 
+import marshal
 import sqlite3
+import struct
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from changeserver import pgoutput
+from changeserver.pgoutput import Record, Relation
 from changeserver.sequence import Sequence
 
 _SCHEMA = """
@@ -32,7 +41,11 @@ CREATE INDEX IF NOT EXISTS changes_sequence ON changes (lsn, idx);
 CREATE TABLE IF NOT EXISTS commits (
     lsn INTEGER PRIMARY KEY, unix_us INTEGER NOT NULL, size INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS relations (id INTEGER PRIMARY KEY, data BLOB NOT NULL);
 """
+# 1: bodies are pgoutput messages with a relation id; 0 (or none): marshal-encoded rows.
+_FORMAT = 1
+_MARSHAL_VERSION = 4  # pinned: logs written by one Python stay readable by the next
 
 _META_KEYS = (
     "durable_lsn",
@@ -44,11 +57,6 @@ _META_KEYS = (
     "purged_lsn",
     "purged_idx",
 )
-
-
-# One change as stored: (selector, commit LSN, index in its transaction, 64-bit txid, body).
-# A plain tuple: one is built per change on the ingest path, and executemany takes it as is.
-Record = tuple[str, int, int, int, bytes]
 
 
 @dataclass(frozen=True)
@@ -100,6 +108,21 @@ class ChangeLog:
         self._conn.executemany(
             "INSERT OR IGNORE INTO meta (key, value) VALUES (?, 0)", [(k,) for k in _META_KEYS]
         )
+        if self._conn.execute("PRAGMA user_version").fetchone()[0] < _FORMAT:
+            _upgrade(self._conn)
+        self._relations = {
+            _load_relation(data): id
+            for id, data in self._conn.execute("SELECT id, data FROM relations")
+        }
+        self._new_relations: list[tuple[int, bytes]] = []  # stored with the next batch
+
+    def relation_id(self, relation: Relation) -> int:
+        """The id bodies name ``relation`` by; a new one is stored with the next write."""
+        found = self._relations.get(relation)
+        if found is None:
+            found = self._relations[relation] = len(self._relations) + 1
+            self._new_relations.append((found, _dump_relation(relation)))
+        return found
 
     def _meta(self) -> dict[str, int]:
         return dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
@@ -117,6 +140,9 @@ class ChangeLog:
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
             try:
+                conn.executemany(
+                    "INSERT INTO relations (id, data) VALUES (?, ?)", self._new_relations
+                )
                 conn.executemany(
                     "INSERT INTO changes (selector, lsn, idx, txid, data) VALUES (?, ?, ?, ?, ?)",
                     records,
@@ -142,6 +168,7 @@ class ChangeLog:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+            self._new_relations = []
 
     def purge(self, before_unix_us: int) -> int:
         """Drop whole transactions committed before ``before_unix_us``; returns changes dropped."""
@@ -189,6 +216,17 @@ class LogReader:
 
     def __init__(self, path: Path) -> None:
         self._conn = _connect(path)
+        self._relations: dict[int, Relation] = {}
+
+    def relation(self, id: int) -> Relation:
+        """The relation a durable body names (relations are immutable: cached for good)."""
+        found = self._relations.get(id)
+        if found is None:
+            (data,) = self._conn.execute(
+                "SELECT data FROM relations WHERE id = ?", (id,)
+            ).fetchone()
+            found = self._relations[id] = _load_relation(data)
+        return found
 
     def read(
         self, selectors: list[str], since: Sequence, limit: int, snapshot: Snapshot | None
@@ -227,3 +265,66 @@ class LogReader:
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _dump_relation(relation: Relation) -> bytes:
+    return marshal.dumps((relation.table, relation.columns), _MARSHAL_VERSION)
+
+
+def _load_relation(data: bytes) -> Relation:
+    table, columns = marshal.loads(data)
+    return Relation(table, tuple(columns))
+
+
+def _upgrade(conn: sqlite3.Connection) -> None:
+    """Rewrite a format 0 log's bodies (marshal-encoded rows) as pgoutput messages."""
+    relations: dict[Relation, int] = {}
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        rows = conn.execute("SELECT selector, lsn, idx, data FROM changes").fetchall()
+        updated = []
+        for selector, lsn, idx, data in rows:
+            operation, table, change_lsn, commit_time, _, new, old = marshal.loads(data)
+            # A format 0 old row is whole (key-only ones carry NULLs), and the new row of an
+            # update with an old row lacks nothing: only the new row of an update without an
+            # old one may lack columns (unchanged TOAST), which its own relation describes.
+            relation = Relation(table, tuple((name, oid) for name, _, oid in old or new))
+            id = relations.setdefault(relation, len(relations) + 1)
+            message = _message(operation, new, old)
+            body = pgoutput.BODY.pack(change_lsn, commit_time, id) + message
+            updated.append((body, selector, lsn, idx))
+        conn.executemany(
+            "UPDATE changes SET data = ? WHERE selector = ? AND lsn = ? AND idx = ?", updated
+        )
+        conn.executemany(
+            "INSERT INTO relations (id, data) VALUES (?, ?)",
+            [(id, _dump_relation(relation)) for relation, id in relations.items()],
+        )
+        conn.execute(f"PRAGMA user_version = {_FORMAT}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _message(operation: int, new: pgoutput.Row | None, old: pgoutput.Row | None) -> bytes:
+    """The pgoutput message (relation OID 0) of a change given as rows."""
+    relid = b"\0\0\0\0"
+    if operation == pgoutput.INSERT and new is not None:
+        return b"I" + relid + b"N" + _tuple_data(new)
+    if operation == pgoutput.UPDATE and new is not None:
+        return b"U" + relid + (b"O" + _tuple_data(old) if old else b"") + b"N" + _tuple_data(new)
+    if operation == pgoutput.DELETE and old is not None:
+        return b"D" + relid + b"O" + _tuple_data(old)
+    raise ValueError(f"cannot upgrade a change with operation {operation}")
+
+
+def _tuple_data(row: pgoutput.Row) -> bytes:
+    parts = [struct.pack("!h", len(row))]
+    for _, value, _ in row:
+        if value is None:
+            parts.append(b"n")
+        else:
+            encoded = value.encode()
+            parts.append(b"t" + struct.pack("!i", len(encoded)) + encoded)
+    return b"".join(parts)

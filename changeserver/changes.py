@@ -1,19 +1,18 @@
-"""A change as stored in the change log, and as the API serves it (JSON or protobuf).
+"""A change as the API serves it (JSON or protobuf), from its stored body.
 
-Stored bodies are ``marshal``-encoded tuples (``(operation, table, change LSN,
-commit time, xid, new row, old row)``, rows as ``[(name, text, oid), ...]``):
-only this module writes and reads them, and marshal is several times cheaper
-than JSON on the ingest path. The text form is what JSON serves as is; protobuf
-values are typed from it per request.
+A stored body is the change's pgoutput message behind ``pgoutput.BODY`` (see
+``pgoutput``); it is decoded here, per request, into rows of Postgres's text
+output. JSON serves the text as is; protobuf values are typed from it.
 """
 
 from __future__ import annotations
 
-import marshal
+from collections.abc import Callable
 from typing import Any
 
+from changeserver import pgoutput
 from changeserver import transicator_pb2 as pb
-from changeserver.pgoutput import Column, Transaction
+from changeserver.pgoutput import Relation, Row
 from changeserver.sequence import Sequence
 
 # Postgres type OIDs that transicator's protobuf carries typed; everything else is a string.
@@ -22,39 +21,20 @@ _INTS = {_INT2, _INT4, _INT8, _OID}
 _FLOATS = {_FLOAT4, _FLOAT8}
 _PG_EPOCH_UNIX_US = 946_684_800_000_000  # 2000-01-01 in Unix microseconds
 
-_MARSHAL_VERSION = 4  # pinned: logs written by one Python stay readable by the next
-
-Row = list[Column]
-
-
-def selector_of(new: Row | None, old: Row | None, column: str) -> str:
-    """The selector column's value, the old row's winning (an update may move a row out)."""
-    for row in (old, new):
-        for name, value, _ in row or ():
-            if name == column and value is not None:
-                return value
-    return ""
+# The change log's relation for an id a body names.
+Relations = Callable[[int], Relation]
 
 
 def unix_us(pg_us: int) -> int:
     return pg_us + _PG_EPOCH_UNIX_US
 
 
-def encode(transaction: Transaction, index: int) -> bytes:
-    """The stored body of ``transaction.changes[index]``."""
-    change = transaction.changes[index]
-    return marshal.dumps(
-        (
-            change.operation,
-            change.table,
-            change.change_lsn,
-            transaction.commit_time,
-            transaction.xid,
-            change.new,
-            change.old,
-        ),
-        _MARSHAL_VERSION,
-    )
+def _decode(data: bytes, relations: Relations) -> tuple[int, str, int, int, Row | None, Row | None]:
+    """(operation, table, change LSN, commit time, new row, old row) of a stored body."""
+    change_lsn, commit_time, relation_id = pgoutput.BODY.unpack_from(data)
+    relation = relations(relation_id)
+    operation, new, old = pgoutput.rows(data, pgoutput.BODY.size, relation)
+    return operation, relation.table, change_lsn, commit_time, new, old
 
 
 def _json_row(row: Row | None) -> dict[str, Any] | None:
@@ -63,8 +43,8 @@ def _json_row(row: Row | None) -> dict[str, Any] | None:
     return {name: {"value": value, "type": oid} for name, value, oid in row}
 
 
-def to_json(lsn: int, idx: int, txid: int, data: bytes) -> dict[str, Any]:
-    operation, table, change_lsn, commit_time, _, new, old = marshal.loads(data)
+def to_json(lsn: int, idx: int, txid: int, data: bytes, relations: Relations) -> dict[str, Any]:
+    operation, table, change_lsn, commit_time, new, old = _decode(data, relations)
     change: dict[str, Any] = {
         "operation": operation,
         "table": table,
@@ -108,8 +88,8 @@ def _pb_row(row: Row | None) -> list[pb.ColumnPb]:
     return columns
 
 
-def to_protobuf(lsn: int, idx: int, txid: int, data: bytes) -> pb.ChangePb:
-    operation, table, change_lsn, commit_time, xid, new, old = marshal.loads(data)
+def to_protobuf(lsn: int, idx: int, txid: int, data: bytes, relations: Relations) -> pb.ChangePb:
+    operation, table, change_lsn, commit_time, new, old = _decode(data, relations)
     return pb.ChangePb(
         operation=operation,
         table=table,
@@ -117,7 +97,7 @@ def to_protobuf(lsn: int, idx: int, txid: int, data: bytes) -> pb.ChangePb:
         commitSequence=lsn,
         changeSequence=change_lsn,
         commitIndex=idx,
-        transactionID=xid,
+        transactionID=txid & 0xFFFFFFFF,  # the 32-bit xid
         transactionIDEpoch=txid,
         timestamp=unix_us(commit_time) // 1_000_000,
         newColumns=_pb_row(new),

@@ -1,9 +1,16 @@
 """Decoding of the built-in ``pgoutput`` plugin's messages (protocol version 1).
 
+The change log stores each change as its pgoutput message behind a small header
+(``BODY``: change LSN, commit time, the change log's id for the relation), not
+as decoded rows: ingest reads only what it must (the selector column) and the
+rows are decoded when served, by the same code from the same bytes, so what is
+served is what decoding at ingest would have given.
+
 Tuple data arrives in text form. A column marked ``u`` (an unchanged TOASTed
 value Postgres did not send) takes its value from the old row when the old row
-carries it (REPLICA IDENTITY FULL); otherwise the column is left out of the row:
-a consumer sees "not sent", never a wrong value.
+is a whole one (``O``: REPLICA IDENTITY FULL); otherwise, a key-only old row
+(``K``, whose other columns are NULL) or none, the column is left out of the
+row: a consumer sees "not sent", never a wrong value.
 
 TRUNCATE yields no change: the transicator API has no operation for it, so it
 is skipped with a warning naming the tables (consumers must be told out of band).
@@ -13,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from changebroker import logs
@@ -20,174 +28,210 @@ from changebroker import logs
 log = logging.getLogger(__name__)
 
 INSERT, UPDATE, DELETE = 1, 2, 3
-_INT16 = struct.Struct("!h")
 _INT32 = struct.Struct("!i")
 _UINT32 = struct.Struct("!I")
+_INSERT, _UPDATE, _DELETE, _FULL_OLD = 0x49, 0x55, 0x44, 0x4F  # 'I', 'U', 'D', 'O'
+_TEXT, _NULL, _UNCHANGED = 0x74, 0x6E, 0x75  # 't', 'n', 'u'
+
+# A stored change: this header, then the pgoutput message (from its kind byte).
+BODY = struct.Struct("!QqI")  # change LSN, commit time (µs since 2000-01-01), relation id
 
 # (name, text value or None, type OID) in column order.
 Column = tuple[str, str | None, int]
+Row = list[Column]
+# One change as the change log stores it: (selector, commit LSN, index in its transaction,
+# 64-bit txid, body). A plain tuple: one is built per change on the ingest path, and
+# executemany takes it as is.
+Record = tuple[str, int, int, int, bytes]
 
 
 @dataclass(frozen=True)
 class Relation:
     table: str  # schema.table
-    columns: list[tuple[str, int]]  # (name, type OID)
-
-
-@dataclass
-class Change:
-    operation: int
-    table: str
-    change_lsn: int  # the WAL position of this change (transicator's changeSequence)
-    new: list[Column] | None
-    old: list[Column] | None
+    columns: tuple[tuple[str, int], ...]  # (name, type OID)
 
 
 @dataclass
 class Transaction:
     xid: int  # 32-bit, as Begin carries it
+    txid: int  # 64-bit
     commit_lsn: int
     commit_time: int  # µs since 2000-01-01 UTC (the Postgres epoch)
-    changes: list[Change] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
     end_lsn: int = 0
 
 
-class Reader:
-    """A cursor over one message's bytes."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def byte(self) -> int:
-        value = self.data[self.pos]
-        self.pos += 1
-        return value
-
-    def int16(self) -> int:
-        (value,) = struct.unpack_from("!h", self.data, self.pos)
-        self.pos += 2
-        return int(value)
-
-    def int32(self) -> int:
-        (value,) = struct.unpack_from("!i", self.data, self.pos)
-        self.pos += 4
-        return int(value)
-
-    def uint32(self) -> int:
-        (value,) = struct.unpack_from("!I", self.data, self.pos)
-        self.pos += 4
-        return int(value)
-
-    def int64(self) -> int:
-        (value,) = struct.unpack_from("!q", self.data, self.pos)
-        self.pos += 8
-        return int(value)
-
-    def uint64(self) -> int:
-        (value,) = struct.unpack_from("!Q", self.data, self.pos)
-        self.pos += 8
-        return int(value)
-
-    def string(self) -> str:
-        end = self.data.index(0, self.pos)
-        value = self.data[self.pos : end].decode()
-        self.pos = end + 1
-        return value
-
-
 class Decoder:
-    """Turns a stream of pgoutput messages into complete transactions."""
+    """Turns a stream of pgoutput messages into complete transactions of change log records.
 
-    def __init__(self) -> None:
-        self.relations: dict[int, Relation] = {}
+    ``relation_id`` gives the change log's id for a relation (stored with its changes);
+    ``widen`` gives the 64-bit txid of Begin's 32-bit xid.
+    """
+
+    def __init__(
+        self,
+        selector_column: str,
+        relation_id: Callable[[Relation], int],
+        widen: Callable[[int], int],
+    ) -> None:
+        self.selector_column = selector_column
+        self.relation_id = relation_id
+        self.widen = widen
+        # Postgres's relation OID -> (relation, its id in the change log, selector column's
+        # position or -1).
+        self.relations: dict[int, tuple[Relation, int, int]] = {}
         self.current: Transaction | None = None
 
     def decode(self, data: bytes, wal_start: int) -> Transaction | None:
         """Feed one message; returns the transaction its Commit completes, else None."""
-        if data[0] == 0x49:  # 'I', by far the most frequent: a path without the Reader
-            relation = self.relations[_UINT32.unpack_from(data, 1)[0]]
-            new, _ = _tuple(data, 6, relation, None)  # after relid and 'N'
-            self._add(Change(INSERT, relation.table, wal_start, new, None))
-            return None
-        reader = Reader(data)
-        kind = chr(reader.byte())
-        if kind == "B":
-            commit_lsn = reader.uint64()
-            commit_time = reader.int64()
-            self.current = Transaction(
-                xid=reader.uint32(), commit_lsn=commit_lsn, commit_time=commit_time
+        current = self.current
+        kind = data[0]
+        if kind == _INSERT:  # by far the most frequent: only the selector is read
+            _, relation_id, at = self.relations[_UINT32.unpack_from(data, 1)[0]]
+            if current is None:
+                raise ValueError("change outside a transaction")
+            records = current.records
+            records.append(
+                (
+                    _text_at(data, 6, at) or "",  # after relid and 'N'
+                    current.commit_lsn,
+                    len(records),
+                    current.txid,
+                    BODY.pack(wal_start, current.commit_time, relation_id) + data,
+                )
             )
-        elif kind == "C":
-            reader.byte()  # flags, unused
-            reader.uint64()  # commit LSN, the same as Begin's
-            end_lsn = reader.uint64()
-            done, self.current = self.current, None
-            if done is None:
+        elif kind in (_UPDATE, _DELETE):
+            relation, relation_id, _ = self.relations[_UINT32.unpack_from(data, 1)[0]]
+            if current is None:
+                raise ValueError("change outside a transaction")
+            _, new, old = rows(data, 0, relation)
+            records = current.records
+            records.append(
+                (
+                    _selector_of(new, old, self.selector_column),
+                    current.commit_lsn,
+                    len(records),
+                    current.txid,
+                    BODY.pack(wal_start, current.commit_time, relation_id) + data,
+                )
+            )
+        elif kind == 0x42:  # 'B'
+            commit_lsn, commit_time, xid = struct.unpack_from("!QqI", data, 1)
+            self.current = Transaction(xid, self.widen(xid), commit_lsn, commit_time)
+        elif kind == 0x43:  # 'C': flags, commit LSN (Begin's), end LSN
+            (end_lsn,) = struct.unpack_from("!Q", data, 10)
+            if current is None:
                 raise ValueError("Commit without Begin")
-            done.end_lsn = end_lsn
-            return done
-        elif kind == "R":
-            relid = reader.uint32()
-            schema, name = reader.string(), reader.string()
-            reader.byte()  # replica identity setting, unused
-            columns = []
-            for _ in range(reader.int16()):
-                reader.byte()  # flags (part of the key), unused
-                column = reader.string()
-                columns.append((column, reader.uint32()))
-                reader.int32()  # type modifier, unused
-            self.relations[relid] = Relation(f"{schema or 'public'}.{name}", columns)
-        elif kind == "U":
-            relation = self.relations[reader.uint32()]
-            old = None
-            if data[reader.pos] in b"KO":
-                old, reader.pos = _tuple(data, reader.pos + 1, relation, None)
-            new, reader.pos = _tuple(data, reader.pos + 1, relation, old)  # after 'N'
-            self._add(Change(UPDATE, relation.table, wal_start, new, old))
-        elif kind == "D":
-            relation = self.relations[reader.uint32()]
-            old, reader.pos = _tuple(data, reader.pos + 1, relation, None)  # after 'K' or 'O'
-            self._add(Change(DELETE, relation.table, wal_start, None, old))
-        elif kind == "T":
-            count = reader.int32()
-            reader.byte()  # options (CASCADE, RESTART IDENTITY)
-            tables = [self.relations[reader.uint32()] for _ in range(count)]
+            self.current = None
+            current.end_lsn = end_lsn
+            return current
+        elif kind == 0x52:  # 'R'
+            self._relation(data)
+        elif kind == 0x54:  # 'T'
+            (count,) = _INT32.unpack_from(data, 1)
+            relids = struct.unpack_from(f"!{count}I", data, 6)  # after the options byte
             log.warning(
                 "truncate skipped: the transicator API cannot express it",
-                extra=logs.fields(tables=",".join(t.table for t in tables)),
+                extra=logs.fields(tables=",".join(self.relations[r][0].table for r in relids)),
             )
         # 'Y' (type), 'O' (origin) and anything newer carry nothing a change needs.
         return None
 
-    def _add(self, change: Change) -> None:
-        if self.current is None:
-            raise ValueError("change outside a transaction")
-        self.current.changes.append(change)
+    def _relation(self, data: bytes) -> None:
+        (relid,) = _UINT32.unpack_from(data, 1)
+        pos = 5
+        schema, pos = _string(data, pos)
+        name, pos = _string(data, pos)
+        pos += 1  # replica identity setting, unused
+        (count,) = struct.unpack_from("!h", data, pos)
+        pos += 2
+        columns = []
+        for _ in range(count):
+            column, pos = _string(data, pos + 1)  # after flags (part of the key), unused
+            (oid,) = _UINT32.unpack_from(data, pos)
+            columns.append((column, oid))
+            pos += 8  # type OID, type modifier (unused)
+        relation = Relation(f"{schema or 'public'}.{name}", tuple(columns))
+        names = [column for column, _ in columns]
+        at = names.index(self.selector_column) if self.selector_column in names else -1
+        self.relations[relid] = (relation, self.relation_id(relation), at)
 
 
-def _tuple(
-    data: bytes, pos: int, relation: Relation, old: list[Column] | None
-) -> tuple[list[Column], int]:
-    """The row at ``data[pos:]`` and the position after it."""
-    # The hot loop of ingest: locals and precompiled structs, no Reader method calls.
-    (count,) = _INT16.unpack_from(data, pos)
+def _string(data: bytes, pos: int) -> tuple[str, int]:
+    end = data.index(0, pos)
+    return data[pos:end].decode(), end + 1
+
+
+def _text_at(data: bytes, pos: int, at: int) -> str | None:
+    """Column ``at``'s text in the tuple at ``data[pos:]`` (None: NULL, unsent, or no such)."""
+    if at < 0:
+        return None
+    pos += 2  # the column count
+    for _ in range(at):
+        kind = data[pos]
+        if kind == _TEXT:
+            pos += 5 + _INT32.unpack_from(data, pos + 1)[0]
+        elif kind in (_NULL, _UNCHANGED):
+            pos += 1
+        else:
+            raise ValueError(f"unexpected tuple data kind {chr(kind)!r}")
+    if data[pos] != _TEXT:
+        return None
+    (length,) = _INT32.unpack_from(data, pos + 1)
+    return data[pos + 5 : pos + 5 + length].decode()
+
+
+def _selector_of(new: Row | None, old: Row | None, column: str) -> str:
+    """The selector column's value, the old row's winning (an update may move a row out)."""
+    for row in (old, new):
+        for name, value, _ in row or ():
+            if name == column and value is not None:
+                return value
+    return ""
+
+
+def rows(data: bytes, pos: int, relation: Relation) -> tuple[int, Row | None, Row | None]:
+    """(operation, new row, old row) of the Insert, Update or Delete message at ``data[pos:]``."""
+    kind = data[pos]
+    pos += 5  # after the kind and the relation OID
+    if kind == _INSERT:
+        new, _ = _tuple(data, pos + 1, relation, None)  # after 'N'
+        return INSERT, new, None
+    if kind == _UPDATE:
+        old = None
+        whole_old = None
+        if data[pos] in b"KO":
+            full = data[pos] == _FULL_OLD
+            old, pos = _tuple(data, pos + 1, relation, None)
+            whole_old = old if full else None
+        new, _ = _tuple(data, pos + 1, relation, whole_old)  # after 'N'
+        return UPDATE, new, old
+    if kind == _DELETE:
+        old, _ = _tuple(data, pos + 1, relation, None)  # after 'K' or 'O'
+        return DELETE, None, old
+    raise ValueError(f"not a change message: {chr(kind)!r}")
+
+
+def _tuple(data: bytes, pos: int, relation: Relation, old: Row | None) -> tuple[Row, int]:
+    """The row at ``data[pos:]`` and the position after it; ``old`` a whole old row or None."""
+    # Locals and precompiled structs: this runs for every change served.
+    (count,) = struct.unpack_from("!h", data, pos)
     pos += 2
     described = relation.columns
-    columns: list[Column] = []
+    columns: Row = []
     for number in range(count):
         name, oid = described[number]
         kind = data[pos]
         pos += 1
-        if kind == 0x74:  # 't': text
+        if kind == _TEXT:
             (length,) = _INT32.unpack_from(data, pos)
             pos += 4
             columns.append((name, data[pos : pos + length].decode(), oid))
             pos += length
-        elif kind == 0x6E:  # 'n': NULL
+        elif kind == _NULL:
             columns.append((name, None, oid))
-        elif kind == 0x75:  # 'u': unchanged TOAST
-            # Only the old row (REPLICA IDENTITY FULL) knows the value; else leave it out.
+        elif kind == _UNCHANGED:
+            # Only a whole old row (REPLICA IDENTITY FULL) knows the value; else leave it out.
             for old_name, old_value, _ in old or ():
                 if old_name == name:
                     columns.append((name, old_value, oid))

@@ -22,8 +22,8 @@ from psycopg import pq, sql
 
 from changebroker import logs, pg
 from changeserver import changes
-from changeserver.changelog import ChangeLog, Commit, Record
-from changeserver.pgoutput import Decoder, Transaction
+from changeserver.changelog import ChangeLog, Commit
+from changeserver.pgoutput import Decoder, Record, Transaction
 
 log = logging.getLogger(__name__)
 
@@ -186,13 +186,11 @@ class _Stream:
     ) -> None:
         self.owner = owner
         self.pgconn = pgconn
-        self.widener = widener
         self.durable_lsn = durable_lsn
         self.confirmed = confirmed
-        self.decoder = Decoder()
+        self.decoder = Decoder(owner.selector_column, owner.changelog.relation_id, widener.widen)
         self.records: list[Record] = []
         self.commits: list[Commit] = []
-        self.selectors: set[str] = set()
         self.last_status = 0.0
 
     def pump(self) -> None:
@@ -241,20 +239,13 @@ class _Stream:
     def _add(self, transaction: Transaction) -> None:
         if transaction.commit_lsn <= self.durable_lsn:
             return  # already in the change log: streamed again after a restart
-        txid = self.widener.widen(transaction.xid)
-        column = self.owner.selector_column
-        for index, change in enumerate(transaction.changes):
-            selector = changes.selector_of(change.new, change.old, column)
-            self.selectors.add(selector)
-            self.records.append(
-                (selector, transaction.commit_lsn, index, txid, changes.encode(transaction, index))
-            )
+        self.records += transaction.records
         self.commits.append(
             Commit(
                 transaction.commit_lsn,
                 transaction.end_lsn,
                 changes.unix_us(transaction.commit_time),
-                len(transaction.changes),
+                len(transaction.records),
             )
         )
 
@@ -264,8 +255,8 @@ class _Stream:
         self.owner.changelog.write(self.records, self.commits)
         self.durable_lsn = self.commits[-1].lsn
         self.confirmed = max(self.confirmed, self.commits[-1].end_lsn)
-        selectors = self.selectors
-        self.records, self.commits, self.selectors = [], [], set()
+        selectors = {record[0] for record in self.records}
+        self.records, self.commits = [], []
         self.owner.on_durable(selectors)
         self._send_status()
 
