@@ -8,13 +8,13 @@ when the last one is in (one wake-up per batch, not per event).
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Message as KafkaMessage
 
 from changebroker import kafka
 
@@ -29,16 +29,28 @@ class Message:
 
 
 class _Batch:
-    def __init__(self, size: int, loop: asyncio.AbstractEventLoop) -> None:
-        self.errors: list[str | None] = [None] * size
-        self.pending = size
+    """A request's messages in flight: one delivery callback for all of them (a callback
+    object per message cost ~0.7 us per event), failures kept with what identifies them."""
+
+    def __init__(self, messages: Sequence[Message], loop: asyncio.AbstractEventLoop) -> None:
+        self.messages = messages
+        self.pending = len(messages)
         self.done: asyncio.Future[None] = loop.create_future()
+        self._refused: dict[int, str] = {}  # produce() refused these at once, by index
+        self._failed: list[tuple[int | None, bytes | None, str]] = []  # (partition, value, error)
         self._loop = loop
         self._lock = threading.Lock()
 
-    def delivered(self, index: int, error: KafkaError | None, _message: Any = None) -> None:
+    def delivered(self, error: KafkaError | None, message: KafkaMessage) -> None:
         if error is not None:
-            self.errors[index] = error.str()
+            self._failed.append((message.partition(), message.value(), error.str()))
+        self._count_down()
+
+    def refused(self, index: int, error: KafkaError) -> None:
+        self._refused[index] = error.str()
+        self._count_down()
+
+    def _count_down(self) -> None:
         with self._lock:
             self.pending -= 1
             last = self.pending == 0
@@ -48,6 +60,22 @@ class _Batch:
     def _finish(self) -> None:
         if not self.done.done():
             self.done.set_result(None)
+
+    def errors(self) -> list[str | None]:
+        """Per message ``None`` when acknowledged, else Kafka's error."""
+        out: list[str | None] = [None] * len(self.messages)
+        for index, error in self._refused.items():
+            out[index] = error
+        if self._failed:
+            # A report names its message by partition and bytes; of identical messages (the
+            # same event twice) which one failed makes no difference to the client.
+            unclaimed: dict[tuple[int | None, bytes | None], list[int]] = {}
+            for index, message in enumerate(self.messages):
+                if index not in self._refused:
+                    unclaimed.setdefault((message.partition, message.value), []).append(index)
+            for partition, value, error in self._failed:
+                out[unclaimed[(partition, value)].pop(0)] = error
+        return out
 
 
 class KafkaProducer:
@@ -73,27 +101,27 @@ class KafkaProducer:
         """Write ``messages``; per message ``None`` when acknowledged, else Kafka's error."""
         if not messages:
             return []
-        batch = _Batch(len(messages), asyncio.get_running_loop())
+        batch = _Batch(messages, asyncio.get_running_loop())
+        produce, delivered = self._producer.produce, batch.delivered
         for index, message in enumerate(messages):
-            callback = functools.partial(batch.delivered, index)
             while True:
                 try:
-                    self._producer.produce(
+                    produce(
                         message.topic,
                         message.value,
                         message.key,
                         partition=message.partition,
-                        on_delivery=callback,
+                        on_delivery=delivered,
                     )
                     break
                 except KafkaException as exc:
-                    batch.delivered(index, exc.args[0])
+                    batch.refused(index, exc.args[0])
                     break
                 except BufferError:
                     # The local queue is full: let deliveries drain it, then retry.
                     await asyncio.sleep(0.005)
         await batch.done
-        return batch.errors
+        return batch.errors()
 
     def close(self, timeout: float = 10.0) -> None:
         """Deliver what is queued (up to ``timeout`` seconds), then stop polling."""
