@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -83,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
         "broker starting", extra=logs.fields(host=args.host, port=args.port, workers=args.workers)
     )
     if args.workers <= 1:
-        http.serve(create_app(settings), args.host, args.port)
+        app = create_app(settings)
+        tune_gc()
+        http.serve(app, args.host, args.port)
         return 0
     # Workers share nothing but Postgres and Kafka, as separate broker processes do.
     os.environ[SETTINGS_ENV] = json.dumps(dataclasses.asdict(settings))
@@ -103,4 +106,15 @@ def run(args: argparse.Namespace) -> int:
 def worker_app() -> ASGIApp:
     """The app of one worker process, from the settings its parent left in the environment."""
     logs.configure("broker")
-    return http.FlowIdMiddleware(create_app(Settings(**json.loads(os.environ[SETTINGS_ENV]))))
+    app = http.FlowIdMiddleware(create_app(Settings(**json.loads(os.environ[SETTINGS_ENV]))))
+    tune_gc()
+    return app
+
+
+def tune_gc() -> None:
+    """Publishing allocates thousands of short-lived dicts per batch, which refcounting frees;
+    at the default threshold (700) the cycle collector ran every few events and cost ~1 us per
+    published event (5%). Cycles are still collected, once 20,000 objects accumulate, and what
+    start-up created is frozen out of the full collections."""
+    gc.freeze()
+    gc.set_threshold(20_000, 10, 10)
