@@ -65,6 +65,7 @@ from broker.subscriptions import (
     not_found,
     notify_sql,
     valid_id,
+    whole_number,
 )
 from broker.topics import EventTypeTopic
 from broker.watermarks import Watermarks, consumer_config
@@ -95,7 +96,7 @@ def parse_params(values: Mapping[str, Any]) -> StreamParams:
     texts = {k: str(v) for k, v in values.items() if v is not None and k != "partitions"}
     limits = parse_limits(texts)
     raw_max = texts.get("max_uncommitted_events", str(DEFAULT_MAX_UNCOMMITTED))
-    if not raw_max.isdigit() or int(raw_max) < 1:
+    if not whole_number(raw_max) or int(raw_max) < 1:
         raise LimitError("max_uncommitted_events must be a whole number of at least 1")
     try:
         commit_timeout = float(texts.get("commit_timeout", "0"))
@@ -111,7 +112,7 @@ def parse_params(values: Mapping[str, Any]) -> StreamParams:
         if (
             not isinstance(item, dict)
             or not isinstance(item.get("event_type"), str)
-            or not str(item.get("partition", "")).isdigit()
+            or not whole_number(str(item.get("partition", "")))
         ):
             raise LimitError(f"each partition needs event_type and partition, got {item!r}")
         requested.add((item["event_type"], int(item["partition"])))
@@ -308,11 +309,11 @@ class Session:
             return batch.sent
         return self._releasing.get(key, self._committed.get(key, -1))
 
-    def _uncommitted(self, *, including_pending: bool) -> int:
+    def _uncommitted(self) -> int:
+        """Events sent and not yet committed (what max_uncommitted_events limits)."""
         total = 0
         for key, batch in self._streaming.items():
-            last = batch.last_offset if including_pending else batch.sent
-            total += max(last - self._committed[key], 0)
+            total += max(batch.sent - self._committed[key], 0)
         for key, sent in self._releasing.items():
             total += max(sent - self._committed[key], 0)
         return total
@@ -469,8 +470,8 @@ class Session:
                     yield b"".join(out)
                 return
             now = time.monotonic()
-            unsent = self._uncommitted(including_pending=False)
-            if unsent == 0:
+            uncommitted = self._uncommitted()
+            if uncommitted == 0:
                 self._uncommitted_since = None
             elif self._uncommitted_since is None:
                 self._uncommitted_since = now
@@ -481,10 +482,10 @@ class Session:
                     extra=logs.fields(stream_id=self.stream_id),
                 )
                 return
-            allowance = self._params.max_uncommitted - self._uncommitted(including_pending=True)
-            if allowance <= 0:
-                # Paused: what waits is sent now, so that the client can commit it.
-                out += [b.line() for b in self._streaming.values() if b.pending]
+            # Polls take at most what may still be sent; events waiting for their batch to
+            # fill do not count, so batches fill up to batch_limit (as in Nakadi, the last
+            # batch before the pause may go past the limit by what waited).
+            allowance = self._params.max_uncommitted - uncommitted
             wake = min(
                 self._batcher.next_flush(ends_at),
                 self._takeover_at or math.inf,
@@ -797,7 +798,7 @@ class SubscriptionStreams:
                 (subscription.id,),
             )
             rows = await cur.fetchall()
-        timelines = await self.subscriptions.topics(subscription.event_types)
+        timelines = await self.subscriptions.existing_topics(subscription.event_types)
         return JSONResponse(
             {
                 "items": [
@@ -808,6 +809,7 @@ class SubscriptionStreams:
                         "cursor_token": str(uuid.uuid4()),
                     }
                     for event_type, partition, committed in rows
+                    if event_type in timelines
                 ]
             }
         )
@@ -905,7 +907,7 @@ class SubscriptionStreams:
         rows = {
             (r["event_type"], r["partition"]): r for r in await self._partition_rows(subscription)
         }
-        topics = await self.subscriptions.topics(subscription.event_types)
+        topics = await self.subscriptions.existing_topics(subscription.event_types)
         out = []
         for name, topic in sorted(topics.items()):
             partitions = []
@@ -934,7 +936,7 @@ class SubscriptionStreams:
         }
         if not committed:
             return JSONResponse({"items": items})
-        topics = await self.subscriptions.topics(subscription.event_types)
+        topics = await self.subscriptions.existing_topics(subscription.event_types)
         time_lag = request.query_params.get("show_time_lag", "false").lower() == "true"
         for item in items:
             topic = topics[item["event_type"]]
@@ -1005,7 +1007,7 @@ def _cursor_items(
             raise SubscriptionError(
                 422, f"event type {item['event_type']} is not part of the subscription"
             )
-        if not item["partition"].isdigit():
+        if not whole_number(item["partition"]):
             raise SubscriptionError(422, f"partition {item['partition']!r} is not a partition")
     return items
 

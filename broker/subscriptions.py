@@ -106,6 +106,11 @@ def notify_sql(subscription_id: str) -> tuple[str, tuple[str, str]]:
     return "SELECT pg_notify(%s, %s)", (coordination.CHANNEL, subscription_id)
 
 
+def whole_number(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also accepts "²", which ``int`` refuses."""
+    return text.isascii() and text.isdigit()
+
+
 def valid_id(text: str) -> bool:
     try:
         uuid.UUID(text)
@@ -132,15 +137,18 @@ class Subscriptions:
             row = await cur.fetchone()
         return _subscription(row) if row else None
 
+    async def existing_topics(self, event_types: list[str]) -> dict[str, EventTypeTopic]:
+        """The topics of those of ``event_types`` that still exist (one may have been deleted)."""
+        found = {name: await self.resolve(name) for name in event_types}
+        return {name: topic for name, topic in found.items() if topic is not None}
+
     async def topics(self, event_types: list[str]) -> dict[str, EventTypeTopic]:
         """The topics of ``event_types``; 422 names the ones that do not exist."""
-        found = {name: await self.resolve(name) for name in event_types}
-        missing = sorted(name for name, topic in found.items() if topic is None)
+        found = await self.existing_topics(event_types)
+        missing = sorted(set(event_types) - set(found))
         if missing:
-            raise SubscriptionError(
-                422, f"Failed to create subscription, event type(s) not found: {missing}"
-            )
-        return {name: topic for name, topic in found.items() if topic is not None}
+            raise SubscriptionError(422, f"event type(s) not found: {missing}")
+        return found
 
     async def start_positions(
         self, topics: Mapping[str, EventTypeTopic], cursors: list[dict[str, str]]
@@ -358,7 +366,7 @@ def _page_number(request: Request, name: str, default: int, low: int, high: int)
     text = request.query_params.get(name)
     if text is None:
         return default
-    if not text.isdigit() or not low <= int(text) <= high:
+    if not whole_number(text) or not low <= int(text) <= high:
         raise SubscriptionError(400, f"{name} must be a whole number from {low} to {high}")
     return int(text)
 

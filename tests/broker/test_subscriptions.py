@@ -300,3 +300,20 @@ def test_create_rejects_what_nakadi_rejects_and_lists_in_pages(
     assert [s["id"] for s in following.json()["items"]] == ids[:1]
     assert "next" not in following.json()["_links"]
     assert_problem(client.get("/subscriptions", params={"limit": 0}), 400)
+
+
+def test_a_deleted_event_type_leaves_the_subscription_readable_and_unstreamable(
+    client: httpx.Client, make_event_type: Callable[..., str]
+) -> None:
+    kept, dropped = make_event_type(), make_event_type()
+    sid = create(client, [kept, dropped], read_from="begin")["id"]
+    stream = Stream(client, sid, stream_keep_alive_limit=1, **FAST)
+    stream.until_end()
+    assert client.delete(f"/event-types/{dropped}").status_code == 200
+    assert [item["event_type"] for item in stats(client, sid)] == [kept]
+    listed = client.get("/subscriptions", params={"event_type": kept, "show_status": "true"})
+    assert [s["event_type"] for s in listed.json()["items"][0]["status"]] == [kept]
+    assert {
+        c["event_type"] for c in client.get(f"/subscriptions/{sid}/cursors").json()["items"]
+    } == {kept}
+    assert_problem(Stream(client, sid, **FAST).response, 422, dropped)
