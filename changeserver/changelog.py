@@ -1,7 +1,9 @@
 """The change log: an embedded, durable SQLite database in WAL mode.
 
 ``changes`` is keyed by (selector, lsn, idx) so one selector's changes are one
-range scan; an index on (lsn, idx) serves the global first/last and retention.
+range scan. It has no second index: the global first/last live in ``meta``, and
+retention deletes one range per selector (found by seeking, not scanning), so
+an index on (lsn, idx) only cost every insert a second B-tree write (-20% CPU).
 ``commits`` has one row per transaction (commit time, size) so retention by age
 cuts at whole transactions. ``meta`` keeps what must outlive the rows: the
 durable commit LSN (the restart point), the first and last sequence held, and
@@ -37,7 +39,7 @@ CREATE TABLE IF NOT EXISTS changes (
     selector TEXT NOT NULL, lsn INTEGER NOT NULL, idx INTEGER NOT NULL,
     txid INTEGER NOT NULL, data BLOB NOT NULL,
     PRIMARY KEY (selector, lsn, idx)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS changes_sequence ON changes (lsn, idx);
+DROP INDEX IF EXISTS changes_sequence;
 CREATE TABLE IF NOT EXISTS commits (
     lsn INTEGER PRIMARY KEY, unix_us INTEGER NOT NULL, size INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -185,7 +187,15 @@ class ChangeLog:
                     conn.execute("COMMIT")
                     return 0
                 cutoff, size = row
-                dropped = conn.execute("DELETE FROM changes WHERE lsn <= ?", (cutoff,)).rowcount
+                dropped = 0
+                selector = conn.execute("SELECT min(selector) FROM changes").fetchone()[0]
+                while selector is not None:  # each step a seek on the primary key
+                    dropped += conn.execute(
+                        "DELETE FROM changes WHERE selector = ? AND lsn <= ?", (selector, cutoff)
+                    ).rowcount
+                    (selector,) = conn.execute(
+                        "SELECT min(selector) FROM changes WHERE selector > ?", (selector,)
+                    ).fetchone()
                 conn.execute("DELETE FROM commits WHERE lsn <= ?", (cutoff,))
                 first = conn.execute("SELECT min(lsn) FROM commits").fetchone()[0]
                 meta = self._meta()
