@@ -180,6 +180,8 @@ def render_metrics(bridge: Bridge) -> str:
 
 def run(args: argparse.Namespace) -> int:
     bridge = Bridge(settings_of(args))
+    # One line per long poll would drown the log; failures are logged by the bridge itself.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     log.info("bridge starting", extra=logs.fields(port=args.port, name=args.name))
     http.serve(create_app(bridge), args.host, args.port)
     return 0

@@ -28,11 +28,11 @@ from broker.bridge.bridge import Bridge, Settings
 from broker.bridge.main import create_app as bridge_app
 from broker.settings import Settings as BrokerSettings
 from changebroker import kafka, pg
-from changebroker.stack.processes import wait_until
+from changebroker.stack.processes import free_port, wait_until
 from changeserver.server import ChangeServer
 from changeserver.server import Settings as ChangeServerSettings
 from registry.app import create_app as registry_app
-from tests.support.apps import serve_in_thread
+from tests.support.apps import CliProcess, serve_in_thread
 
 
 @dataclass
@@ -69,6 +69,24 @@ class Stack:
         self.bridge_url = self._bridge.__enter__()
         wait_until(bridge.ready.is_set, timeout=60, what="the bridge to load its position")
         return bridge
+
+    def bridge_process(self) -> CliProcess:
+        """``changebroker bridge`` as a child process, for tests that SIGKILL it."""
+        port = free_port()
+        self.bridge_url = f"http://127.0.0.1:{port}"
+        args = [
+            "bridge",
+            *("--port", str(port), "--pg-url", self.app_dsn, "--meta-pg-url", self.meta_dsn),
+            *(
+                "--kafka-bootstrap",
+                self.kafka_bootstrap,
+                "--changeserver-url",
+                self.changeserver_url,
+            ),
+            *("--broker-url", self.broker_url, "--registry-url", self.registry_url),
+            *("--name", self.prefix, "--prefix", self.prefix, "--partitions", "3"),
+        ]
+        return CliProcess(args, f"{self.bridge_url}/health", self.tmp / "bridge.log")
 
     def stop_bridge(self) -> None:
         if self._bridge is not None:
@@ -187,6 +205,13 @@ class Rebuilt:
 
 @pytest.fixture
 def rebuilt(stack: Stack) -> Iterator[Rebuilt]:
+    with rebuilding(stack) as found:
+        yield found
+
+
+@contextlib.contextmanager
+def rebuilding(stack: Stack) -> Iterator[Rebuilt]:
+    """A consumer of committed events only, rebuilding the stack's tables."""
     consumer = Consumer(
         kafka.client_config(
             stack.kafka_bootstrap,
@@ -217,35 +242,43 @@ def _database(pg_server_dsn: str, prefix: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def stack(
+def make_stack(
     pg_dsn: str,
     pg_server_dsn: str,
-    kafka_bootstrap: str,
     tmp_path: Path,
     unique_name: Callable[[str], str],
-) -> Iterator[Stack]:
-    """A changeserver on the test's database, a registry and a broker on a metadata database
-    of the test's own; the bridge is started by the test (``stack.start_bridge()``)."""
+) -> Iterator[Callable[[str], Stack]]:
+    """``make_stack(kafka_bootstrap)``: a changeserver on the test's database, a registry and
+    a broker on a metadata database of the test's own; the test starts the bridge."""
     with contextlib.ExitStack() as exits:
-        meta_dsn = exits.enter_context(_database(pg_server_dsn, "t_meta"))
-        slot = unique_name("bridge")
-        changeserver = ChangeServer(
-            ChangeServerSettings(dsn=pg_dsn, slot=slot, db_dir=tmp_path / slot)
-        )
-        changeserver_url = exits.enter_context(serve_in_thread(changeserver.api_app))
-        wait_until(changeserver.replicator.streaming.is_set, timeout=30, what="replication")
-        registry_url = exits.enter_context(serve_in_thread(registry_app(meta_dsn)))
-        broker_settings = BrokerSettings(pg_dsn=meta_dsn, kafka_bootstrap=kafka_bootstrap)
-        broker_url = exits.enter_context(serve_in_thread(broker_app(broker_settings)))
-        stack = Stack(
-            app_dsn=pg_dsn,
-            meta_dsn=meta_dsn,
-            kafka_bootstrap=kafka_bootstrap,
-            changeserver_url=changeserver_url,
-            broker_url=broker_url,
-            registry_url=registry_url,
-            prefix=unique_name("cdc"),
-            tmp=tmp_path,
-        )
-        exits.callback(stack.stop_bridge)
-        yield stack
+
+        def make(kafka_bootstrap: str) -> Stack:
+            meta_dsn = exits.enter_context(_database(pg_server_dsn, "t_meta"))
+            slot = unique_name("bridge")
+            changeserver = ChangeServer(
+                ChangeServerSettings(dsn=pg_dsn, slot=slot, db_dir=tmp_path / slot)
+            )
+            changeserver_url = exits.enter_context(serve_in_thread(changeserver.api_app))
+            wait_until(changeserver.replicator.streaming.is_set, timeout=30, what="replication")
+            registry_url = exits.enter_context(serve_in_thread(registry_app(meta_dsn)))
+            broker_settings = BrokerSettings(pg_dsn=meta_dsn, kafka_bootstrap=kafka_bootstrap)
+            broker_url = exits.enter_context(serve_in_thread(broker_app(broker_settings)))
+            stack = Stack(
+                app_dsn=pg_dsn,
+                meta_dsn=meta_dsn,
+                kafka_bootstrap=kafka_bootstrap,
+                changeserver_url=changeserver_url,
+                broker_url=broker_url,
+                registry_url=registry_url,
+                prefix=unique_name("cdc"),
+                tmp=tmp_path,
+            )
+            exits.callback(stack.stop_bridge)
+            return stack
+
+        yield make
+
+
+@pytest.fixture
+def stack(make_stack: Callable[[str], Stack], kafka_bootstrap: str) -> Stack:
+    return make_stack(kafka_bootstrap)
