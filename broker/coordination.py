@@ -6,7 +6,8 @@
   change to sessions, assignments or offsets sends one, in its transaction.
 * Liveness: the process extends ``alive_until`` of the sessions it serves every
   ``HEARTBEAT_SECONDS``; a session of a process that died stops counting after
-  ``ALIVE_SECONDS`` and its partitions go to the streams that remain.
+  ``ALIVE_SECONDS``, and the next sweep (``on_tick``, in any live process) closes
+  it and gives its partitions to the streams that remain.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -31,9 +32,12 @@ RECONNECT_SECONDS = 1.0
 
 
 class Coordinator:
-    def __init__(self, dsn: str, pool: AsyncConnectionPool) -> None:
+    def __init__(
+        self, dsn: str, pool: AsyncConnectionPool, on_tick: Callable[[], Awaitable[None]]
+    ) -> None:
         self._dsn = dsn
         self._pool = pool
+        self._on_tick = on_tick
         self._waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
         self.local_sessions: set[str] = set()
         self._tasks: list[asyncio.Task[None]] = []
@@ -94,15 +98,15 @@ class Coordinator:
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(HEARTBEAT_SECONDS)
-            if not self.local_sessions:
-                continue
             try:
-                async with self._pool.connection() as conn:
-                    await conn.execute(
-                        "UPDATE broker_subscription_sessions"
-                        " SET alive_until = now() + make_interval(secs => %s)"
-                        " WHERE stream_id = ANY(%s::uuid[]) AND closed_at IS NULL",
-                        (ALIVE_SECONDS, list(self.local_sessions)),
-                    )
+                if self.local_sessions:
+                    async with self._pool.connection() as conn:
+                        await conn.execute(
+                            "UPDATE broker_subscription_sessions"
+                            " SET alive_until = now() + make_interval(secs => %s)"
+                            " WHERE stream_id = ANY(%s::uuid[]) AND closed_at IS NULL",
+                            (ALIVE_SECONDS, list(self.local_sessions)),
+                        )
+                await self._on_tick()
             except psycopg.OperationalError as error:
                 log.warning("session heartbeat failed", extra=logs.fields(error=str(error)))

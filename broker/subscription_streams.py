@@ -1022,12 +1022,38 @@ def _kafka_offset(item: Mapping[str, str]) -> int:
     return offset.kafka_offset
 
 
+async def close_expired(store: Store) -> None:
+    """Close the sessions whose process stopped renewing them, and rebalance their partitions."""
+    async with store.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT DISTINCT subscription_id::text FROM broker_subscription_sessions"
+            " WHERE closed_at IS NULL AND alive_until < now()"
+        )
+        expired = [row[0] for row in await cur.fetchall()]
+    for subscription_id in expired:
+        async with _locked(store, subscription_id) as (conn, row):
+            if row is None:
+                continue
+            # Its process is gone: nobody can commit for it any more.
+            await conn.execute(
+                "UPDATE broker_subscription_sessions SET closed_at = alive_until,"
+                " commit_deadline = alive_until, finished = true"
+                " WHERE subscription_id = %s AND closed_at IS NULL AND alive_until < now()",
+                (subscription_id,),
+            )
+            await _rebalance(conn, subscription_id)
+        log.warning(
+            "subscription streams of a gone broker process closed",
+            extra=logs.fields(subscription_id=subscription_id),
+        )
+
+
 class SubscriptionService:
     """Everything under ``/subscriptions`` for one app, and its notification listener."""
 
     def __init__(self, store: Store, pg_dsn: str, bootstrap: str, watermarks: Watermarks) -> None:
         self.subscriptions = Subscriptions(store, StoreResolver(store), watermarks)
-        self.coordinator = Coordinator(pg_dsn, store.pool)
+        self.coordinator = Coordinator(pg_dsn, store.pool, lambda: close_expired(store))
         self.streams = SubscriptionStreams(
             self.subscriptions, self.coordinator, bootstrap, watermarks
         )

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
 from broker.app import create_app
 from broker.settings import Settings
+from changebroker.stack.processes import free_port
 from tests.broker.stream_support import order, partitioned_type, publish
 from tests.broker.subscription_support import (
     Stream,
@@ -26,7 +29,7 @@ from tests.broker.subscription_support import (
     wait_until_gone,
 )
 from tests.broker.swagger import assert_problem, validate
-from tests.support.apps import serve_in_thread
+from tests.support.apps import CliProcess, serve_in_thread
 
 FAST: dict[str, Any] = {"batch_flush_timeout": 0.2}
 
@@ -317,3 +320,41 @@ def test_a_deleted_event_type_leaves_the_subscription_readable_and_unstreamable(
         c["event_type"] for c in client.get(f"/subscriptions/{sid}/cursors").json()["items"]
     } == {kept}
     assert_problem(Stream(client, sid, **FAST).response, 422, dropped)
+
+
+def test_the_partitions_of_a_killed_broker_process_go_to_the_streams_left(
+    client: httpx.Client,
+    broker_dsn: str,
+    kafka_bootstrap: str,
+    make_event_type: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    name = partitioned_type(make_event_type, 2)
+    sid = create(client, [name], read_from="begin")["id"]
+    port = free_port()
+    doomed = CliProcess(
+        ["broker", "--port", str(port), "--pg-url", broker_dsn],
+        ready_url=f"http://127.0.0.1:{port}/health",
+        log_path=tmp_path / "broker.log",
+        env={"CHANGEBROKER_KAFKA_BOOTSTRAP": kafka_bootstrap},
+    ).start()
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as there:
+            first = Stream(there, sid, **FAST)
+            assert first.batch() is not None
+            second = Stream(client, sid, **FAST)
+            assert second.batch() is not None  # it holds one partition now
+            doomed.kill()
+    finally:
+        doomed.stop()
+    held_by_second = {p for (_, p), owner in owners(client, sid).items() if owner == second.id}
+    assert len(held_by_second) == 1
+    # As if ALIVE_SECONDS passed without the killed process renewing its session.
+    with psycopg.connect(broker_dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE broker_subscription_sessions SET alive_until = now() WHERE stream_id = %s",
+            (first.id,),
+        )
+    publish(client, name, [order("left", "0"), order("right", "1")])
+    assert sorted(numbers(second.read_events(2))) == ["left", "right"]
+    second.close()
