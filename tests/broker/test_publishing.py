@@ -106,22 +106,26 @@ def test_manual_publishing_example(
         validate("BusinessEvent", got.event)
 
 
+def undefined_event_type(name: str, schema: str) -> dict[str, Any]:
+    """The manual's undefined event type: events are stored as they are sent."""
+    return {
+        "name": name,
+        "owning_application": "order-service",
+        "category": "undefined",
+        "partition_strategy": "random",
+        "schema": {"type": "json_schema", "schema": schema},
+    }
+
+
 def test_manual_undefined_example_is_stored_as_sent(
     client: httpx.Client, unique_name, broker_dsn: str, kafka_bootstrap: str
 ) -> None:
     name = unique_name("order.ORDER_RECEIVED")
     created = client.post(
         "/event-types",
-        json={
-            "name": name,
-            "owning_application": "order-service",
-            "category": "undefined",
-            "partition_strategy": "random",
-            "schema": {
-                "type": "json_schema",
-                "schema": '{ "properties": { "order_number": { "type": "string" } } }',
-            },
-        },
+        json=undefined_event_type(
+            name, '{ "properties": { "order_number": { "type": "string" } } }'
+        ),
     )
     assert created.status_code == 201
     assert client.post(f"/event-types/{name}/events", json=MANUAL_EVENTS).status_code == 200
@@ -432,16 +436,7 @@ def test_values_reach_kafka_exactly_as_json_reads_them(
     client: httpx.Client, unique_name, broker_dsn: str, kafka_bootstrap: str
 ) -> None:
     name = unique_name("exact")
-    created = client.post(
-        "/event-types",
-        json={
-            "name": name,
-            "owning_application": "exact",
-            "category": "undefined",
-            "partition_strategy": "random",
-            "schema": {"type": "json_schema", "schema": "{}"},
-        },
-    )
+    created = client.post("/event-types", json=undefined_event_type(name, "{}"))
     assert created.status_code == 201, created.text
     # Past 64 bits and a lone surrogate take the encoder's fallback; the rest its fast path.
     body = (
