@@ -36,7 +36,7 @@ from broker.partitioning import java_string_hash
 from broker.producer import Message
 from broker.publishing import ItemFailure, Target, prepare, received_now
 from broker.store import Store
-from changebroker import logs
+from changebroker import logs, pg
 from changeserver.sequence import ZERO, Sequence
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,8 @@ class Position:
     since: Sequence = ZERO
     held: dict[str, Sequence] = field(default_factory=dict)
     progress: dict[str, Progress] = field(default_factory=dict)
+    # Tables an operator moved to another event type (a change their old one refuses).
+    renamed: dict[str, str] = field(default_factory=dict)
 
     def floor(self, unit: str) -> Sequence:
         return self.held.get(unit, self.since)
@@ -99,6 +101,7 @@ class Position:
             "since": str(self.since),
             "held": {unit: str(seq) for unit, seq in self.held.items()},
             "progress": {unit: p.as_json() for unit, p in self.progress.items()},
+            "renamed": dict(self.renamed),
         }
 
     @classmethod
@@ -109,6 +112,7 @@ class Position:
             Sequence.parse(record["since"]),
             {unit: Sequence.parse(seq) for unit, seq in record["held"].items()},
             {unit: Progress(**p) for unit, p in record["progress"].items()},
+            dict(record.get("renamed", {})),
         )
 
     def copy(self) -> Position:
@@ -116,6 +120,7 @@ class Position:
             self.since,
             dict(self.held),
             {unit: Progress(**p.as_json()) for unit, p in self.progress.items()},
+            dict(self.renamed),
         )
 
 
@@ -149,6 +154,7 @@ class Bridge:
         self._published: dict[str, Published] = {}  # table -> its event type as last set
         self._row_types: dict[str, dict[str, int]] = {}  # table -> column OIDs seen
         self._wake = asyncio.Event()
+        self._renames: dict[str, str] = {}  # asked for, not committed yet
         self._catalog: psycopg.AsyncConnection[Any] | None = None
         self._event_types: EventTypes | None = None
 
@@ -175,12 +181,16 @@ class Bridge:
             "units": units,
         }
 
-    def resume(self, unit: str) -> bool:
-        """An operator acted on what stopped ``unit``: try its held changes again."""
+    def resume(self, unit: str, event_type: str | None = None) -> bool:
+        """An operator acted on what stopped ``unit``: try its held changes again, into
+        ``event_type`` when given (Nakadi's answer to a change the mode refuses: a new event
+        type; it is committed with the next batch, so a restart keeps it)."""
         if self.stopped.pop(unit, None) is None:
             return False
         self._published.pop(unit, None)
-        log.info("unit resumed", extra=logs.fields(unit=unit))
+        if event_type:
+            self._renames[unit] = event_type
+        log.info("unit resumed", extra=logs.fields(unit=unit, event_type=event_type or ""))
         self._wake.set()
         return True
 
@@ -211,6 +221,7 @@ class Bridge:
         try:
             record = await asyncio.to_thread(load_position, s.kafka_bootstrap, s.name)
             self.position = Position.of(record)
+            await asyncio.to_thread(pg.migrate, s.app_dsn, "outbox")
             self._published.clear()
             self._row_types.clear()
             await store.open()
@@ -268,6 +279,7 @@ class Bridge:
         last = Sequence.parse(body["lastSequence"])
         self.changeserver_last = max(self.changeserver_last, last)
         position = self.position.copy()
+        position.renamed.update(self._renames)
         messages: list[Message] = []
         received_at = received_now()
         for change in body["changes"]:
@@ -291,6 +303,9 @@ class Bridge:
         if position.as_json() != self.position.as_json():
             await asyncio.to_thread(producer.commit, messages, position.as_json())
             self.position = position
+            for unit, name in position.renamed.items():
+                if self._renames.get(unit) == name:
+                    del self._renames[unit]
 
     async def _publish(
         self, change: Mapping[str, Any], position: Position, received_at: str
@@ -375,7 +390,9 @@ class Bridge:
             )
         schema = tables.json_schema(described, row_types, published.schema if published else None)
         if published is None or tables.canonical(schema) != tables.canonical(published.schema):
-            name = event_type_name(self.settings.pattern, self.settings.prefix, table)
+            name = self._renames.get(table) or self.position.renamed.get(
+                table, event_type_name(self.settings.pattern, self.settings.prefix, table)
+            )
             published = await self._event_types.ensure(
                 name, described, schema, self.settings.partitions
             )

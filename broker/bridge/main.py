@@ -3,7 +3,8 @@
 ``/health`` (200 once the committed position is loaded; the body lists stopped units),
 ``/status`` (position, lag and progress per unit: what ``changebroker status`` shows),
 ``/metrics`` (Prometheus text) and ``POST /units/{unit}/resume`` (an operator fixed what
-stopped a unit: publish its held changes).
+stopped a unit: publish its held changes; ``{"event_type": "new.name"}`` publishes the table
+from there on into a new event type, for a schema change its old one refuses).
 """
 
 from __future__ import annotations
@@ -135,7 +136,8 @@ def create_app(bridge: Bridge) -> Starlette:
 
     async def resume(request: Request) -> Response:
         unit = request.path_params["unit"]
-        if not bridge.resume(unit):
+        body = await request.json() if await request.body() else {}
+        if not bridge.resume(unit, body.get("event_type")):
             return JSONResponse({"detail": f"{unit} is not stopped"}, status_code=404)
         return JSONResponse({"resumed": unit})
 
