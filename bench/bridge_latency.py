@@ -1,0 +1,236 @@
+"""Commit-to-delivery through the whole path: Postgres -> changeserver -> bridge -> Kafka ->
+a consumer of committed events; and the sustained rate of that path.
+
+Every service runs as its own process, as deployed (changeserver, registry, broker, bridge),
+on the local stack's Postgres and Kafka, in databases of the benchmark's own.
+
+* Latency: a writer commits a 10-row transaction every 2 ms (5,000 changes/s) for 15 s; each
+  transaction's latency is from its commit returning to the writer until its last row's event
+  is read by a ``read_committed`` Kafka consumer (subscriptions had not landed when this was
+  written; a subscription serves the same committed data). p50 and p99 against the issue's
+  goal (p99 <= 100 ms).
+* Sustained rate: a burst of 200,000 changes (transactions of 100 rows) committed inside
+  Postgres as fast as it can; the rate is changes over the time from the burst's first commit
+  to its last event being read, against Postgres's own commit rate of the burst (the same
+  run): a ratio of 1 means the bridge kept pace with Postgres.
+
+    .venv/bin/python -m bench bridge_latency
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+from confluent_kafka import Consumer, TopicPartition
+
+from bench.report import Figure, report
+from changebroker import kafka, pg
+from changebroker.stack.processes import free_port, wait_until
+
+NAME = "bridge_latency"
+STEADY_SECONDS = 15
+STEADY_INTERVAL = 0.002
+STEADY_ROWS = 10
+BURST_TRANSACTIONS = 2_000
+BURST_ROWS = 100
+
+_SETUP = """
+CREATE TABLE items (id bigint PRIMARY KEY, name text, amount numeric,
+    _change_selector text DEFAULT 'bridge');
+CREATE PROCEDURE burst(transactions int, rows_each int, first bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+  FOR t IN 0..transactions - 1 LOOP
+    INSERT INTO items (id, name, amount)
+      SELECT first + t * rows_each + g, 'item', g * 1.5 FROM generate_series(1, rows_each) g;
+    COMMIT;
+  END LOOP;
+END $$;
+"""
+
+
+class Deliveries:
+    """A read_committed consumer of the event type's topic: when each row id was read."""
+
+    def __init__(self, bootstrap: str, meta_dsn: str, event_type: str) -> None:
+        self.seen: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._consumer = Consumer(
+            kafka.client_config(
+                bootstrap,
+                **{
+                    "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "fetch.wait.max.ms": 5,
+                },
+            )
+        )
+        with psycopg.connect(meta_dsn) as conn:
+            row = conn.execute(
+                "SELECT topic, partitions FROM broker_event_types WHERE name = %s", (event_type,)
+            ).fetchone()
+        assert row is not None, f"no event type {event_type}"
+        self._consumer.assign([TopicPartition(row[0], p, 0) for p in range(row[1])])
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for message in self._consumer.consume(10_000, 0.05):
+                value = message.value()
+                if message.error() is None and value is not None:
+                    self.seen[json.loads(value)["data"]["id"]] = time.monotonic()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._consumer.close()
+
+
+@contextlib.contextmanager
+def _services(app_dsn: str, meta_dsn: str, bootstrap: str, state: Path) -> Iterator[str]:
+    """changeserver, registry, broker and bridge as processes; yields the bridge's URL."""
+    ports = {name: free_port() for name in ("cs", "csm", "registry", "broker", "bridge")}
+    loopback = "http://127.0.0.1"
+    commands = [
+        (["changeserver", "--pg-url", app_dsn, "--slot", state.name, "--db-dir",
+          str(state / "log"), "--port", str(ports["cs"]), "--mgmt-port", str(ports["csm"])],
+         f"{loopback}:{ports['csm']}/ready"),
+        (["registry", "--port", str(ports["registry"]), "--pg-url", meta_dsn],
+         f"{loopback}:{ports['registry']}/health"),
+        (["broker", "--port", str(ports["broker"]), "--pg-url", meta_dsn,
+          "--kafka-bootstrap", bootstrap], f"{loopback}:{ports['broker']}/health"),
+        (["bridge", "--port", str(ports["bridge"]), "--pg-url", app_dsn, "--meta-pg-url",
+          meta_dsn, "--kafka-bootstrap", bootstrap, "--name", state.name,
+          "--changeserver-url", f"{loopback}:{ports['cs']}",
+          "--broker-url", f"{loopback}:{ports['broker']}",
+          "--registry-url", f"{loopback}:{ports['registry']}"],
+         f"{loopback}:{ports['bridge']}/health"),
+    ]  # fmt: skip
+    processes: list[subprocess.Popen[bytes]] = []
+    with open(state / "services.log", "ab") as log:
+        try:
+            for args, ready in commands:
+                processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "changebroker.cli", *args],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+                wait_until(functools.partial(_answers, ready), timeout=120, what=args[0])
+            yield f"{loopback}:{ports['bridge']}"
+            httpx.get(f"{loopback}:{ports['csm']}/markdown")  # the slot goes at shutdown
+        finally:
+            for process in reversed(processes):
+                process.terminate()
+                process.wait(timeout=60)
+
+
+def main() -> int:
+    server_dsn = os.environ.get(
+        "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
+    )
+    bootstrap = os.environ.get("CHANGEBROKER_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    token = uuid.uuid4().hex[:8]
+    app_db, meta_db = f"bench_{token}", f"bench_meta_{token}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{app_db}"')
+        conn.execute(f'CREATE DATABASE "{meta_db}"')
+    app_dsn, meta_dsn = pg.with_database(server_dsn, app_db), pg.with_database(server_dsn, meta_db)
+    try:
+        with psycopg.connect(app_dsn, autocommit=True) as conn:
+            conn.execute(_SETUP)
+        with tempfile.TemporaryDirectory() as tmp:
+            state = Path(tmp) / f"bench_{token}"
+            state.mkdir()
+            with _services(app_dsn, meta_dsn, bootstrap, state):
+                figures = _measure(app_dsn, meta_dsn, bootstrap)
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{app_db}" WITH (FORCE)')
+            conn.execute(f'DROP DATABASE "{meta_db}" WITH (FORCE)')
+    report(figures)
+    return 0
+
+
+def _measure(app_dsn: str, meta_dsn: str, bootstrap: str) -> list[Figure]:
+    with psycopg.connect(app_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO items (id, name) VALUES (0, 'first')")  # creates the type
+        event_type = "changebroker.public.items"
+        wait_until(lambda: _exists(meta_dsn, event_type), timeout=60, what="the event type")
+        deliveries = Deliveries(bootstrap, meta_dsn, event_type)
+        try:
+            wait_until(lambda: 0 in deliveries.seen, timeout=60, what="the first event")
+            committed: dict[int, float] = {}  # last row id of each transaction -> commit time
+            next_id = 1
+            start = time.monotonic()
+            while time.monotonic() - start < STEADY_SECONDS:
+                with conn.transaction():
+                    conn.execute(
+                        "INSERT INTO items (id, name) SELECT g, 'steady'"
+                        " FROM generate_series(%s::bigint, %s::bigint) g",
+                        (next_id, next_id + STEADY_ROWS - 1),
+                    )
+                next_id += STEADY_ROWS
+                committed[next_id - 1] = time.monotonic()
+                time.sleep(max(0.0, STEADY_INTERVAL - (time.monotonic() - committed[next_id - 1])))
+            last = next_id - 1
+            wait_until(lambda: last in deliveries.seen, timeout=120, what="steady events")
+            latencies = sorted(deliveries.seen[i] - t for i, t in committed.items())
+            steady_rate = (last) / (max(committed.values()) - start)
+
+            first = next_id
+            burst = BURST_TRANSACTIONS * BURST_ROWS
+            final = first + burst
+            conn.execute("SET synchronous_commit = off")
+            began = time.monotonic()
+            conn.execute("CALL burst(%s, %s, %s)", (BURST_TRANSACTIONS, BURST_ROWS, first - 1))
+            pg_done = time.monotonic()
+            wait_until(lambda: final - 1 in deliveries.seen, timeout=600, what="the burst")
+            delivered = deliveries.seen[final - 1]
+        finally:
+            deliveries.close()
+    cut = [latencies[int(len(latencies) * q)] * 1000 for q in (0.5, 0.99)]
+    return [
+        Figure(NAME, f"commit-to-delivery p50 at {steady_rate:,.0f} changes/s", cut[0], "ms",
+               higher_is_better=False),
+        Figure(NAME, f"commit-to-delivery p99 at {steady_rate:,.0f} changes/s", cut[1], "ms",
+               baseline=100.0, baseline_name="goal", higher_is_better=False),
+        Figure(NAME, f"sustained changes/s ({burst:,} changes)", burst / (delivered - began),
+               "changes/s", baseline=burst / (pg_done - began),
+               baseline_name="postgres commit rate"),
+        Figure(NAME, "lag after the last commit", (delivered - pg_done) * 1000, "ms",
+               higher_is_better=False),
+    ]  # fmt: skip
+
+
+def _exists(meta_dsn: str, event_type: str) -> bool:
+    with psycopg.connect(meta_dsn) as conn:
+        query = "SELECT 1 FROM broker_event_types WHERE name = %s"
+        return conn.execute(query, (event_type,)).fetchone() is not None
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())
