@@ -104,7 +104,8 @@ class Coordinator:
                         await conn.execute(
                             "UPDATE broker_subscription_sessions"
                             " SET alive_until = now() + make_interval(secs => %s)"
-                            " WHERE stream_id = ANY(%s::uuid[]) AND closed_at IS NULL",
+                            # Closed by a reset but still ending: the reset waits for it.
+                            " WHERE stream_id = ANY(%s::uuid[]) AND NOT finished",
                             (ALIVE_SECONDS, list(self.local_sessions)),
                         )
                 await self._on_tick()

@@ -873,21 +873,27 @@ class SubscriptionStreams:
         return Response(status_code=204)
 
     async def _wait_finished(self, stream_ids: list[Any], changed: asyncio.Event) -> None:
-        """Until every closed stream's response ended (or its process is gone, or time is up)."""
+        """Until every closed stream's response ended (or its process is gone, or time is up).
+
+        A stream that ends notifies; a process that died stops renewing its sessions, so
+        the wait also ends when the last of them would have had to be renewed.
+        """
         deadline = time.monotonic() + RESET_WAIT_SECONDS
         while stream_ids and time.monotonic() < deadline:
             changed.clear()
             async with self.store.pool.connection() as conn:
                 cur = await conn.execute(
-                    "SELECT count(*) FROM broker_subscription_sessions"
+                    "SELECT extract(epoch FROM max(alive_until) - now())"
+                    " FROM broker_subscription_sessions"
                     " WHERE stream_id = ANY(%s) AND NOT finished AND alive_until > now()",
                     (stream_ids,),
                 )
                 row = await cur.fetchone()
-            if row is None or row[0] == 0:
+            if row is None or row[0] is None:
                 return
+            wait = min(float(row[0]), deadline - time.monotonic())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), deadline - time.monotonic())
+                await asyncio.wait_for(changed.wait(), max(wait, 0.0))
 
     async def _partition_rows(self, subscription: Subscription) -> list[dict[str, Any]]:
         async with self.store.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:

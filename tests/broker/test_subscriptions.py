@@ -6,8 +6,10 @@ metadata database: streams and commits go to different processes on purpose.
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ import pytest
 
 from broker.app import create_app
 from broker.settings import Settings
-from changebroker.stack.processes import free_port
+from changebroker.stack.processes import free_port, wait_until
 from tests.broker.stream_support import order, partitioned_type, publish
 from tests.broker.subscription_support import (
     Stream,
@@ -358,3 +360,43 @@ def test_the_partitions_of_a_killed_broker_process_go_to_the_streams_left(
     publish(client, name, [order("left", "0"), order("right", "1")])
     assert sorted(numbers(second.read_events(2))) == ["left", "right"]
     second.close()
+
+
+def test_new_streams_get_409_while_a_reset_waits_for_the_streams_it_closed(
+    client: httpx.Client, other: httpx.Client, broker_dsn: str, make_event_type: Callable[..., str]
+) -> None:
+    name = make_event_type()
+    sid = create(client, [name], read_from="begin")["id"]
+    # An empty reset initialises the cursors and nothing else (the spec's explicit init).
+    assert client.patch(f"/subscriptions/{sid}/cursors", json={"items": []}).status_code == 204
+    assert [c["offset"] for c in client.get(f"/subscriptions/{sid}/cursors").json()["items"]] == [
+        "001-0001--1"
+    ]
+    # A stream on another broker process that has not ended yet, as that process recorded it.
+    with psycopg.connect(broker_dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO broker_subscription_sessions"
+            " (stream_id, subscription_id, commit_timeout, alive_until)"
+            " VALUES (%s, %s, 60, now() + interval '3 seconds')",
+            (str(uuid.uuid4()), sid),
+        )
+
+        def resetting() -> bool:
+            row = conn.execute(
+                "SELECT reset_until IS NOT NULL FROM broker_subscriptions WHERE id = %s", (sid,)
+            ).fetchone()
+            return bool(row and row[0])
+
+        items = {"items": [{"event_type": name, "partition": "0", "offset": "begin"}]}
+        with ThreadPoolExecutor(1) as pool:
+            # Its own client: the reset blocks while this thread goes on.
+            url = f"{other.base_url}/subscriptions/{sid}/cursors"
+            reset = pool.submit(httpx.patch, url, json=items, timeout=60)
+            wait_until(lambda: resetting() or reset.done(), timeout=30, what="the reset to start")
+            assert not reset.done(), reset.result().text
+            assert_problem(Stream(client, sid, **FAST).response, 409, "reset")
+            assert reset.result().status_code == 204
+        assert not resetting()
+    after = Stream(client, sid, **FAST)
+    assert after.batch() is not None
+    after.close()
