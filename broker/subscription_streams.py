@@ -321,21 +321,21 @@ class Session:
     async def _refresh(self, out: list[bytes]) -> None:
         """Follow Postgres: partitions gained, given up, moving to us; commits made."""
         async with self._store.pool.connection() as conn:
+            # The session and our partitions in one round trip: every commit causes one.
             cur = await conn.execute(
-                "SELECT closed_at IS NULL FROM broker_subscription_sessions WHERE stream_id = %s",
-                (self.stream_id,),
+                "SELECT s.open, p.event_type, p.partition, p.committed, p.owner::text,"
+                " p.next_owner::text, p.release_offset,"
+                " greatest(extract(epoch FROM p.release_deadline - now()), 0)"
+                " FROM (SELECT closed_at IS NULL AS open FROM broker_subscription_sessions"
+                " WHERE stream_id = %s) s"
+                " LEFT JOIN broker_subscription_partitions p ON p.subscription_id = %s"
+                " AND (p.owner = %s OR p.next_owner = %s)",
+                (self.stream_id, self.subscription_id, self.stream_id, self.stream_id),
             )
-            session = await cur.fetchone()
-            if session is None or not session[0]:
-                raise SessionEnded()
-            cur = await conn.execute(
-                "SELECT event_type, partition, committed, owner::text, next_owner::text,"
-                " release_offset, greatest(extract(epoch FROM release_deadline - now()), 0)"
-                " FROM broker_subscription_partitions"
-                " WHERE subscription_id = %s AND (owner = %s OR next_owner = %s)",
-                (self.subscription_id, self.stream_id, self.stream_id),
-            )
-            rows = await cur.fetchall()
+            found = await cur.fetchall()
+        if not found or not found[0][0]:
+            raise SessionEnded()
+        rows = [row[1:] for row in found if row[1] is not None]
         me = self.stream_id
         owned: set[PartitionKey] = set()
         add: list[TopicPartition] = []
@@ -733,20 +733,19 @@ class SubscriptionStreams:
         async with _locked(self.store, subscription.id) as (conn, row):
             if row is None:
                 raise SubscriptionError(404, f"Subscription {subscription.id} does not exist")
+            # The session and the partitions in one round trip: commits are the hot path.
             cur = await conn.execute(
-                "SELECT closed_at IS NULL OR commit_deadline > now()"
-                " FROM broker_subscription_sessions WHERE stream_id = %s AND subscription_id = %s",
-                (stream_id, subscription.id),
+                "SELECT s.may_commit, p.event_type, p.partition, p.committed, p.owner::text,"
+                " p.release_offset FROM (SELECT closed_at IS NULL OR commit_deadline > now()"
+                " AS may_commit FROM broker_subscription_sessions"
+                " WHERE stream_id = %s AND subscription_id = %s) s"
+                " LEFT JOIN broker_subscription_partitions p ON p.subscription_id = %s",
+                (stream_id, subscription.id, subscription.id),
             )
-            session = await cur.fetchone()
-            if session is None or not session[0]:
+            rows = await cur.fetchall()
+            if not rows or not rows[0][0]:
                 raise unknown
-            cur = await conn.execute(
-                "SELECT event_type, partition, committed, owner::text, release_offset"
-                " FROM broker_subscription_partitions WHERE subscription_id = %s",
-                (subscription.id,),
-            )
-            partitions = {(e, p): [c, o, r] for e, p, c, o, r in await cur.fetchall()}
+            partitions = {(e, p): [c, o, r] for _, e, p, c, o, r in rows if e is not None}
             for item in items:
                 key = (item["event_type"], int(item["partition"]))
                 if key not in partitions:
@@ -769,21 +768,23 @@ class SubscriptionStreams:
                     results.append("committed")
                 else:
                     results.append("outdated")
-            for key in sorted(moved):
-                committed, _, release_offset = partitions[key]
-                handed = release_offset is not None and committed >= release_offset
-                await conn.execute(
-                    "UPDATE broker_subscription_partitions SET committed = %s"
-                    + (
-                        ", owner = next_owner, next_owner = NULL, release_offset = NULL,"
-                        " release_deadline = NULL"
-                        if handed
-                        else ""
+            if not moved:
+                return results
+            async with conn.pipeline():
+                for key in sorted(moved):
+                    committed, _, release_offset = partitions[key]
+                    handed = release_offset is not None and committed >= release_offset
+                    await conn.execute(
+                        "UPDATE broker_subscription_partitions SET committed = %s"
+                        + (
+                            ", owner = next_owner, next_owner = NULL, release_offset = NULL,"
+                            " release_deadline = NULL"
+                            if handed
+                            else ""
+                        )
+                        + " WHERE subscription_id = %s AND event_type = %s AND partition = %s",
+                        (committed, subscription.id, *key),
                     )
-                    + " WHERE subscription_id = %s AND event_type = %s AND partition = %s",
-                    (committed, subscription.id, *key),
-                )
-            if moved:
                 await conn.execute(*notify_sql(subscription.id))
         return results
 
