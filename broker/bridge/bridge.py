@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import uuid
 from collections.abc import Mapping
@@ -132,8 +133,14 @@ def before(seq: Sequence) -> Sequence:
 
 
 def occurred_at(change: Mapping[str, Any]) -> str:
-    # /changes gives the commit time in whole seconds (transicator's contract).
-    return datetime.fromtimestamp(change["timestamp"], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _rfc3339(change["timestamp"])
+
+
+@functools.lru_cache(maxsize=64)
+def _rfc3339(seconds: int) -> str:
+    # /changes gives the commit time in whole seconds (transicator's contract); a batch's
+    # changes mostly share one, hence the cache.
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def row_values(row: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -155,6 +162,8 @@ class Bridge:
         self._row_types: dict[str, dict[str, int]] = {}  # table -> column OIDs seen
         self._wake = asyncio.Event()
         self._renames: dict[str, str] = {}  # asked for, not committed yet
+        # The next read, started while the current batch is processed and committed.
+        self._prefetch: tuple[Sequence, asyncio.Future[httpx.Response]] | None = None
         self._catalog: psycopg.AsyncConnection[Any] | None = None
         self._event_types: EventTypes | None = None
 
@@ -241,6 +250,9 @@ class Bridge:
                 while True:
                     await self._step(changes, producer)
         finally:
+            if self._prefetch is not None:
+                self._prefetch[1].cancel()
+                self._prefetch = None
             self._catalog = self._event_types = None
             await asyncio.to_thread(producer.close)
             await store.close()
@@ -250,21 +262,10 @@ class Bridge:
         return min([self.position.since, *resumed])
 
     async def _step(self, changes: httpx.AsyncClient, producer: Transactions) -> None:
-        s = self.settings
         since = self._read_from()
         self._wake.clear()
-        poll = asyncio.ensure_future(
-            changes.get(
-                "/changes",
-                params=[
-                    *(("selector", sel) for sel in s.selectors),
-                    ("since", str(since)),
-                    ("limit", str(s.limit)),
-                    ("block", str(s.block)),
-                ],
-            )
-        )
-        woken = asyncio.ensure_future(self._wake.wait())
+        poll = self._poll(changes, since)
+        woken: asyncio.Future[Any] = asyncio.ensure_future(self._wake.wait())
         try:
             await asyncio.wait([poll, woken], return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -277,6 +278,9 @@ class Bridge:
         response.raise_for_status()
         body = response.json()
         last = Sequence.parse(body["lastSequence"])
+        if body["changes"]:
+            # Read on while this batch is turned into events and committed.
+            self._prefetch = (last, self._poll(changes, last))
         self.changeserver_last = max(self.changeserver_last, last)
         position = self.position.copy()
         position.renamed.update(self._renames)
@@ -306,6 +310,22 @@ class Bridge:
             for unit, name in position.renamed.items():
                 if self._renames.get(unit) == name:
                     del self._renames[unit]
+
+    def _poll(self, changes: httpx.AsyncClient, since: Sequence) -> asyncio.Future[httpx.Response]:
+        """The read of changes after ``since``: the one prefetched if it starts there."""
+        prefetched, self._prefetch = self._prefetch, None
+        if prefetched is not None:
+            if prefetched[0] == since:
+                return prefetched[1]
+            prefetched[1].cancel()  # a resumed unit moved the read back
+        s = self.settings
+        params: list[tuple[str, str | int | float | bool | None]] = [
+            *(("selector", selector) for selector in s.selectors),
+            ("since", str(since)),
+            ("limit", str(s.limit)),
+            ("block", str(s.block)),
+        ]
+        return asyncio.ensure_future(changes.get("/changes", params=params))
 
     async def _publish(
         self, change: Mapping[str, Any], position: Position, received_at: str
