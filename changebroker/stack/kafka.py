@@ -83,8 +83,8 @@ class LocalKafka:
                     classpath,
                     "kafka.tools.StorageTool",
                     "format",
-                    "-t",
-                    _kafka_cluster_id(cluster_id),
+                    # One argument: an id may start with "-", which would read as an option.
+                    f"--cluster-id={_kafka_cluster_id(cluster_id)}",
                     "-c",
                     str(config),
                 ],
