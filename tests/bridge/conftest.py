@@ -140,7 +140,7 @@ class Rebuilt:
     """Tables rebuilt from committed events, and every eid seen (to catch duplicates)."""
 
     stack: Stack
-    consumer: Consumer
+    consumer: Consumer | None = None  # None: events come from elsewhere, through apply()
     assigned: set[str] = field(default_factory=set)
     keys: dict[str, list[str]] = field(default_factory=dict)  # topic -> key fields
     tables: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = field(default_factory=dict)
@@ -159,11 +159,13 @@ class Rebuilt:
                 self.keys[topic] = sorted(body.get("partition_key_fields") or [])
                 new += [TopicPartition(topic, p, 0) for p in range(partitions)]
         if new:
+            assert self.consumer is not None
             self.consumer.incremental_assign(new)
 
     def drain(self) -> None:
         """Apply every committed event available now."""
         self._assign_new_topics()
+        assert self.consumer is not None
         while True:
             message = self.consumer.poll(0.2)
             if message is None:
@@ -175,18 +177,20 @@ class Rebuilt:
             value = message.value()
             topic = message.topic()
             assert value is not None and topic is not None
-            event = json.loads(value)
-            self.events.append(event)
-            if "data_op" not in event:
-                continue
-            table = self.tables.setdefault(event["data_type"], {})
-            data = event["data"]
-            key = tuple(data[k] for k in self.keys[topic])
-            if event["data_op"] == "D":
-                table.pop(key, None)
-            else:
-                # An update may leave out an unchanged TOASTed value: keep what we had.
-                table[key] = {**table.get(key, {}), **data}
+            self.apply(json.loads(value), self.keys[topic])
+
+    def apply(self, event: dict[str, Any], key_fields: list[str]) -> None:
+        self.events.append(event)
+        if "data_op" not in event:
+            return
+        table = self.tables.setdefault(event["data_type"], {})
+        data = event["data"]
+        key = tuple(data[k] for k in key_fields)
+        if event["data_op"] == "D":
+            table.pop(key, None)
+        else:
+            # An update may leave out an unchanged TOASTed value: keep what we had.
+            table[key] = {**table.get(key, {}), **data}
 
     def equals_database(self, tables: list[str]) -> bool:
         """Every row equal to ``SELECT *``: a column an event did not carry (added to the

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import base64
 
+import httpx
 import psycopg
 
 from changebroker.stack.processes import wait_until
 from tests.bridge.conftest import Rebuilt, Stack
+from tests.broker.subscription_support import Stream, commit, create
 
 TABLES = """
 CREATE TABLE items (
@@ -75,3 +77,37 @@ def test_changes_become_events_and_tables_rebuild(stack: Stack, rebuilt: Rebuilt
     status = stack.status()
     assert status["units"]["public.items"]["event_type"] == stack.event_type("public.items")
     assert status["units"]["public.items"]["lag_bytes"] == 0
+
+
+def test_a_subscription_consumer_rebuilds_the_tables(stack: Stack, rebuilt: Rebuilt) -> None:
+    """The same through the Nakadi API: a subscription stream, each batch committed."""
+    stack.sql(TABLES)
+    stack.start_bridge()
+    with psycopg.connect(stack.app_dsn) as conn:
+        for i in range(1, 30):
+            conn.execute("INSERT INTO items (id, name) VALUES (%s, %s)", (i, f"n{i}"))
+            conn.execute("INSERT INTO lines VALUES (%s, 1, %s)", (i, i))
+    stack.sql("UPDATE items SET name = 'renamed' WHERE id % 3 = 0")
+    stack.sql("DELETE FROM items WHERE id % 5 = 0")
+    stack.sql("UPDATE lines SET qty = qty * 2 WHERE order_id % 2 = 0")
+    stack.sql("DELETE FROM lines WHERE order_id % 7 = 0")
+    tables = ["public.items", "public.lines"]
+    wait_until(lambda: rebuilt.equals_database(tables), timeout=60, what="committed events")
+
+    with httpx.Client(base_url=stack.broker_url, timeout=60) as client:
+        names = [stack.event_type(t) for t in tables]
+        keys = {n: client.get(f"/event-types/{n}").json()["partition_key_fields"] for n in names}
+        subscription = create(client, names, read_from="begin")
+        through_api = Rebuilt(stack)
+        stream = Stream(client, subscription["id"], batch_flush_timeout=1, batch_limit=50)
+        try:
+            for batch in stream.read_events(len(rebuilt.events)):
+                for event in batch["events"]:
+                    through_api.apply(event, sorted(keys[event["metadata"]["event_type"]]))
+                answer = commit(client, subscription["id"], stream.id, [batch["cursor"]])
+                assert answer.status_code in (200, 204), answer.text
+        finally:
+            stream.close()
+    for table in tables:
+        assert through_api.tables[table] == rebuilt.tables[table]
+    assert through_api.duplicate_eids() == []
