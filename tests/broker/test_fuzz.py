@@ -27,7 +27,7 @@ SCHEMA = (
     # test_streaming*.py covers their parameters one by one.
     .exclude(method="GET", path="/event-types/{name}/events")
     # Not served by this broker (yet): Nakadi's operator settings, storages, timelines.
-    .exclude(path_regex=r"^/(settings|storages|subscriptions)|/timelines$")
+    .exclude(path_regex=r"^/(settings|storages)|/timelines$")
 )
 
 
