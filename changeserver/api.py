@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from changeserver import changes
 from changeserver import transicator_pb2 as pb
@@ -186,21 +187,38 @@ def parse_query(request: Request) -> Query:
     return Query(selectors, since, limit, block, snapshot, media_type)
 
 
+# An answer: (any changes?, body, response headers), shared by identical queries.
+Answer = tuple[bool, bytes, list[tuple[bytes, bytes]]]
+
+
 class ChangesEndpoint:
+    """``/changes`` as a plain ASGI app.
+
+    One commit can wake thousands of long polls at once; each then sends the answer they
+    share, with its headers built once, straight to the server: no Response object or
+    request/response wrapper per waiter.
+    """
+
     def __init__(self, state: State, reader: LogReader) -> None:
         self.state = state
         self.reader = reader
         self._version = -1
-        self._answers: dict[tuple[Any, ...], tuple[bool, bytes]] = {}
+        self._answers: dict[tuple[Any, ...], Answer] = {}
 
-    async def handle(self, request: Request) -> Response:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.state.marked_down:
-            return error_response(503, "MARKED_DOWN", "the server is marked down")
+            response = error_response(503, "MARKED_DOWN", "the server is marked down")
+            await response(scope, receive, send)
+            return
         try:
-            query = parse_query(request)
-            return await self._changes(query)
+            query = parse_query(Request(scope))
+            _, body, headers = await self._changes(query)
         except BadRequest as bad:
-            return error_response(bad.status, bad.code, bad.error, bad.description)
+            response = error_response(bad.status, bad.code, bad.error, bad.description)
+            await response(scope, receive, send)
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": list(headers)})
+        await send({"type": "http.response.body", "body": body})
 
     def _read(self, query: Query) -> tuple[Bounds, list[tuple[int, int, int, bytes]]]:
         bounds, rows = self.reader.read(query.selectors, query.since, query.limit, query.snapshot)
@@ -214,8 +232,8 @@ class ChangesEndpoint:
             )
         return bounds, rows
 
-    def _answer(self, query: Query) -> tuple[bool, bytes]:
-        """(any changes?, body), shared by identical queries until the change log changes.
+    def _answer(self, query: Query) -> Answer:
+        """(any changes?, body, headers), shared by identical queries until the change log changes.
 
         When a batch wakes thousands of waiters on one selector, they all ask the same
         question: the first reads and renders, the rest reuse its bytes.
@@ -228,12 +246,16 @@ class ChangesEndpoint:
         answer = self._answers.get(key)
         if answer is None:
             bounds, rows = self._read(query)
-            answer = (bool(rows), _render(query, bounds, rows, self.reader.relation))
-            self._answers[key] = answer
+            body = _render(query, bounds, rows, self.reader.relation)
+            headers = [
+                (b"content-type", query.media_type.encode()),
+                (b"content-length", str(len(body)).encode()),
+            ]
+            answer = self._answers[key] = (bool(rows), body, headers)
         return answer
 
-    async def _changes(self, query: Query) -> Response:
-        found, body = self._answer(query)
+    async def _changes(self, query: Query) -> Answer:
+        answer = found, _, _ = self._answer(query)
         if not found and query.block > 0 and query.limit > 0:
             deadline = time.monotonic() + query.block
             waiters = self.state.waiters
@@ -244,7 +266,7 @@ class ChangesEndpoint:
                 future = waiters.register(query.selectors)
                 try:
                     # Ask again once registered: a batch made durable before is not missed.
-                    found, body = self._answer(query)
+                    answer = found, _, _ = self._answer(query)
                     if found:
                         break
                     # A timer on the future itself: cheaper than wait_for, per waiter.
@@ -255,8 +277,8 @@ class ChangesEndpoint:
                         timer.cancel()
                 finally:
                     waiters.unregister(query.selectors, future)
-                found, body = self._answer(query)
-        return Response(body, media_type=query.media_type)
+                answer = found, _, _ = self._answer(query)
+        return answer
 
 
 def _expire(future: asyncio.Future[None]) -> None:
@@ -319,4 +341,4 @@ def management_routes(state: State) -> list[Route]:
 def changes_route(state: State, reader: LogReader, prefix: str) -> Route:
     """``/changes`` under ``prefix``: ``v1``, ``/v1`` and ``/v1/`` all give ``/v1/changes``."""
     base = "/" + prefix.strip("/") if prefix.strip("/") else ""
-    return Route(base + "/changes", ChangesEndpoint(state, reader).handle)
+    return Route(base + "/changes", ChangesEndpoint(state, reader), methods=["GET"])
