@@ -343,7 +343,12 @@ class Subscriptions:
         for key in ("owning_application", "consumer_group", "read_from"):
             if key in body and body[key] != getattr(current, key):
                 raise SubscriptionError(422, f"{key} can't be changed; only authorization can")
-        if "event_types" in body and sorted(set(body["event_types"])) != current.event_types:
+        event_types = body.get("event_types", current.event_types)
+        if (
+            not isinstance(event_types, list)
+            or not all(isinstance(name, str) for name in event_types)
+            or sorted(set(event_types)) != current.event_types
+        ):
             raise SubscriptionError(422, "event_types can't be changed; only authorization can")
         authorization = body.get("authorization")
         async with self.store.pool.connection() as conn:
