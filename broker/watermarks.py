@@ -47,6 +47,9 @@ def consumer_config(bootstrap: str) -> dict[str, object]:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": False,
+            # Transactional writers (the bridge) commit or abort: readers see committed events
+            # only, and watermarks end at the last stable offset.
+            "isolation.level": "read_committed",
         },
     )
 
