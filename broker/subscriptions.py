@@ -106,6 +106,17 @@ def notify_sql(subscription_id: str) -> tuple[str, tuple[str, str]]:
     return "SELECT pg_notify(%s, %s)", (coordination.CHANNEL, subscription_id)
 
 
+def storable(value: object) -> bool:
+    """False if a string in ``value`` holds NUL, which Postgres text and jsonb refuse."""
+    if isinstance(value, str):
+        return "\x00" not in value
+    if isinstance(value, dict):
+        return all(storable(k) and storable(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(storable(v) for v in value)
+    return True
+
+
 def whole_number(text: str) -> bool:
     """ASCII digits only: ``str.isdigit`` also accepts "²", which ``int`` refuses."""
     return text.isascii() and text.isdigit()
@@ -234,6 +245,8 @@ class Subscriptions:
         """The subscription and whether it is new (201) or existed with the same key (200)."""
         if not isinstance(body, dict):
             raise SubscriptionError(400, "the body must be a Subscription object")
+        if not storable(body):
+            raise SubscriptionError(422, "the subscription must not contain NUL characters")
         owner = body.get("owning_application")
         if not isinstance(owner, str) or not owner:
             raise SubscriptionError(422, "owning_application is required: a non-empty string")
@@ -340,6 +353,8 @@ class Subscriptions:
             return False
         if not isinstance(body, dict):
             raise SubscriptionError(400, "the body must be a Subscription object")
+        if not storable(body):
+            raise SubscriptionError(422, "the subscription must not contain NUL characters")
         for key in ("owning_application", "consumer_group", "read_from"):
             if key in body and body[key] != getattr(current, key):
                 raise SubscriptionError(422, f"{key} can't be changed; only authorization can")
@@ -406,6 +421,8 @@ class SubscriptionApi:
             return error.response()
         owner = query.get("owning_application")
         event_types = query.getlist("event_type")
+        if not storable([owner, *event_types]):
+            return problem(400, "owning_application and event_type must not contain NUL")
         found, more = await self._subscriptions.page(owner, event_types, limit, offset)
         items = [s.body() for s in found]
         if query.get("show_status", "false").lower() == "true":

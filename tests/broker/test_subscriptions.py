@@ -305,6 +305,10 @@ def test_create_rejects_what_nakadi_rejects_and_lists_in_pages(
     assert [s["id"] for s in following.json()["items"]] == ids[:1]
     assert "next" not in following.json()["_links"]
     assert_problem(client.get("/subscriptions", params={"limit": 0}), 400)
+    # Postgres stores no NUL: refused as input, not a 500.
+    nul = client.post("/subscriptions", json={"owning_application": "a\x00", "event_types": [name]})
+    assert_problem(nul, 422, "NUL")
+    assert_problem(client.get("/subscriptions", params={"event_type": "\x00"}), 400, "NUL")
 
 
 def test_a_deleted_event_type_leaves_the_subscription_readable_and_unstreamable(
