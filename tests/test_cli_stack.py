@@ -53,6 +53,7 @@ def test_up_demo_runs_every_service_idempotently_and_down_stops_them(
             "REGISTRY_PORT",
             "CHANGESERVER_PORT",
             "CHANGESERVER_MGMT_PORT",
+            "BRIDGE_PORT",
         )
     }
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHANGEBROKER_")}
