@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import httpx
 
+from changeserver import changes
+from changeserver.changelog import LogReader
+from changeserver.sequence import ZERO
 from tests.changeserver.conftest import Harness, MakeServer, conforms
 
 
@@ -129,3 +132,24 @@ def test_truncate_yields_no_change_and_the_stream_goes_on(cs: Harness) -> None:
         (1, "x"),
         (1, "again"),
     ]
+
+
+def test_each_change_keeps_the_columns_of_its_time(cs: Harness) -> None:
+    # Rows are decoded when served, against the relation each change was stored with.
+    cs.sql("INSERT INTO items VALUES (1, 'before', 'a')")
+    cs.sql("ALTER TABLE items ADD COLUMN extra int")
+    cs.sql("INSERT INTO items VALUES (2, 'after', 'a', 7)")
+    cs.sql("ALTER TABLE items DROP COLUMN extra")
+    cs.sql("INSERT INTO items VALUES (3, 'again', 'a')")
+    rows = [c["newRow"] for c in cs.wait_for(3, scope="a")["changes"]]
+    assert [sorted(row) for row in rows] == [
+        ["_change_selector", "id", "name"],
+        ["_change_selector", "extra", "id", "name"],
+        ["_change_selector", "id", "name"],
+    ]
+    assert rows[1]["extra"] == {"value": "7", "type": 23}
+    # A fresh reader (as after a restart) decodes them from the relations the log stored.
+    reader = LogReader(cs.server.changelog.path)
+    _, stored = reader.read(["a"], ZERO, 10, None)
+    assert [changes.to_json(*row, reader.relation)["newRow"] for row in stored] == rows
+    reader.close()
