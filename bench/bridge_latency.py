@@ -117,8 +117,7 @@ def _services(app_dsn: str, meta_dsn: str, bootstrap: str, state: Path) -> Itera
         (["bridge", "--port", str(ports["bridge"]), "--pg-url", app_dsn, "--meta-pg-url",
           meta_dsn, "--kafka-bootstrap", bootstrap, "--name", state.name,
           "--changeserver-url", f"{loopback}:{ports['cs']}",
-          "--broker-url", f"{loopback}:{ports['broker']}",
-          "--registry-url", f"{loopback}:{ports['registry']}"],
+          "--broker-url", f"{loopback}:{ports['broker']}"],
          f"{loopback}:{ports['bridge']}/health"),
     ]  # fmt: skip
     processes: list[subprocess.Popen[bytes]] = []

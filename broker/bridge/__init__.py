@@ -4,6 +4,6 @@ transaction), with the table's schema registered and evolved; and the outbox.
 
 ``bridge.py`` the loop and units of progress, ``tables.py`` catalog and JSON Schema,
 ``values.py`` Postgres text to JSON, ``event_types.py`` creating and evolving event types
-and registry subjects, ``transactions.py`` the transactional producer and the position
+``transactions.py`` the transactional producer and the position
 topic, ``main.py`` the CLI and the HTTP face (health, status, metrics, resume).
 """

@@ -52,7 +52,6 @@ EID_NAMESPACE = uuid.UUID("6f1c2f4e-1b0a-5c39-9b7e-2f1d0c4b8a11")
 class Settings:
     changeserver_url: str
     broker_url: str
-    registry_url: str
     meta_dsn: str  # the broker's metadata database (event types)
     app_dsn: str  # the application database (the tables' catalog)
     kafka_bootstrap: str
@@ -237,11 +236,10 @@ class Bridge:
             async with (
                 await psycopg.AsyncConnection.connect(s.app_dsn, autocommit=True) as catalog,
                 httpx.AsyncClient(base_url=s.broker_url, timeout=60) as broker,
-                httpx.AsyncClient(base_url=s.registry_url, timeout=60) as registry,
                 httpx.AsyncClient(base_url=s.changeserver_url, timeout=s.block + 60) as changes,
             ):
                 self._catalog = catalog
-                self._event_types = EventTypes(store, broker, registry)
+                self._event_types = EventTypes(store, broker)
                 log.info(
                     "bridge resuming",
                     extra=logs.fields(since=str(self.position.since), held=len(self.position.held)),

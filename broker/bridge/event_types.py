@@ -1,9 +1,10 @@
-"""The bridge's event types: one per table, created on first sight, schema evolved on DDL,
-each schema version also registered in the registry under the event type's name.
+"""The bridge's event types: one per table, created on first sight, schema evolved on DDL.
 
 The broker's own API does the creating and the compatibility check (``PUT`` answers 422 when
-the mode refuses a change), so the bridge follows exactly the rules a person would; the
-publishing pipeline's :class:`~broker.publishing.Target` is then read from the broker's store.
+the mode refuses a change), so the bridge follows exactly the rules a person would; the broker
+registers each schema version in the registry under the event type's subject (tenant
+``changebroker``, namespace ``event-types``). The publishing pipeline's
+:class:`~broker.publishing.Target` is then read from the broker's store.
 """
 
 from __future__ import annotations
@@ -19,12 +20,10 @@ from broker.publishing import Target
 from broker.store import Store
 
 OWNING_APPLICATION = "changebroker-bridge"
-REGISTRY_TENANT = "changebroker"
-REGISTRY_NAMESPACE = "bridge"
 
 
 class SchemaRefused(Exception):
-    """The broker or the registry refused a table's new schema; the message says why."""
+    """The broker refused a table's new schema (or event type); the message says why."""
 
 
 @dataclass
@@ -67,10 +66,9 @@ def data_event_type(name: str, table: Table, schema: dict[str, Any], partitions:
 
 
 class EventTypes:
-    def __init__(self, store: Store, broker: httpx.AsyncClient, registry: httpx.AsyncClient):
+    def __init__(self, store: Store, broker: httpx.AsyncClient) -> None:
         self._store = store
         self._broker = broker
-        self._registry = registry
         self._targets: dict[str, Target] = {}
 
     async def target(self, name: str) -> Target | None:
@@ -104,35 +102,10 @@ class EventTypes:
             updated = await self._broker.put(f"/event-types/{name}", json=body)
             if updated.status_code != 200:
                 raise SchemaRefused(f"event type {name} refused the new schema: {_detail(updated)}")
-        await self._register(name, schema)
         target = await self.target(name)
         if target is None:
             raise SchemaRefused(f"event type {name} vanished while being updated")
         return Published(target, schema)
-
-    async def _register(self, subject: str, schema: dict[str, Any]) -> None:
-        """The same schema in the registry (idempotent: a known definition keeps its id)."""
-        params = {"tenant": REGISTRY_TENANT, "namespace": REGISTRY_NAMESPACE}
-        made = await self._registry.post(
-            f"/subjects/{subject}",
-            params=params,
-            json={
-                **params,
-                "status": "released",
-                "format": "JSON",
-                "compatibility": "FORWARD",
-                "app": OWNING_APPLICATION,
-            },
-        )
-        if made.status_code != 200:
-            raise SchemaRefused(f"registry subject {subject}: {made.text}")
-        registered = await self._registry.post(
-            f"/subjects/{subject}/versions",
-            params=params,
-            json={"serialization": "JSON", "schemaDefinition": json.dumps(schema)},
-        )
-        if registered.status_code != 200:
-            raise SchemaRefused(f"registry refused the schema of {subject}: {registered.text}")
 
 
 def _detail(response: httpx.Response) -> str:

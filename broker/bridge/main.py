@@ -62,11 +62,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=f"{loopback}:{config.DEFAULT_BROKER_PORT}",
         help="the broker that creates and evolves the event types",
     )
-    option(
-        "--registry-url",
-        default=f"{loopback}:{config.DEFAULT_REGISTRY_PORT}",
-        help="the registry where each table's schema versions are registered",
-    )
     option("--name", default="bridge", help="identity: transactional id and position key")
     option(
         "--selectors",
@@ -95,7 +90,6 @@ def settings_of(args: argparse.Namespace) -> Settings:
     return Settings(
         changeserver_url=args.changeserver_url,
         broker_url=args.broker_url,
-        registry_url=args.registry_url,
         meta_dsn=args.meta_pg_url,
         app_dsn=args.pg_url,
         kafka_bootstrap=args.kafka_bootstrap,

@@ -145,8 +145,6 @@ class LocalStack:
                     f"{loopback}:{p.changeserver}",
                     "--broker-url",
                     f"{loopback}:{p.broker}",
-                    "--registry-url",
-                    f"{loopback}:{p.registry}",
                 ],
                 f"{loopback}:{p.bridge}",
                 f"{loopback}:{p.bridge}/health",

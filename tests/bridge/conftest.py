@@ -52,7 +52,6 @@ class Stack:
         return Settings(
             changeserver_url=self.changeserver_url,
             broker_url=self.broker_url,
-            registry_url=self.registry_url,
             meta_dsn=self.meta_dsn,
             app_dsn=self.app_dsn,
             kafka_bootstrap=self.kafka_bootstrap,
@@ -83,7 +82,7 @@ class Stack:
                 "--changeserver-url",
                 self.changeserver_url,
             ),
-            *("--broker-url", self.broker_url, "--registry-url", self.registry_url),
+            *("--broker-url", self.broker_url),
             *("--name", self.prefix, "--prefix", self.prefix, "--partitions", "3"),
         ]
         return CliProcess(args, f"{self.bridge_url}/health", self.tmp / "bridge.log")

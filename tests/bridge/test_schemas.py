@@ -8,6 +8,7 @@ import json
 
 import httpx
 
+from broker.store import SUBJECT_NAMESPACE, SUBJECT_TENANT
 from changebroker.stack.processes import wait_until
 from tests.bridge.conftest import Rebuilt, Stack
 
@@ -23,7 +24,7 @@ ALTER TABLE pets REPLICA IDENTITY FULL;
 def _versions(stack: Stack, subject: str) -> list[int]:
     response = httpx.get(
         f"{stack.registry_url}/subjects/{subject}/versions",
-        params={"tenant": "changebroker", "namespace": "bridge"},
+        params={"tenant": SUBJECT_TENANT, "namespace": SUBJECT_NAMESPACE},
     )
     assert response.status_code == 200, response.text
     found: list[int] = response.json()["version"]
