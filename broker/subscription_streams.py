@@ -81,6 +81,8 @@ SUBSCRIPTION_POLL_SECONDS = 0.1
 # How long a cursor reset waits for the streams it closed to end.
 RESET_WAIT_SECONDS = MAX_COMMIT_TIMEOUT
 TIME_LAG_READ_SECONDS = 5.0
+# How long ended sessions stay, for whoever looks at them by hand.
+SESSION_RETENTION_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)
@@ -1030,8 +1032,17 @@ def _kafka_offset(item: Mapping[str, str]) -> int:
 
 
 async def close_expired(store: Store) -> None:
-    """Close the sessions whose process stopped renewing them, and rebalance their partitions."""
+    """Close the sessions whose process stopped renewing them, and rebalance their partitions.
+
+    Sessions that can no longer commit are deleted after ``SESSION_RETENTION_SECONDS``: nothing
+    reads them any more (a partition whose owner is unknown is simply free).
+    """
     async with store.pool.connection() as conn:
+        await conn.execute(
+            "DELETE FROM broker_subscription_sessions WHERE finished"
+            " AND commit_deadline < now() - make_interval(secs => %s)",
+            (SESSION_RETENTION_SECONDS,),
+        )
         cur = await conn.execute(
             "SELECT DISTINCT subscription_id::text FROM broker_subscription_sessions"
             " WHERE closed_at IS NULL AND alive_until < now()"
