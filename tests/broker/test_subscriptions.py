@@ -404,3 +404,24 @@ def test_new_streams_get_409_while_a_reset_waits_for_the_streams_it_closed(
     after = Stream(client, sid, **FAST)
     assert after.batch() is not None
     after.close()
+
+
+def test_a_consumer_whose_connection_closed_may_still_commit_within_commit_timeout(
+    client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
+) -> None:
+    name = make_event_type()
+    sid = create(client, [name], read_from="begin")["id"]
+    publish(client, name, [order("0"), order("1")])
+    gone = Stream(client, sid, commit_timeout=30, **FAST)
+    got = gone.read_events(2)
+    gone.close()
+    wait_until_gone(other, sid, gone.id)
+    # The stream is over, its window is not: the commit counts, and the partition is free.
+    assert commit(other, sid, gone.id, [got[-1]["cursor"]]).status_code == 204
+    [item] = stats(other, sid)
+    assert item["partitions"][0]["state"] == "unassigned"
+    assert item["partitions"][0]["unconsumed_events"] == 0
+    publish(client, name, [order("2")])
+    after = Stream(other, sid, **FAST)
+    assert numbers(after.read_events(1)) == ["2"]
+    after.close()
