@@ -230,6 +230,9 @@ class Bridge:
             record = await asyncio.to_thread(load_position, s.kafka_bootstrap, s.name)
             self.position = Position.of(record)
             await asyncio.to_thread(pg.migrate, s.app_dsn, "outbox")
+            # Stops not committed with a held position (the failed batch's) must not skip
+            # anything now; the committed ones are retried, as after any restart.
+            self.stopped.clear()
             self._published.clear()
             self._row_types.clear()
             await store.open()
