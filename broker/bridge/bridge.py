@@ -24,7 +24,6 @@ from typing import Any
 
 import httpx
 import psycopg
-from confluent_kafka import KafkaException
 
 from broker.bridge import tables, values
 from broker.bridge.event_types import EventTypes, Published, SchemaRefused, event_type_name
@@ -212,7 +211,9 @@ class Bridge:
                 await self._session()
             except asyncio.CancelledError:
                 raise
-            except (KafkaException, httpx.HTTPError, psycopg.Error, OSError) as exc:
+            except Exception as exc:
+                # Kafka, HTTP and Postgres trouble, or a bug: either way the loop must not end
+                # while /health says the process is fine; each attempt is logged.
                 self.ready.clear()
                 log.warning(
                     "bridge session failed; starting over from the committed position",
