@@ -288,8 +288,11 @@ class Bridge:
         position.renamed.update(self._renames)
         messages: list[Message] = []
         received_at = received_now()
+        # Read from before ``since`` (a resumed unit): only then may a change be one that a
+        # unit published already, so only then is each change's sequence parsed and compared.
+        rewound = since < self.position.since
         for change in body["changes"]:
-            published = await self._publish(change, position, received_at)
+            published = await self._publish(change, position, rewound, received_at)
             if published is None:
                 continue
             unit, event_type, produced = published
@@ -330,13 +333,12 @@ class Bridge:
         return asyncio.ensure_future(changes.get("/changes", params=params))
 
     async def _publish(
-        self, change: Mapping[str, Any], position: Position, received_at: str
+        self, change: Mapping[str, Any], position: Position, rewound: bool, received_at: str
     ) -> tuple[str, str, list[Message]] | None:
         """(unit, event type, messages) of one change; ``None`` when it publishes nothing."""
         table = change["table"]
         if self.settings.tables and table not in self.settings.tables:
             return None
-        seq = Sequence.parse(change["sequence"])
         outbox = table == self.settings.outbox_table
         if outbox:
             if change["operation"] != _INSERT:
@@ -344,7 +346,9 @@ class Bridge:
             unit = f"outbox:{change['newRow']['event_type']['value']}"
         else:
             unit = table
-        if unit in self.stopped or seq <= position.floor(unit):
+        if unit in self.stopped:
+            return None
+        if rewound and Sequence.parse(change["sequence"]) <= position.floor(unit):
             return None
         try:
             if outbox:
@@ -354,6 +358,7 @@ class Bridge:
         except (UnitStopped, SchemaRefused, ItemFailure) as exc:
             reason = exc.detail if isinstance(exc, ItemFailure) else str(exc)
             self.stopped[unit] = reason
+            seq = Sequence.parse(change["sequence"])
             position.held[unit] = before(seq)
             log.error(
                 "unit stopped: its changes wait until an operator acts",
