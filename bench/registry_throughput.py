@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,7 +25,6 @@ import tempfile
 import threading
 import time
 import urllib.request
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -37,7 +35,7 @@ import psycopg
 
 from bench.report import Figure, report
 from changebroker import pg
-from changebroker.stack.processes import wait_until
+from changebroker.stack.processes import free_port, wait_until
 from registry.compat import Mode, check
 
 CLIENTS = 4
@@ -97,24 +95,6 @@ def timed(work: Callable[[int], None], count: int, clients: int) -> tuple[float,
     return count / elapsed, p99
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def scratch_database(server_dsn: str) -> Iterator[str]:
-    name = f"bench_registry_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield pg.with_database(server_dsn, name)
-    finally:
-        with psycopg.connect(server_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-
-
 @contextmanager
 def registry_process(dsn: str) -> Iterator[str]:
     port = free_port()
@@ -155,7 +135,7 @@ def main() -> int:
         "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
     )
     figures: list[Figure] = []
-    with scratch_database(server_dsn) as dsn, registry_process(dsn) as url:
+    with pg.scratch_database(server_dsn, "bench_registry") as dsn, registry_process(dsn) as url:
         clients = [httpx.Client(base_url=url, timeout=60) for _ in range(CLIENTS)]
         connections = [psycopg.connect(dsn, autocommit=True) for _ in range(CLIENTS)]
         try:

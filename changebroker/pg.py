@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -22,6 +25,19 @@ def with_database(dsn: str, dbname: str) -> str:
     params = conninfo.conninfo_to_dict(dsn)
     params["dbname"] = dbname
     return conninfo.make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
+
+
+@contextlib.contextmanager
+def scratch_database(server_dsn: str, prefix: str) -> Iterator[str]:
+    """A new database named ``<prefix>_<random>`` on ``server_dsn``'s server, dropped after."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield with_database(server_dsn, name)
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 def connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection:

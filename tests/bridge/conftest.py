@@ -242,18 +242,6 @@ def rebuilding(stack: Stack) -> Iterator[Rebuilt]:
         consumer.close()
 
 
-@contextlib.contextmanager
-def _database(pg_server_dsn: str, prefix: str) -> Iterator[str]:
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield pg.with_database(pg_server_dsn, name)
-    finally:
-        with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-
-
 @pytest.fixture
 def make_stack(
     pg_dsn: str,
@@ -266,7 +254,7 @@ def make_stack(
     with contextlib.ExitStack() as exits:
 
         def make(kafka_bootstrap: str) -> Stack:
-            meta_dsn = exits.enter_context(_database(pg_server_dsn, "t_meta"))
+            meta_dsn = exits.enter_context(pg.scratch_database(pg_server_dsn, "t_meta"))
             slot = unique_name("bridge")
             changeserver = ChangeServer(
                 ChangeServerSettings(dsn=pg_dsn, slot=slot, db_dir=tmp_path / slot)

@@ -6,12 +6,10 @@ creates an event type through the API and returns its name.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 
 from broker.app import create_app
@@ -23,14 +21,8 @@ from tests.support.apps import serve_in_thread
 @pytest.fixture(scope="module")
 def broker_dsn(pg_server_dsn: str) -> Iterator[str]:
     """A metadata database of the module's own, dropped afterwards."""
-    name = f"t_broker_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield pg.with_database(pg_server_dsn, name)
-    finally:
-        with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    with pg.scratch_database(pg_server_dsn, "t_broker") as dsn:
+        yield dsn
 
 
 @pytest.fixture(scope="module")

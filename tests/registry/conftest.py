@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 
 from changebroker import pg
@@ -16,14 +14,8 @@ from tests.support.apps import serve_in_thread
 @pytest.fixture(scope="module")
 def registry_dsn(pg_server_dsn: str) -> Iterator[str]:
     """A database of the module's own, dropped afterwards."""
-    name = f"t_registry_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield pg.with_database(pg_server_dsn, name)
-    finally:
-        with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    with pg.scratch_database(pg_server_dsn, "t_registry") as dsn:
+        yield dsn
 
 
 @pytest.fixture(scope="module")
