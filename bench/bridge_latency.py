@@ -38,7 +38,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from bench.report import Figure, report
 from changebroker import kafka, pg
-from changebroker.stack.processes import free_port, wait_until
+from changebroker.stack.processes import answers, free_port, wait_until
 
 NAME = "bridge_latency"
 STEADY_SECONDS = 15
@@ -133,7 +133,7 @@ def _services(app_dsn: str, meta_dsn: str, bootstrap: str, state: Path) -> Itera
                         stderr=subprocess.STDOUT,
                     )
                 )
-                wait_until(functools.partial(_answers, ready), timeout=120, what=args[0])
+                wait_until(functools.partial(answers, ready), timeout=120, what=args[0])
             yield f"{loopback}:{ports['bridge']}"
             httpx.get(f"{loopback}:{ports['csm']}/markdown")  # the slot goes at shutdown
         finally:
@@ -224,13 +224,6 @@ def _exists(meta_dsn: str, event_type: str) -> bool:
     with psycopg.connect(meta_dsn) as conn:
         query = "SELECT 1 FROM broker_event_types WHERE name = %s"
         return conn.execute(query, (event_type,)).fetchone() is not None
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 if __name__ == "__main__":

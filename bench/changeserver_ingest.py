@@ -38,7 +38,7 @@ import psycopg
 
 from bench.report import Figure, report
 from changebroker import pg
-from changebroker.stack.processes import free_port, wait_until
+from changebroker.stack.processes import answers, free_port, wait_until
 
 SMALL_TRANSACTIONS = 40_000
 SMALL_ROWS = 4
@@ -96,7 +96,7 @@ def main() -> int:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(_SETUP)
             ready = f"http://127.0.0.1:{mgmt}/ready"
-            wait_until(lambda: _answers(ready), timeout=60, what="the changeserver")
+            wait_until(lambda: answers(ready), timeout=60, what="the changeserver")
             changes = SMALL_TRANSACTIONS * SMALL_ROWS + LARGE_TRANSACTIONS * LARGE_ROWS + 2
             with ThreadPoolExecutor(1) as pool:
                 start_served = pool.submit(_served, port, "start")
@@ -149,13 +149,6 @@ def _served(port: int, selector: str) -> float:
     ).json()
     assert body["changes"], f"the {selector} marker never arrived"
     return time.monotonic()
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 if __name__ == "__main__":

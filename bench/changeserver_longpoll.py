@@ -32,7 +32,7 @@ import psycopg
 
 from bench.report import Figure, report
 from changebroker import pg
-from changebroker.stack.processes import free_port, wait_until
+from changebroker.stack.processes import answers, free_port, wait_until
 
 CLIENTS = (1_000, 10_000)
 CONNECTING_AT_ONCE = 200  # below uvicorn's listen backlog
@@ -161,7 +161,7 @@ def main() -> int:
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         try:
             ready = f"http://127.0.0.1:{mgmt}/ready"
-            wait_until(lambda: _answers(ready), timeout=60, what="the changeserver")
+            wait_until(lambda: answers(ready), timeout=60, what="the changeserver")
             since = httpx.get(f"http://127.0.0.1:{port}/changes?selector=lp").json()["lastSequence"]
             for clients in CLIENTS:
                 latencies, per_client, cpu_per_response, since = asyncio.run(
@@ -201,13 +201,6 @@ def main() -> int:
         conn.execute(f'DROP DATABASE "{database}" WITH (FORCE)')
     report(figures)
     return 0
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -35,7 +34,7 @@ import psycopg
 
 from bench.report import Figure, report
 from changebroker import pg
-from changebroker.stack.processes import free_port, wait_until
+from changebroker.stack.processes import answers, free_port, wait_until
 from registry.compat import Mode, check
 
 CLIENTS = 4
@@ -109,7 +108,7 @@ def registry_process(dsn: str) -> Iterator[str]:
         )
         try:
             wait_until(
-                lambda: process.poll() is not None or _answers(f"{url}/health"),
+                lambda: process.poll() is not None or answers(f"{url}/health"),
                 timeout=60,
                 what="the registry to start",
             )
@@ -120,14 +119,6 @@ def registry_process(dsn: str) -> Iterator[str]:
         finally:
             process.terminate()
             process.wait(timeout=30)
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
 
 
 def main() -> int:

@@ -21,7 +21,7 @@ from typing import Any
 from changebroker import config, logs
 from changebroker.stack.kafka import LocalKafka
 from changebroker.stack.postgres import LocalPostgres
-from changebroker.stack.processes import read_pid, start_detached, stop_pid, wait_until
+from changebroker.stack.processes import answers, read_pid, start_detached, stop_pid, wait_until
 from changebroker.stack.state import StateDir
 
 log = logging.getLogger(__name__)
@@ -215,19 +215,11 @@ class LocalStack:
                 },
             )
         wait_until(
-            lambda: _answers(service.ready_url) and read_pid(pid_file) is not None,
+            lambda: answers(service.ready_url) and read_pid(pid_file) is not None,
             timeout=120,
             what=f"{service.name} at {service.ready_url} (see {self.state.log_file(service.name)})",
         )
         log.info("service ready", extra=logs.fields(service=service.name, url=service.base_url))
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 def _json(url: str) -> Any:

@@ -7,8 +7,18 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+
+def answers(url: str) -> bool:
+    """Whether ``url`` answers 200 now: the readiness probe for our services."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:  # URLError and HTTPError are OSErrors too
+        return False
 
 
 def pid_alive(pid: int) -> bool:

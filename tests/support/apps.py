@@ -8,8 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -17,7 +15,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from changebroker.http import FlowIdMiddleware
-from changebroker.stack.processes import wait_until
+from changebroker.stack.processes import answers, wait_until
 
 
 @contextlib.contextmanager
@@ -43,14 +41,6 @@ def serve_in_thread(app: ASGIApp) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
-
-
-def answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 class CliProcess:
