@@ -12,7 +12,7 @@ from pathlib import Path
 from starlette.applications import Starlette
 
 from changebroker import logs
-from changeserver import api
+from changeserver import api, snapshots
 from changeserver.changelog import ChangeLog, LogReader
 from changeserver.replication import Replicator, drop_slot
 
@@ -29,6 +29,7 @@ class Settings:
     selector_column: str = "_change_selector"
     max_age: float | None = None
     prefix: str = ""
+    snapshots_dir: Path | None = None  # where replay snapshots are; none: no /snapshots
 
 
 class ChangeServer:
@@ -50,6 +51,12 @@ class ChangeServer:
         )
         self.state = api.State(streaming=self.replicator.streaming)
         routes = [api.changes_route(self.state, self.reader, settings.prefix)]
+        if settings.snapshots_dir is not None:
+            routes.append(
+                snapshots.snapshots_route(
+                    self.state, settings.snapshots_dir, settings.selector_column, settings.prefix
+                )
+            )
         management = api.management_routes(self.state)
         if not separate_management:
             routes += management
