@@ -61,7 +61,9 @@ def _stack(args: argparse.Namespace) -> LocalStack:
         changeserver_mgmt=args.changeserver_mgmt_port,
         bridge=args.bridge_port,
     )
-    return LocalStack.from_env(StateDir(args.state_dir), ports)
+    stack = LocalStack.from_env(StateDir(args.state_dir), ports)
+    stack.replay_every = getattr(args, "replay_every", None)
+    return stack
 
 
 def _print_endpoints(endpoints: dict[str, dict[str, object]]) -> None:
@@ -112,6 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _stack_options(up)
     up.add_argument("--demo", action="store_true", help="then run a short demo against it")
+    config.add_option(
+        up,
+        "--replay-every",
+        scope="",
+        type=config.parse_duration,
+        default=None,
+        help="also run `changebroker replay` on this schedule (e.g. 10m), as a service",
+    )
     up.set_defaults(handler=cmd_up)
 
     down = commands.add_parser("down", help="stop what `up` started; data is kept")
