@@ -22,7 +22,6 @@ the snapshot. gzip when the client accepts it.
 
 from __future__ import annotations
 
-import datetime
 import decimal
 import json
 import math
@@ -105,6 +104,10 @@ def _float_text(value: float, oid: int) -> str:
         return "NaN"
     if math.isinf(value):
         return "Infinity" if value > 0 else "-Infinity"
+    if oid != _FLOAT4 and abs(value) < 1e15:
+        # repr is the shortest round trip too, and agrees but for a trailing ".0".
+        text = repr(value)
+        return text[:-2] if text.endswith(".0") else text
     if oid == _FLOAT4:
         single = struct.unpack("f", struct.pack("f", value))[0]
         digits = next(
@@ -134,32 +137,108 @@ def _float_text(value: float, oid: int) -> str:
     return f"{prefix}{body}e{'-' if power < 0 else '+'}{abs(power):02d}"
 
 
-def _timestamp_text(value: datetime.datetime) -> str:
+def _timestamp_text(array: pa.Array) -> pa.Array:
     """``2026-11-23 14:05:01.5+00``: timestamptz under ``DateStyle=ISO, TimeZone=UTC``."""
-    text = f"{value.year:04d}-{value.month:02d}-{value.day:02d} {value:%H:%M:%S}"
-    if value.microsecond:
-        text += f".{value.microsecond:06d}".rstrip("0")
-    return text + ("+00" if value.tzinfo is not None else "")
+    # Naive microseconds (of the UTC instant): %S then has six fraction digits, and no time
+    # zone lookup per value.
+    naive = pc.cast(array, pa.timestamp("us"), safe=False)
+    text = pc.strftime(naive, "%Y-%m-%d %H:%M:%S")
+    text = pc.replace_substring_regex(text, r"\.?0+$", "")  # Postgres drops trailing zeros
+    return pc.binary_join_element_wise(text, "+00", "") if array.type.tz else text
 
 
-def _converter(arrow_type: pa.DataType, oid: int) -> Callable[[pa.Array], list[Any]]:
-    """Column values -> the text ``/changes`` would give (None for NULL)."""
+def _double_text(array: pa.Array) -> pa.Array:
+    """float8 text: Arrow's shortest digits where Postgres writes them without an exponent
+    (0 and 1e-4 <= |x| < 1e15) and so does Arrow; the Python path for the rest."""
+    array = pc.cast(array, pa.float64())
+    magnitude = pc.abs(array)
+    text = pc.cast(array, pa.string())
+    plain = pc.and_(
+        pc.or_(
+            pc.and_(pc.greater_equal(magnitude, 1e-4), pc.less(magnitude, 1e15)),
+            pc.equal(magnitude, 0.0),
+        ),
+        pc.invert(pc.match_substring(text, "e")),
+    )
+    if pc.all(pc.fill_null(plain, True)).as_py():
+        return text
+    return pa.array(
+        [
+            t if p or v is None else _float_text(v, _FLOAT8)
+            for v, t, p in zip(array.to_pylist(), text.to_pylist(), plain.to_pylist(), strict=True)
+        ],
+        pa.string(),
+    )
+
+
+def _python_text(function: Callable[[Any], str]) -> Callable[[pa.Array], pa.Array]:
+    return lambda array: pa.array(
+        [None if v is None else function(v) for v in array.to_pylist()], pa.string()
+    )
+
+
+def _converter(arrow_type: pa.DataType, oid: int) -> Callable[[pa.Array], pa.Array]:
+    """A column of values -> a string column of the text ``/changes`` would give."""
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
-        return lambda array: array.to_pylist()
+        return lambda array: pc.cast(array, pa.string())
     if pa.types.is_integer(arrow_type):
-        return lambda array: pc.cast(array, pa.string()).to_pylist()
+        return lambda array: pc.cast(array, pa.string())
     if pa.types.is_boolean(arrow_type):
-        return lambda array: pc.if_else(array, "t", "f").to_pylist()
-    if pa.types.is_floating(arrow_type):
-        float_oid = oid if oid in (_FLOAT4, _FLOAT8) else _FLOAT8
-        return lambda array: [
-            None if v is None else _float_text(v, float_oid) for v in array.to_pylist()
-        ]
-    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
-        return lambda array: [None if v is None else "\\x" + v.hex() for v in array.to_pylist()]
+        return lambda array: pc.if_else(array, "t", "f")
     if pa.types.is_timestamp(arrow_type):
-        return lambda array: [None if v is None else _timestamp_text(v) for v in array.to_pylist()]
-    return lambda array: [None if v is None else str(v) for v in array.to_pylist()]
+        return _timestamp_text
+    if pa.types.is_floating(arrow_type) and oid == _FLOAT4:
+        return _python_text(lambda value: _float_text(value, _FLOAT4))
+    if pa.types.is_floating(arrow_type):
+        return _double_text
+    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
+        return _python_text(lambda value: "\\x" + value.hex())
+    return _python_text(str)
+
+
+_QUOTE, _NULL = pa.scalar('"'), pa.scalar("null")
+_NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
+
+
+def _json_strings(text: pa.Array) -> pa.Array:
+    """Each value as a JSON string literal, NULL as ``null``."""
+    if pc.any(pc.match_substring_regex(text, _NEEDS_ESCAPE)).as_py():
+        quoted = pa.array(
+            [None if v is None else orjson.dumps(v).decode() for v in text.to_pylist()],
+            pa.string(),
+        )
+    else:  # the common case: quotes around, all in Arrow
+        quoted = pc.binary_join_element_wise(_QUOTE, text, _QUOTE, _NOTHING)
+    return pc.fill_null(quoted, _NULL)
+
+
+def _literals(columns: list[tuple[str, int]]) -> list[tuple[pa.Scalar, pa.Scalar]]:
+    """Per column, the JSON around its value: ``{"name":{"value":`` and ``,"type":oid}``
+    (Arrow scalars made once: making them per batch costs more than the batch's rows)."""
+    return [
+        (
+            pa.scalar(("{" if position == 0 else ",") + orjson.dumps(name).decode() + ':{"value":'),
+            pa.scalar(f',"type":{oid}}}'),
+        )
+        for position, (name, oid) in enumerate(columns)
+    ]
+
+
+_ROW_END, _NOTHING, _COMMA = pa.scalar("}"), pa.scalar(""), pa.scalar(",")
+
+
+def _rows_json(
+    batch: pa.RecordBatch, literals: list[tuple[pa.Scalar, pa.Scalar]], convert: list[Any]
+) -> bytes:
+    """The batch's rows as JSON objects separated by commas, assembled column-wise in Arrow:
+    ``{"col":{"value":"text","type":oid},...}`` per row."""
+    parts: list[Any] = []
+    for position, ((before, after), to_text) in enumerate(zip(literals, convert, strict=True)):
+        parts += [before, _json_strings(to_text(batch.column(position))), after]
+    rows = pc.binary_join_element_wise(*parts, _ROW_END, _NOTHING)
+    offsets = pa.array([0, len(rows)], pa.int32())
+    joined = pc.binary_join(pa.ListArray.from_arrays(offsets, rows), _COMMA)
+    return bytes(joined[0].as_buffer())
 
 
 def _table_chunks(table: Table, selectors: list[str], selector_column: str) -> Iterator[bytes]:
@@ -171,10 +250,10 @@ def _table_chunks(table: Table, selectors: list[str], selector_column: str) -> I
         yield b"]}"
         return
     columns = [(name, oid) for name, oid in table.columns if name in present]
-    names = [name for name, _ in columns]
     convert = [_converter(dataset.schema.field(name).type, oid) for name, oid in columns]
+    literals = _literals(columns)
     scanner = dataset.scanner(
-        columns=names,
+        columns=[name for name, _ in columns],
         filter=pc.field(selector_column).isin(selectors),
         batch_size=BATCH_ROWS,
         batch_readahead=1,
@@ -184,15 +263,7 @@ def _table_chunks(table: Table, selectors: list[str], selector_column: str) -> I
     for batch in scanner.to_batches():
         if batch.num_rows == 0:
             continue
-        texts = [to_text(batch.column(i)) for i, to_text in enumerate(convert)]
-        rows = [
-            {
-                name: {"value": values[i], "type": oid}
-                for (name, oid), values in zip(columns, texts, strict=True)
-            }
-            for i in range(batch.num_rows)
-        ]
-        body = orjson.dumps(rows)[1:-1]  # the rows without the list's brackets
+        body = _rows_json(batch, literals, convert)
         yield body if first else b"," + body
         first = False
     yield b"]}"
