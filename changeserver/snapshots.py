@@ -40,7 +40,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from changeserver import api
+from changeserver import api, changes
+from changeserver import transicator_pb2 as pb
 
 MANIFEST = "manifest.json"
 SEQUENCE_HEADER = "X-Snapshot-Sequence"
@@ -212,6 +213,35 @@ def _json_strings(text: pa.Array) -> pa.Array:
     return pc.fill_null(quoted, _NULL)
 
 
+def _scan(
+    table: Table, selectors: list[str], selector_column: str
+) -> tuple[list[tuple[str, int]], Iterator[list[pa.Array]]]:
+    """The table's columns (name, OID), and its rows of ``selectors`` in batches of at most
+    ``BATCH_ROWS``, each column as the text ``/changes`` gives (null for NULL)."""
+    dataset = ds.dataset(table.path, format="parquet")
+    present = set(dataset.schema.names)
+    columns = [(name, oid) for name, oid in table.columns if name in present]
+    if selector_column not in present:  # no files: a table with no rows
+        return columns, iter(())
+    convert = [_converter(dataset.schema.field(name).type, oid) for name, oid in columns]
+    scanner = dataset.scanner(
+        columns=[name for name, _ in columns],
+        filter=pc.field(selector_column).isin(selectors),
+        batch_size=BATCH_ROWS,
+        batch_readahead=1,
+        fragment_readahead=1,
+    )
+    batches = (
+        [to_text(batch.column(i)) for i, to_text in enumerate(convert)]
+        for batch in scanner.to_batches()
+        if batch.num_rows
+    )
+    return columns, batches
+
+
+# -- JSON -----------------------------------------------------------------------------
+
+
 def _literals(columns: list[tuple[str, int]]) -> list[tuple[pa.Scalar, pa.Scalar]]:
     """Per column, the JSON around its value: ``{"name":{"value":`` and ``,"type":oid}``
     (Arrow scalars made once: making them per batch costs more than the batch's rows)."""
@@ -227,49 +257,30 @@ def _literals(columns: list[tuple[str, int]]) -> list[tuple[pa.Scalar, pa.Scalar
 _ROW_END, _NOTHING, _COMMA = pa.scalar("}"), pa.scalar(""), pa.scalar(",")
 
 
-def _rows_json(
-    batch: pa.RecordBatch, literals: list[tuple[pa.Scalar, pa.Scalar]], convert: list[Any]
-) -> bytes:
+def _rows_json(texts: list[pa.Array], literals: list[tuple[pa.Scalar, pa.Scalar]]) -> bytes:
     """The batch's rows as JSON objects separated by commas, assembled column-wise in Arrow:
     ``{"col":{"value":"text","type":oid},...}`` per row."""
     parts: list[Any] = []
-    for position, ((before, after), to_text) in enumerate(zip(literals, convert, strict=True)):
-        parts += [before, _json_strings(to_text(batch.column(position))), after]
+    for (before, after), text in zip(literals, texts, strict=True):
+        parts += [before, _json_strings(text), after]
     rows = pc.binary_join_element_wise(*parts, _ROW_END, _NOTHING)
     offsets = pa.array([0, len(rows)], pa.int32())
     joined = pc.binary_join(pa.ListArray.from_arrays(offsets, rows), _COMMA)
     return bytes(joined[0].as_buffer())
 
 
-def _table_chunks(table: Table, selectors: list[str], selector_column: str) -> Iterator[bytes]:
+def _table_json(table: Table, selectors: list[str], selector_column: str) -> Iterator[bytes]:
     """``{"name": ..., "rows": [...]}`` in pieces of at most ``BATCH_ROWS`` rows."""
     yield b'{"name":' + orjson.dumps(table.name) + b',"rows":['
-    dataset = ds.dataset(table.path, format="parquet")
-    present = set(dataset.schema.names)
-    if selector_column not in present:  # no files: a table with no rows
-        yield b"]}"
-        return
-    columns = [(name, oid) for name, oid in table.columns if name in present]
-    convert = [_converter(dataset.schema.field(name).type, oid) for name, oid in columns]
+    columns, batches = _scan(table, selectors, selector_column)
     literals = _literals(columns)
-    scanner = dataset.scanner(
-        columns=[name for name, _ in columns],
-        filter=pc.field(selector_column).isin(selectors),
-        batch_size=BATCH_ROWS,
-        batch_readahead=1,
-        fragment_readahead=1,
-    )
-    first = True
-    for batch in scanner.to_batches():
-        if batch.num_rows == 0:
-            continue
-        body = _rows_json(batch, literals, convert)
-        yield body if first else b"," + body
-        first = False
+    for position, texts in enumerate(batches):
+        body = _rows_json(texts, literals)
+        yield body if position == 0 else b"," + body
     yield b"]}"
 
 
-def render(snapshot: Snapshot, selectors: list[str], selector_column: str) -> Iterator[bytes]:
+def render_json(snapshot: Snapshot, selectors: list[str], selector_column: str) -> Iterator[bytes]:
     """The JSON body, piece by piece."""
     head = {
         "snapshotInfo": "",
@@ -281,8 +292,65 @@ def render(snapshot: Snapshot, selectors: list[str], selector_column: str) -> It
     for position, table in enumerate(snapshot.tables):
         if position:
             yield b","
-        yield from _table_chunks(table, selectors, selector_column)
+        yield from _table_json(table, selectors, selector_column)
     yield b"]}"
+
+
+# -- protobuf -------------------------------------------------------------------------
+# Transicator's snapshot stream: messages each behind a 4-byte big-endian length, a
+# SnapshotHeaderPb first, then per table a StreamMessagePb holding its TableHeaderPb and one
+# per row holding a RowPb (values in the table header's column order). Those four wrappers
+# are only nested length-delimited fields, assembled here; values are transicator's ValuePb.
+
+
+def _varint(number: int) -> bytes:
+    out = bytearray()
+    while number > 0x7F:
+        out.append(number & 0x7F | 0x80)
+        number >>= 7
+    out.append(number)
+    return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (wire type 2): strings, bytes, nested messages."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _framed(message: bytes) -> bytes:
+    return struct.pack(">i", len(message)) + message
+
+
+def _table_protobuf(table: Table, selectors: list[str], selector_column: str) -> Iterator[bytes]:
+    columns, batches = _scan(table, selectors, selector_column)
+    header = _field(1, table.name.encode()) + b"".join(
+        _field(2, pb.ColumnPb(name=name, type=oid).SerializeToString()) for name, oid in columns
+    )
+    yield _framed(_field(1, header))  # StreamMessagePb.table
+    oids = [oid for _, oid in columns]
+    for texts in batches:
+        values = [text.to_pylist() for text in texts]
+        yield b"".join(
+            _framed(_field(2, _row_protobuf(row, oids)))  # StreamMessagePb.row
+            for row in zip(*values, strict=True)
+        )
+
+
+def _row_protobuf(row: tuple[str | None, ...], oids: list[int]) -> bytes:
+    """RowPb: a ValuePb per column, typed as ``/changes`` types them; NULL is an empty one."""
+    return b"".join(
+        _field(1, b"" if text is None else changes.typed_value(text, oid).SerializeToString())
+        for text, oid in zip(row, oids, strict=True)
+    )
+
+
+def render_protobuf(
+    snapshot: Snapshot, selectors: list[str], selector_column: str
+) -> Iterator[bytes]:
+    # SnapshotHeaderPb: timestamp, snapshot (no Postgres snapshot behind a replayed one).
+    yield _framed(_field(1, snapshot.created_at.encode()) + _field(2, b""))
+    for table in snapshot.tables:
+        yield from _table_protobuf(table, selectors, selector_column)
 
 
 def _gzipped(chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -311,10 +379,6 @@ def snapshots_route(state: api.State, directory: Path, selector_column: str, pre
             query = api.parse_query(request)
         except api.BadRequest as bad:
             return api.error_response(bad.status, bad.code, bad.error, bad.description)
-        if query.media_type != api.JSON:
-            return api.error_response(
-                415, "UNSUPPORTED_FORMAT", "/snapshots is served as application/json only"
-            )
         snapshot = load(directory, selector_column)
         if snapshot is None or not snapshot.tables:
             return api.error_response(
@@ -325,12 +389,13 @@ def snapshots_route(state: api.State, directory: Path, selector_column: str, pre
                 " column: run `changebroker replay` (or `up --replay-every`) first",
             )
         headers = {SEQUENCE_HEADER: snapshot.sequence, ID_HEADER: snapshot.snapshot_id}
+        render = render_protobuf if query.media_type == api.PROTOBUF else render_json
         body = render(snapshot, query.selectors, selector_column)
         if accepts_gzip(request.headers.get("accept-encoding", "")):
             headers["Content-Encoding"] = "gzip"
             body = _gzipped(body)
         headers["Vary"] = "Accept-Encoding"
-        return StreamingResponse(body, media_type=api.JSON, headers=headers)
+        return StreamingResponse(body, media_type=query.media_type, headers=headers)
 
     base = "/" + prefix.strip("/") if prefix.strip("/") else ""
     return Route(base + "/snapshots", snapshots, methods=["GET"])

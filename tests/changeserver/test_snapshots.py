@@ -11,10 +11,16 @@ import gzip
 import json
 import shutil
 import socket
+import struct
 from pathlib import Path
+from typing import Any
 
 import httpx
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from changeserver import changes
+from changeserver import transicator_pb2 as pb
+from changeserver.api import PROTOBUF
 from changeserver.snapshots import ID_HEADER, SEQUENCE_HEADER
 from tests.changeserver.conftest import Harness, MakeServer
 from tests.support.snapshots import write_snapshot
@@ -208,3 +214,92 @@ def test_a_large_snapshot_is_streamed_in_pieces(make_server: MakeServer, tmp_pat
     assert first.startswith(b'{"snapshotInfo":""')
     assert sum(sizes) > 40_000_000
     assert max(sizes) < 2_000_000
+
+
+def _snapshot_messages() -> dict[str, Any]:
+    """Transicator's snapshot stream messages (its .proto), built here from descriptors: an
+    independent decoder for what the server assembles by hand."""
+    pool = descriptor_pool.DescriptorPool()
+    common = descriptor_pb2.FileDescriptorProto()
+    pb.DESCRIPTOR.CopyToProto(common)
+    pool.Add(common)
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="snapshot_stream.proto", package="common", dependency=[common.name], syntax="proto2"
+    )
+    field = descriptor_pb2.FieldDescriptorProto
+    string, message = field.TYPE_STRING, field.TYPE_MESSAGE
+    optional, repeated = field.LABEL_OPTIONAL, field.LABEL_REPEATED
+
+    def add(name: str, *fields: tuple[str, int, int, int, str]) -> None:
+        described = proto.message_type.add(name=name)
+        for field_name, number, kind, label, type_name in fields:
+            item = described.field.add(name=field_name, number=number, type=kind, label=label)
+            if type_name:
+                item.type_name = type_name
+        if name == "StreamMessagePb":
+            described.oneof_decl.add(name="message")
+            for item in described.field:
+                item.oneof_index = 0
+
+    add(
+        "SnapshotHeaderPb",
+        ("timestamp", 1, string, optional, ""),
+        ("snapshot", 2, string, optional, ""),
+    )
+    add(
+        "TableHeaderPb",
+        ("name", 1, string, optional, ""),
+        ("columns", 2, message, repeated, ".common.ColumnPb"),
+    )
+    add("RowPb", ("values", 1, message, repeated, ".common.ValuePb"))
+    add("StreamMessagePb", ("table", 1, message, optional, ".common.TableHeaderPb"),
+        ("row", 2, message, optional, ".common.RowPb"))  # fmt: skip
+    pool.Add(proto)
+    return {
+        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"common.{name}"))
+        for name in ("SnapshotHeaderPb", "StreamMessagePb")
+    }
+
+
+def test_protobuf_is_transicators_snapshot_stream(make_server: MakeServer, tmp_path: Path) -> None:
+    cs, directory = _serve(make_server, tmp_path)
+    cs.sql(TYPES)
+    cs.sql("INSERT INTO typed VALUES " + ", ".join(ROWS))
+    write_snapshot(directory, cs.dsn, ["public.typed", "public.items"], "0.1.0")
+    as_json = _snapshots(cs, selector="tenant_a").json()
+
+    response = _snapshots(cs, {"accept": PROTOBUF}, selector="tenant_a")
+
+    assert response.status_code == 200
+    assert response.headers["content-type"] == PROTOBUF
+    assert response.headers[SEQUENCE_HEADER] == "0.1.0"
+    messages = _snapshot_messages()
+    data, frames = response.content, []
+    while data:
+        (length,) = struct.unpack(">i", data[:4])
+        frames.append(data[4 : 4 + length])
+        data = data[4 + length :]
+    header = messages["SnapshotHeaderPb"].FromString(frames[0])
+    assert header.timestamp == as_json["timestamp"]
+    tables: list[dict[str, Any]] = []
+    for frame in frames[1:]:
+        stream = messages["StreamMessagePb"].FromString(frame)
+        if stream.WhichOneof("message") == "table":
+            columns = [(c.name, c.type) for c in stream.table.columns]
+            tables.append({"name": stream.table.name, "columns": columns, "rows": []})
+        else:
+            # As bytes: a NaN value is not equal to itself.
+            tables[-1]["rows"].append([v.SerializeToString() for v in stream.row.values])
+    assert [t["name"] for t in tables] == [t["name"] for t in as_json["tables"]]
+    for table, expected in zip(tables, as_json["tables"], strict=True):
+        wanted = [
+            [
+                changes.typed_value(row[name]["value"], oid).SerializeToString()
+                if row[name]["value"] is not None
+                else b""
+                for name, oid in table["columns"]
+            ]
+            for row in expected["rows"]
+        ]
+        assert table["rows"] == wanted
+    assert [len(t["rows"]) for t in tables] == [0, 6]  # public.items, public.typed
