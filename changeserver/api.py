@@ -1,4 +1,5 @@
-"""The HTTP API: ``GET /changes`` (transicator's, exactly) and ``/health`` ``/ready`` ``/markdown``.
+"""The HTTP API: ``GET /changes`` (transicator's, exactly), ``/diagnostics/stack`` and
+``/health`` ``/ready`` ``/markdown``.
 
 Long polling: a request with nothing to return registers one future under each
 of its selectors; the replication thread, after each durable batch, wakes the
@@ -23,7 +24,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from changeserver import changes
+from changeserver import changes, diagnostics
 from changeserver import transicator_pb2 as pb
 from changeserver.changelog import Bounds, LogReader, Snapshot
 from changeserver.sequence import ZERO, Sequence
@@ -316,6 +317,15 @@ def _status(request: Request, status: str, reason: str) -> Response:
     return PlainTextResponse(reason, status_code=503)
 
 
+async def _stack(request: Request) -> Response:
+    return PlainTextResponse(diagnostics.stacks())
+
+
+def stack_route(prefix: str) -> Route:
+    """``/diagnostics/stack`` under ``prefix`` (transicator serves it beside /changes)."""
+    return Route(_base(prefix) + "/diagnostics/stack", _stack, methods=["GET"])
+
+
 def management_routes(state: State) -> list[Route]:
     async def health(request: Request) -> Response:
         return PlainTextResponse("OK")
@@ -328,17 +338,24 @@ def management_routes(state: State) -> list[Route]:
         return PlainTextResponse("OK")
 
     async def markdown(request: Request) -> Response:
+        # GET only, as transicator configures it: not even the HEAD that GET routes allow.
+        if request.method != "GET":
+            raise HTTPException(405, headers={"Allow": "GET"})
         state.marked_down = True
         return PlainTextResponse("marked down")
 
     return [
         Route("/health", health),
         Route("/ready", ready),
-        Route("/markdown", markdown, methods=["GET", "POST", "PUT"]),
+        Route("/markdown", markdown, methods=["GET"]),
     ]
 
 
+def _base(prefix: str) -> str:
+    """``v1``, ``/v1`` and ``/v1/`` all give ``/v1``; none gives ``""``."""
+    return "/" + prefix.strip("/") if prefix.strip("/") else ""
+
+
 def changes_route(state: State, reader: LogReader, prefix: str) -> Route:
-    """``/changes`` under ``prefix``: ``v1``, ``/v1`` and ``/v1/`` all give ``/v1/changes``."""
-    base = "/" + prefix.strip("/") if prefix.strip("/") else ""
-    return Route(base + "/changes", ChangesEndpoint(state, reader), methods=["GET"])
+    """``/changes`` under ``prefix``."""
+    return Route(_base(prefix) + "/changes", ChangesEndpoint(state, reader), methods=["GET"])
