@@ -42,6 +42,7 @@ from starlette.routing import Route
 
 from changeserver import api, changes
 from changeserver import transicator_pb2 as pb
+from changeserver.pgoutput import NO_SELECTOR
 
 MANIFEST = "manifest.json"
 SEQUENCE_HEADER = "X-Snapshot-Sequence"
@@ -83,7 +84,10 @@ def find_newest(directory: Path) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
-def load(directory: Path, selector_column: str) -> Snapshot | None:
+def load(directory: Path, selector_column: str, selectors: list[str]) -> Snapshot | None:
+    """The newest snapshot with the tables that hold rows of ``selectors``: those with the
+    selector column, and when no selector is named (rows without one, as ``/changes``
+    serves them) also the tables without it."""
     found = find_newest(directory)
     if found is None:
         return None
@@ -91,7 +95,7 @@ def load(directory: Path, selector_column: str) -> Snapshot | None:
     tables = []
     for name, table in sorted(manifest["tables"].items()):
         columns = [(c["name"], int(c["type_oid"])) for c in table["columns"]]
-        if any(column == selector_column for column, _ in columns):
+        if selectors == [NO_SELECTOR] or any(c == selector_column for c, _ in columns):
             tables.append(Table(name, directory / snapshot_id / table["path"], columns))
     return Snapshot(
         snapshot_id, manifest.get("created_at", ""), manifest["changeserver_sequence"], tables
@@ -220,13 +224,20 @@ def _scan(
     ``BATCH_ROWS``, each column as the text ``/changes`` gives (null for NULL)."""
     dataset = ds.dataset(table.path, format="parquet")
     present = set(dataset.schema.names)
+    if not present:  # no files: a table with no rows
+        return table.columns, iter(())
     columns = [(name, oid) for name, oid in table.columns if name in present]
-    if selector_column not in present:  # no files: a table with no rows
-        return columns, iter(())
     convert = [_converter(dataset.schema.field(name).type, oid) for name, oid in columns]
+    selector = pc.field(selector_column)
+    if selectors != [NO_SELECTOR]:
+        matches = selector.isin(selectors)
+    elif selector_column in present:  # rows without a selector: NULL or empty
+        matches = selector.is_null() | (selector == NO_SELECTOR)
+    else:
+        matches = None  # a table without the column: every row
     scanner = dataset.scanner(
         columns=[name for name, _ in columns],
-        filter=pc.field(selector_column).isin(selectors),
+        filter=matches,
         batch_size=BATCH_ROWS,
         batch_readahead=1,
         fragment_readahead=1,
@@ -242,26 +253,34 @@ def _scan(
 # -- JSON -----------------------------------------------------------------------------
 
 
-def _literals(columns: list[tuple[str, int]]) -> list[tuple[pa.Scalar, pa.Scalar]]:
+Literals = list[tuple[pa.Scalar, pa.Scalar, bool]]
+
+
+def _literals(columns: list[tuple[str, int]]) -> Literals:
     """Per column, the JSON around its value: ``{"name":{"value":`` and ``,"type":oid}``
-    (Arrow scalars made once: making them per batch costs more than the batch's rows)."""
+    (Arrow scalars made once: making them per batch costs more than the batch's rows), and
+    whether it is a bool."""
     return [
         (
             pa.scalar(("{" if position == 0 else ",") + orjson.dumps(name).decode() + ':{"value":'),
             pa.scalar(f',"type":{oid}}}'),
+            oid == _BOOL,
         )
         for position, (name, oid) in enumerate(columns)
     ]
 
 
 _ROW_END, _NOTHING, _COMMA = pa.scalar("}"), pa.scalar(""), pa.scalar(",")
+_TRUE, _FALSE = pa.scalar("true"), pa.scalar("false")
 
 
-def _rows_json(texts: list[pa.Array], literals: list[tuple[pa.Scalar, pa.Scalar]]) -> bytes:
+def _rows_json(texts: list[pa.Array], literals: Literals) -> bytes:
     """The batch's rows as JSON objects separated by commas, assembled column-wise in Arrow:
     ``{"col":{"value":"text","type":oid},...}`` per row."""
     parts: list[Any] = []
-    for (before, after), text in zip(literals, texts, strict=True):
+    for (before, after, is_bool), text in zip(literals, texts, strict=True):
+        if is_bool:  # as /changes spells a bool in JSON (transicator's), not "t"/"f"
+            text = pc.if_else(pc.equal(text, "t"), _TRUE, _FALSE)
         parts += [before, _json_strings(text), after]
     rows = pc.binary_join_element_wise(*parts, _ROW_END, _NOTHING)
     offsets = pa.array([0, len(rows)], pa.int32())
@@ -379,12 +398,12 @@ def snapshots_route(state: api.State, directory: Path, selector_column: str, pre
             query = api.parse_query(request)
         except api.BadRequest as bad:
             return api.error_response(bad.status, bad.code, bad.error, bad.description)
-        snapshot = load(directory, selector_column)
+        snapshot = load(directory, selector_column, query.selectors)
         if snapshot is None or not snapshot.tables:
             return api.error_response(
                 404,
                 "NOT_FOUND",
-                f"no snapshot covers selector {', '.join(query.selectors)}",
+                f"no snapshot covers selector {', '.join(query.selectors) or '(none)'}",
                 f"no published snapshot in {directory} has a table with a {selector_column}"
                 " column: run `changebroker replay` (or `up --replay-every`) first",
             )

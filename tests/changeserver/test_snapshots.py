@@ -96,9 +96,9 @@ def test_only_the_selectors_rows_and_tables_with_the_selector_column(
     cs.sql("INSERT INTO no_selector VALUES (1)")
     cs.sql("INSERT INTO other VALUES (1, 'c')")
     cs.sql("INSERT INTO items VALUES (1, 'a', 'a'), (2, 'b', 'b'), (3, 'c', 'c'), (4, 'a2', 'a')")
-    write_snapshot(
-        directory, cs.dsn, ["public.items", "public.no_selector", "public.other"], "0.1.0"
-    )
+    day = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    tables = ["public.items", "public.no_selector", "public.other"]
+    write_snapshot(directory, cs.dsn, tables, "0.1.0", when=day)
 
     body = _snapshots(cs, scope="a", selector="b").json()
 
@@ -106,6 +106,16 @@ def test_only_the_selectors_rows_and_tables_with_the_selector_column(
     names = sorted(row["name"]["value"] for row in body["tables"][0]["rows"])
     assert names == ["a", "a2", "b"]
     assert body["tables"][1]["rows"] == []
+
+    # No selector: the rows without one, as /changes serves them, and whole tables
+    # without the column.
+    cs.sql("INSERT INTO items VALUES (5, 'null', NULL), (6, 'empty', '')")
+    write_snapshot(directory, cs.dsn, tables, "0.2.0", when=day + datetime.timedelta(hours=1))
+    body = httpx.get(f"{cs.url}/snapshots", timeout=60).json()
+    rows = {table["name"]: table["rows"] for table in body["tables"]}
+    assert sorted(row["name"]["value"] for row in rows["public.items"]) == ["empty", "null"]
+    assert [row["id"]["value"] for row in rows["public.no_selector"]] == ["1"]
+    assert rows["public.other"] == []
 
 
 def test_a_table_without_rows_is_served_empty(make_server: MakeServer, tmp_path: Path) -> None:
@@ -150,7 +160,7 @@ def test_bad_selectors_are_refused_as_changes_refuses_them(
 ) -> None:
     cs, directory = _serve(make_server, tmp_path)
     write_snapshot(directory, cs.dsn, ["public.items"], "0.1.0")
-    for params in ({"selector": "Bad!"}, {}):
+    for params in ({"selector": "Bad!"}, {"scope": "a", "selector": "UPPER"}):
         response = httpx.get(f"{cs.url}/snapshots", params=params, timeout=60)
         assert response.status_code == 400
         assert response.json()["code"] == "PARAMETER_INVALID"
@@ -291,11 +301,14 @@ def test_protobuf_is_transicators_snapshot_stream(make_server: MakeServer, tmp_p
             # As bytes: a NaN value is not equal to itself.
             tables[-1]["rows"].append([v.SerializeToString() for v in stream.row.values])
     assert [t["name"] for t in tables] == [t["name"] for t in as_json["tables"]]
+    # The JSON answer's values typed as /changes types them in protobuf (from Postgres's
+    # text: a bool is "t"/"f" there, "true"/"false" in JSON).
+    text = {"true": "t", "false": "f"}
     for table, expected in zip(tables, as_json["tables"], strict=True):
         wanted = [
             [
-                changes.typed_value(row[name]["value"], oid).SerializeToString()
-                if row[name]["value"] is not None
+                changes.typed_value(text.get(value, value), oid).SerializeToString()
+                if (value := row[name]["value"]) is not None
                 else b""
                 for name, oid in table["columns"]
             ]
