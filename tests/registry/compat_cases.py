@@ -722,4 +722,30 @@ AVRO_CASES = [
         record("R", f("a", "int"), f("c", ["null", "string"], default=None)),
     ),
     Case("schema given as JSON text", '"string"', '{"type": "string"}'),
+    Case(
+        "alias without a namespace is qualified by the reader's",
+        record("A", f("a", "int"), namespace="w"),
+        record("B", f("a", "int"), namespace="r", aliases=["A"]),
+        backward=[("name-mismatch", "#/name")],
+        forward=[("name-mismatch", "#/name")],
+    ),
+    Case(
+        "alias naming the writer's full name",
+        record("A", f("a", "int"), namespace="w"),
+        record("B", f("a", "int"), namespace="r", aliases=["w.A"]),
+        forward=[("name-mismatch", "#/name")],
+    ),
+    Case(
+        "fixed read through the union branch of its size",
+        {"type": "fixed", "name": "w.F", "size": 8},
+        [{"type": "fixed", "name": "a.F", "size": 4}, {"type": "fixed", "name": "b.F", "size": 8}],
+        forward=[("fixed-size-changed", "#/0/size")],
+    ),
+    Case(
+        "reader field matching two writer fields",
+        record("R", f("a", "int"), f("c", "int")),
+        record("R", f("b", "int", aliases=["a", "c"])),
+        backward=[("field-ambiguous", "#/fields/b")],
+        forward=[("field-without-default", "#/fields/a"), ("field-without-default", "#/fields/c")],
+    ),
 ]
