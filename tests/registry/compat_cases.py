@@ -29,6 +29,7 @@ def obj(props: dict[str, Any], required: list[str] | None = None, **extra: Any) 
     return schema
 
 
+D2020 = "https://json-schema.org/draft/2020-12/schema"
 S = {"type": "string"}
 I = {"type": "integer"}  # noqa: E741
 N = {"type": "number"}
@@ -516,6 +517,32 @@ JSON_CASES = [
         {"type": "number", "maximum": 10},
         {"type": "number", "exclusiveMaximum": 10},
         backward=[("maximum-tightened", "#/exclusiveMaximum")],
+    ),
+    Case(
+        "unevaluatedProperties kept while a property is added",
+        {"$schema": D2020, "properties": {"a": {}}, "unevaluatedProperties": False},
+        {"$schema": D2020, "properties": {"a": {}, "b": {}}, "unevaluatedProperties": False},
+        backward=[("constraint-changed", "#/unevaluatedProperties")],
+        forward=[("constraint-changed", "#/unevaluatedProperties")],
+    ),
+    Case(
+        "fractional multipleOf made finer",
+        {"type": "number", "multipleOf": 0.3},
+        {"type": "number", "multipleOf": 0.1},
+        backward=[("multiple-of-changed", "#/multipleOf")],  # 0.6 / 0.1 is 5.999... in floats
+        forward=[("multiple-of-changed", "#/multipleOf")],
+    ),
+    Case(
+        "prefixItems is no keyword before draft 2020-12",
+        {"type": "array", "prefixItems": [S]},
+        {"type": "array", "items": [S]},
+        backward=[("type-narrowed", "#/items/0/type")],
+    ),
+    Case(
+        "not of a value the writer never allows",
+        {"not": {"const": "a"}},
+        I,
+        backward=[("type-narrowed", "#/type")],
     ),
 ]
 
