@@ -118,9 +118,8 @@ class _Parser:
             raise SchemaError(
                 f"at {path}: an Avro schema is a string, an object or an array, not {schema!r}"
             )
-        kind = schema.get("type")
-        if not isinstance(kind, str):
-            kind = repr(kind)  # never a type name: refused below
+        declared = schema.get("type")
+        kind = declared if isinstance(declared, str) else ""  # "": no type name, refused below
         if kind in PRIMITIVES:
             return Node(kind=kind)
         if kind in ("record", "error", "enum", "fixed"):
@@ -139,8 +138,8 @@ class _Parser:
         # schema (an object or array) nor a named type (spec, schema declaration).
         raise SchemaError(
             f"at {path}/type: an Avro schema object's 'type' is a primitive type or one of"
-            f" {', '.join(sorted(_DERIVED))}, not {kind!r}; write a named type or a union"
-            ' as the schema itself ("MyRecord", ["null", "int"])'
+            f" {', '.join(sorted(_DERIVED))}, not {json.dumps(declared)}; write a named type or a"
+            ' union as the schema itself ("MyRecord", ["null", "int"])'
         )
 
     def _union(self, schema: list[Any], namespace: str, path: str) -> Node:

@@ -178,7 +178,7 @@ def test_unknown_format_is_refused() -> None:
         (record("R", f("a", "long", default=2**63)), "not a long"),
         (record("R", f("a", {"type": {"type": "int"}})), "at #/fields/0/type/type"),
         (record("R", f("a", {"type": ["null", "int"]})), "at #/fields/0/type/type"),
-        (record("R", f("a", {"type": "R"})), "not 'R'"),
+        (record("R", f("a", {"type": "R"})), 'not "R"'),
         (record("R", f("a", "int", order="sideways")), "at #/fields/0/order"),
     ],
 )
