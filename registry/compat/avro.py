@@ -227,7 +227,7 @@ class _Parser:
                 f"at {path}/name: the Avro record {record.fullname} has two fields named {name!r}"
             )
         order = raw.get("order", "ascending")
-        if order not in _ORDERS:
+        if not isinstance(order, str) or order not in _ORDERS:
             raise SchemaError(
                 f"at {path}/order: the order of field {name!r} in {record.fullname} is"
                 f" {order!r}; use ascending, descending or ignore"

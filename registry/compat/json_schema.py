@@ -258,9 +258,9 @@ def validator_class(root: Any) -> type[ValidatorProtocol]:
     text = _canonical(root)
     if '"exclusiveMinimum":true' in text or '"exclusiveMaximum":true' in text:
         default = jsonschema.Draft4Validator
-    if isinstance(root, Mapping):
+    if isinstance(root, Mapping) and isinstance(root.get("$schema", ""), str):
         return jsonschema.validators.validator_for(root, default=default)
-    return default
+    return default  # a $schema that is no string: the default draft's check refuses it
 
 
 class _Comparison:

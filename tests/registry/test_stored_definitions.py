@@ -91,6 +91,31 @@ def test_text_postgres_cannot_hold_is_refused(
     assert said in refused.json()["errorMessage"]
 
 
+@pytest.mark.parametrize(
+    "body, said",
+    [
+        ({"serialization": "json", "schemaDefinition": {"$schema": 5}}, "$schema"),
+        (
+            {
+                "serialization": "avro",
+                "schemaDefinition": {
+                    "type": "record",
+                    "name": "R",
+                    "fields": [{"name": "a", "type": "int", "order": {"by": "a"}}],
+                },
+            },
+            "#/fields/0/order",
+        ),
+    ],
+)
+def test_values_of_the_wrong_kind_are_refused_not_crashed(
+    client: httpx.Client, subject: str, body: dict[str, Any], said: str
+) -> None:
+    refused = client.post(f"/subjects/{subject}/versions", json=body)
+    assert refused.status_code == 422, refused.text
+    assert said in refused.json()["errorMessage"]
+
+
 def test_migration_keeps_definitions_stored_as_jsonb(pg_server_dsn: str) -> None:
     with pg.scratch_database(pg_server_dsn, "t_registry_migration") as dsn:
         pg.migrate(dsn, "registry", until=1)
