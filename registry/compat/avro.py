@@ -161,7 +161,9 @@ class _Parser:
         return Node(kind="union", children=branches)
 
     def _named(self, schema: Mapping[str, Any], kind: str, namespace: str, path: str) -> Node:
-        own_namespace = schema.get("namespace", namespace)
+        own_namespace = schema.get("namespace")
+        if own_namespace is None:  # absent, or null as some writers spell it: inherited
+            own_namespace = namespace
         if not isinstance(own_namespace, str):
             raise SchemaError(f"at {path}/namespace: an Avro 'namespace' is a string")
         fullname = self._fullname(schema.get("name"), own_namespace, f"at {path}: an Avro {kind}")
@@ -270,8 +272,12 @@ def _default_fits(node: Node, value: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
     if kind in ("float", "double"):
         return isinstance(value, int | float) and not isinstance(value, bool)
-    if kind in ("bytes", "string", "fixed"):
+    if kind == "string":
         return isinstance(value, str)
+    if kind in ("bytes", "fixed"):
+        # Code points 0-255 stand for byte values; a fixed default has exactly its size.
+        fits = isinstance(value, str) and all(ord(c) < 256 for c in value)
+        return fits and (kind == "bytes" or len(value) == node.size)
     if kind == "enum":
         return value in node.symbols
     if kind == "array":

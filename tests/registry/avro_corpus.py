@@ -429,6 +429,14 @@ HAND_WRITTEN = [
         ],
     ),
     Pair("non-ASCII record name", _r("R"), _r("Ré")),
+    Pair("bytes default beyond code point 255", _r("R"), _r("R", _f("a", "bytes", default="€"))),
+    Pair("bytes default within code point 255", _r("R"), _r("R", _f("a", "bytes", default="ÿ"))),
+    Pair(
+        "fixed default of the wrong length",
+        _r("R"),
+        _r("R", _f("a", _fixed("F", 4), default="ab")),
+    ),
+    Pair("null namespace", _r("R", namespace="a"), {**_r("R"), "namespace": None}),
     Pair("string to bytes", "string", "bytes"),
     Pair("float NaN default", _r("R"), _r("R", _f("a", "float", default="NaN"))),
     Pair(

@@ -180,6 +180,8 @@ def test_unknown_format_is_refused() -> None:
         (record("R", f("a", {"type": ["null", "int"]})), "at #/fields/0/type/type"),
         (record("R", f("a", {"type": "R"})), 'not "R"'),
         (record("R", f("a", "int", order="sideways")), "at #/fields/0/order"),
+        (record("R", f("a", "bytes", default="€")), "not a bytes"),
+        (record("R", f("a", {"type": "fixed", "name": "F", "size": 2}, default="a")), "not a F"),
     ],
 )
 def test_malformed_avro_says_what_is_wrong(schema: Any, complaint: str) -> None:
