@@ -332,3 +332,13 @@ def test_avro_defaults_of_every_kind_are_accepted_when_they_fit() -> None:
     ]
     schema = {"type": "record", "name": "R", "fields": fields}
     assert avro_violations(schema, {"type": "record", "name": "R", "fields": []}) == []
+
+
+def test_history_invalid_by_current_rules_is_a_violation_not_a_crash() -> None:
+    # Registered before int defaults were held to 32 bits.
+    old = {"type": "record", "name": "R", "fields": [f("a", "int", default=2**40)]}
+    new = {"type": "record", "name": "R", "fields": [f("a", "int")]}
+    found = check(Mode.FULL, new, [old], "AVRO")
+    assert [(v.rule, v.path) for v in found] == [("schema-invalid", "#")]
+    assert "the latest schema is not a valid schema" in found[0].message
+    assert check(Mode.NONE, new, [old], "AVRO") == []

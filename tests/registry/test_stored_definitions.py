@@ -116,6 +116,25 @@ def test_values_of_the_wrong_kind_are_refused_not_crashed(
     assert said in refused.json()["errorMessage"]
 
 
+def test_a_version_invalid_by_todays_rules_is_a_409_not_a_500(
+    client: httpx.Client, registry_dsn: str, subject: str
+) -> None:
+    first = {"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]}
+    registered = register(client, subject, {"serialization": "avro", "schemaDefinition": first})
+    assert registered.status_code == 200, registered.text
+    # As registered before int defaults were held to 32 bits.
+    stale = {**first, "fields": [{"name": "a", "type": "int", "default": 2**40}]}
+    with psycopg.connect(registry_dsn) as conn:
+        conn.execute(
+            "UPDATE registry_schemas SET definition = %s::json, canonical = %s WHERE id = %s",
+            (json.dumps(stale), json.dumps(stale), int(registered.json()["id"])),
+        )
+    second = {**first, "fields": [{"name": "a", "type": "long"}]}
+    refused = register(client, subject, {"serialization": "avro", "schemaDefinition": second})
+    assert refused.status_code == 409, refused.text
+    assert [v["rule"] for v in refused.json()["violations"]] == ["schema-invalid"]
+
+
 def test_migration_keeps_definitions_stored_as_jsonb(pg_server_dsn: str) -> None:
     with pg.scratch_database(pg_server_dsn, "t_registry_migration") as dsn:
         pg.migrate(dsn, "registry", until=1)
