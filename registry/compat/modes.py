@@ -43,6 +43,9 @@ def check_labelled(
         return []
     compare = comparison(fmt)
     against = history if mode.transitive else history[-1:]
+    invalid = _invalid_now(new, "the new schema", fmt)  # a stored one, replayed in order
+    if invalid is not None:
+        return [invalid]
     found: list[Violation] = []
     for label, old in reversed(against):  # newest first: the likeliest culprit leads
         stale = _invalid_now(old, label, fmt)

@@ -120,19 +120,30 @@ def test_a_version_invalid_by_todays_rules_is_a_409_not_a_500(
     client: httpx.Client, registry_dsn: str, subject: str
 ) -> None:
     first = {"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]}
-    registered = register(client, subject, {"serialization": "avro", "schemaDefinition": first})
-    assert registered.status_code == 200, registered.text
+    second = {**first, "fields": [{"name": "a", "type": "int", "default": 1}]}
+    ids = []
+    for definition in (first, second):
+        body = {"serialization": "avro", "schemaDefinition": definition}
+        registered = register(client, subject, body)
+        assert registered.status_code == 200, registered.text
+        ids.append(int(registered.json()["id"]))
     # As registered before int defaults were held to 32 bits.
     stale = {**first, "fields": [{"name": "a", "type": "int", "default": 2**40}]}
     with psycopg.connect(registry_dsn) as conn:
         conn.execute(
             "UPDATE registry_schemas SET definition = %s::json, canonical = %s WHERE id = %s",
-            (json.dumps(stale), json.dumps(stale), int(registered.json()["id"])),
+            (json.dumps(stale), json.dumps(stale), ids[1]),
         )
-    second = {**first, "fields": [{"name": "a", "type": "long"}]}
-    refused = register(client, subject, {"serialization": "avro", "schemaDefinition": second})
+    third = {**first, "fields": [{"name": "a", "type": "long"}]}
+    refused = register(client, subject, {"serialization": "avro", "schemaDefinition": third})
     assert refused.status_code == 409, refused.text
     assert [v["rule"] for v in refused.json()["violations"]] == ["schema-invalid"]
+    # Replaying the history for a new mode meets it as the newer schema of a pair.
+    changed = client.put(f"/config/{subject}", json={"compatibility": "FORWARD"})
+    assert changed.status_code == 409, changed.text
+    assert [v["rule"] for v in changed.json()["violations"]] == ["schema-invalid"]
+    assert client.put(f"/config/{subject}", json={"compatibility": "NONE"}).status_code == 200
+    assert register(client, subject, {"serialization": "avro", "schemaDefinition": third}).json()
 
 
 def test_migration_keeps_definitions_stored_as_jsonb(pg_server_dsn: str) -> None:
