@@ -1,4 +1,5 @@
-"""The HTTP API: ``GET /changes`` (transicator's, exactly) and ``/health`` ``/ready`` ``/markdown``.
+"""The HTTP API: ``GET /changes`` (transicator's, exactly), ``/diagnostics/stack`` and
+``/health`` ``/ready`` ``/markdown``.
 
 Long polling: a request with nothing to return registers one future under each
 of its selectors; the replication thread, after each durable batch, wakes the
@@ -23,9 +24,10 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from changeserver import changes
+from changeserver import changes, diagnostics
 from changeserver import transicator_pb2 as pb
 from changeserver.changelog import Bounds, LogReader, Snapshot
+from changeserver.pgoutput import NO_SELECTOR
 from changeserver.sequence import ZERO, Sequence
 
 JSON = "application/json"
@@ -134,17 +136,23 @@ def _media_type(accept: str) -> str:
     raise BadRequest(415, "UNSUPPORTED_FORMAT", f"unsupported media type: {accept}")
 
 
+_GO_INT = re.compile(r"^[+-]?[0-9]+$")  # what transicator's strconv.ParseInt(s, 10, 32) takes
+
+
+def _first(request: Request, name: str) -> str:
+    """A parameter's first value, as transicator's ``url.Values.Get`` reads it ("" if absent)."""
+    values = request.query_params.getlist(name)
+    return values[0] if values else ""
+
+
 def _integer(request: Request, name: str, default: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    """A 32-bit integer, any sign, as transicator parses ``limit`` and ``block``."""
+    raw = _first(request, name)
+    if raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(400, "PARAMETER_INVALID", f"invalid {name}: {raw!r}") from None
-    if value < 0:
+    if not _GO_INT.match(raw) or not -(2**31) <= int(raw) < 2**31:
         raise BadRequest(400, "PARAMETER_INVALID", f"invalid {name}: {raw!r}")
-    return value
+    return int(raw)
 
 
 @dataclass(frozen=True)
@@ -161,28 +169,31 @@ def parse_query(request: Request) -> Query:
     media_type = _media_type(request.headers.get("accept", ""))
     params = request.query_params
     selectors = sorted(set(params.getlist("scope") + params.getlist("selector")))
-    if not selectors:
-        raise BadRequest(400, "PARAMETER_INVALID", "at least one scope or selector is required")
     for selector in selectors:
         if not _SELECTOR.match(selector):
             raise BadRequest(
                 400, "PARAMETER_INVALID", f"invalid selector {selector!r}: use [0-9a-z_-]"
             )
+    # None named: the changes of rows without a selector (NULL, empty, or no such column).
+    selectors = selectors or [NO_SELECTOR]
     since = ZERO
-    if params.get("since"):
+    if raw_since := _first(request, "since"):
         try:
-            since = Sequence.parse(params["since"])
+            since = Sequence.parse(raw_since)
         except ValueError as error:
             raise BadRequest(400, "PARAMETER_INVALID", str(error)) from None
     snapshot = None
-    if params.get("snapshot"):
+    if raw_snapshot := _first(request, "snapshot"):
         try:
-            snapshot = Snapshot.parse(params["snapshot"])
+            snapshot = Snapshot.parse(raw_snapshot)
         except ValueError:
             raise BadRequest(
-                400, "PARAMETER_INVALID", f"invalid snapshot {params['snapshot']!r}"
+                400, "PARAMETER_INVALID", f"invalid snapshot {raw_snapshot!r}"
             ) from None
-    limit = min(_integer(request, "limit", DEFAULT_LIMIT), MAX_LIMIT)
+    # Zero or negative: no changes, only the bounds (as transicator answers).
+    limit = _integer(request, "limit", DEFAULT_LIMIT)
+    if limit > MAX_LIMIT:
+        raise BadRequest(400, "PARAMETER_INVALID", f"limit too high, exceeds max {MAX_LIMIT}")
     block = _integer(request, "block", 0)
     return Query(selectors, since, limit, block, snapshot, media_type)
 
@@ -222,12 +233,11 @@ class ChangesEndpoint:
 
     def _read(self, query: Query) -> tuple[Bounds, list[tuple[int, int, int, bytes]]]:
         bounds, rows = self.reader.read(query.selectors, query.since, query.limit, query.snapshot)
-        # since 0.0.0 (or none) means "from the beginning": never too old.
-        if query.since != ZERO and query.since < bounds.purged:
+        if _too_old(query.since, bounds):
             raise BadRequest(
                 400,
                 "SNAPSHOT_TOO_OLD",
-                f"changes after {query.since} are no longer held",
+                f"changes after {query.since} are not held",
                 f"the oldest sequence held is {bounds.first}",
             )
         return bounds, rows
@@ -256,29 +266,50 @@ class ChangesEndpoint:
 
     async def _changes(self, query: Query) -> Answer:
         answer = found, _, _ = self._answer(query)
-        if not found and query.block > 0 and query.limit > 0:
-            deadline = time.monotonic() + query.block
-            waiters = self.state.waiters
-            while not found:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                future = waiters.register(query.selectors)
-                try:
-                    # Ask again once registered: a batch made durable before is not missed.
-                    answer = found, _, _ = self._answer(query)
-                    if found:
-                        break
-                    # A timer on the future itself: cheaper than wait_for, per waiter.
-                    timer = asyncio.get_running_loop().call_later(remaining, _expire, future)
-                    try:
-                        await future
-                    finally:
-                        timer.cancel()
-                finally:
-                    waiters.unregister(query.selectors, future)
+        if found or query.block <= 0:
+            return answer
+        version = self._version  # the change log's, as this answer read it
+        # limit <= 0 never finds changes: like transicator, it waits for the next change on
+        # its selectors (or block's end), once, and answers the bounds then.
+        once = query.limit <= 0
+        deadline = time.monotonic() + query.block
+        waiters = self.state.waiters
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return answer
+            future = waiters.register(query.selectors)
+            try:
+                # Ask again once registered: a batch made durable before is not missed.
+                if once and self.reader.version() != version:
+                    return self._answer(query)
                 answer = found, _, _ = self._answer(query)
-        return answer
+                if found:
+                    return answer
+                # A timer on the future itself: cheaper than wait_for, per waiter.
+                timer = asyncio.get_running_loop().call_later(remaining, _expire, future)
+                try:
+                    await future
+                finally:
+                    timer.cancel()
+            finally:
+                waiters.unregister(query.selectors, future)
+            answer = found, _, _ = self._answer(query)
+            if found or once:
+                return answer
+
+
+def _too_old(since: Sequence, bounds: Bounds) -> bool:
+    """Whether changes after ``since`` may be missing from the log.
+
+    transicator's rule: ``since`` plus one index is older than ``firstSequence`` (so a
+    ``since`` from before the log began is too old, purged or not). Exactly the newest
+    purged change is not: a consumer there missed nothing. ``0.0.0`` (or none) means "from
+    the beginning" and is never too old.
+    """
+    if since == ZERO or since == bounds.purged:
+        return False
+    return since < bounds.purged or Sequence(since.lsn, since.index + 1) < bounds.first
 
 
 def _expire(future: asyncio.Future[None]) -> None:
@@ -316,6 +347,15 @@ def _status(request: Request, status: str, reason: str) -> Response:
     return PlainTextResponse(reason, status_code=503)
 
 
+async def _stack(request: Request) -> Response:
+    return PlainTextResponse(diagnostics.stacks())
+
+
+def stack_route(prefix: str) -> Route:
+    """``/diagnostics/stack`` under ``prefix`` (transicator serves it beside /changes)."""
+    return Route(_base(prefix) + "/diagnostics/stack", _stack, methods=["GET"])
+
+
 def management_routes(state: State) -> list[Route]:
     async def health(request: Request) -> Response:
         return PlainTextResponse("OK")
@@ -328,17 +368,24 @@ def management_routes(state: State) -> list[Route]:
         return PlainTextResponse("OK")
 
     async def markdown(request: Request) -> Response:
+        # GET only, as transicator configures it: not even the HEAD that GET routes allow.
+        if request.method != "GET":
+            raise HTTPException(405, headers={"Allow": "GET"})
         state.marked_down = True
         return PlainTextResponse("marked down")
 
     return [
         Route("/health", health),
         Route("/ready", ready),
-        Route("/markdown", markdown, methods=["GET", "POST", "PUT"]),
+        Route("/markdown", markdown, methods=["GET"]),
     ]
 
 
+def _base(prefix: str) -> str:
+    """``v1``, ``/v1`` and ``/v1/`` all give ``/v1``; none gives ``""``."""
+    return "/" + prefix.strip("/") if prefix.strip("/") else ""
+
+
 def changes_route(state: State, reader: LogReader, prefix: str) -> Route:
-    """``/changes`` under ``prefix``: ``v1``, ``/v1`` and ``/v1/`` all give ``/v1/changes``."""
-    base = "/" + prefix.strip("/") if prefix.strip("/") else ""
-    return Route(base + "/changes", ChangesEndpoint(state, reader), methods=["GET"])
+    """``/changes`` under ``prefix``."""
+    return Route(_base(prefix) + "/changes", ChangesEndpoint(state, reader), methods=["GET"])

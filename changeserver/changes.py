@@ -2,7 +2,7 @@
 
 A stored body is the change's pgoutput message behind ``pgoutput.BODY`` (see
 ``pgoutput``); it is decoded here, per request, into rows of Postgres's text
-output. JSON serves the text as is; protobuf values are typed from it.
+output. JSON serves the text (bool as transicator spells it); protobuf values are typed from it.
 """
 
 from __future__ import annotations
@@ -37,10 +37,21 @@ def _decode(data: bytes, relations: Relations) -> tuple[int, str, int, int, Row 
     return operation, relation.table, change_lsn, commit_time, new, old
 
 
+# transicator's JSON gives each value as Go prints the value its plugin typed: a bool is
+# "true"/"false" where Postgres's text output (served as is otherwise) spells "t"/"f".
+_JSON_BOOL = {"t": "true", "f": "false"}
+
+
+def _json_value(value: str | None, oid: int) -> str | None:
+    if oid == _BOOL and value is not None:
+        return _JSON_BOOL.get(value, value)
+    return value
+
+
 def _json_row(row: Row | None) -> dict[str, Any] | None:
     if row is None:
         return None
-    return {name: {"value": value, "type": oid} for name, value, oid in row}
+    return {name: {"value": _json_value(value, oid), "type": oid} for name, value, oid in row}
 
 
 def to_json(lsn: int, idx: int, txid: int, data: bytes, relations: Relations) -> dict[str, Any]:

@@ -43,6 +43,9 @@ Row = list[Column]
 # 64-bit txid, body). A plain tuple: one is built per change on the ingest path, and
 # executemany takes it as is.
 Record = tuple[str, int, int, int, bytes]
+# The selector of a row whose selector column is NULL, empty or missing: served to requests
+# that name no selector.
+NO_SELECTOR = ""
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ class Decoder:
             records = current.records
             records.append(
                 (
-                    _text_at(data, 6, at) or "",  # after relid and 'N'
+                    _text_at(data, 6, at) or NO_SELECTOR,  # after relid and 'N'
                     current.commit_lsn,
                     len(records),
                     current.txid,
@@ -182,12 +185,16 @@ def _text_at(data: bytes, pos: int, at: int) -> str | None:
 
 
 def _selector_of(new: Row | None, old: Row | None, column: str) -> str:
-    """The selector column's value, the old row's winning (an update may move a row out)."""
+    """The selector column's value, the old row's winning (an update may move a row out).
+
+    An old row's NULL selector does not win: a key-only old row carries NULL for every
+    column outside the key, and a row that had none and now has one is its new selector's.
+    """
     for row in (old, new):
         for name, value, _ in row or ():
             if name == column and value is not None:
                 return value
-    return ""
+    return NO_SELECTOR
 
 
 def rows(data: bytes, pos: int, relation: Relation) -> tuple[int, Row | None, Row | None]:

@@ -32,7 +32,8 @@ class Settings:
 
 
 class ChangeServer:
-    """``api_app`` serves /changes (and the management paths unless ``separate_management``)."""
+    """``api_app`` serves /changes and /diagnostics/stack (under the prefix), and the management
+    paths unless ``separate_management``; ``management_app`` serves those and the stack dump."""
 
     def __init__(self, settings: Settings, *, separate_management: bool = False) -> None:
         self.settings = settings
@@ -49,9 +50,14 @@ class ChangeServer:
             tables=settings.tables,
         )
         self.state = api.State(streaming=self.replicator.streaming)
-        routes = [api.changes_route(self.state, self.reader, settings.prefix)]
+        routes = [
+            api.changes_route(self.state, self.reader, settings.prefix),
+            api.stack_route(settings.prefix),
+        ]
         management = api.management_routes(self.state)
-        if not separate_management:
+        if separate_management:
+            management.append(api.stack_route(""))
+        else:
             routes += management
         handlers = api.EXCEPTION_HANDLERS
         self.api_app = Starlette(

@@ -50,7 +50,9 @@ def _bytea(text: str) -> str:
 
 
 def _bool(text: str) -> bool:
-    return text == "t"
+    # The changeserver spells bools as transicator does ("true"/"false"); Postgres's own
+    # text output, which table readers such as the snapshot use, is "t"/"f".
+    return text in ("true", "t")
 
 
 _CONVERT: dict[int, Callable[[str], Any]] = {

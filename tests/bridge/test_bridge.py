@@ -23,6 +23,7 @@ CREATE TABLE items (
     doc jsonb,
     raw bytea,
     ratio double precision,
+    active boolean,
     _change_selector text DEFAULT 'bridge'
 );
 CREATE TABLE lines (
@@ -43,7 +44,7 @@ def test_changes_become_events_and_tables_rebuild(stack: Stack, rebuilt: Rebuilt
     stack.start_bridge()
     stack.sql(
         "INSERT INTO items VALUES (1, 'one', 12345678901234567890.0123456789,"
-        " '2026-11-23 04:05:06.789+02', '{\"a\": [1, 2.5, null]}', '\\x00ff10', 0.1)"
+        " '2026-11-23 04:05:06.789+02', '{\"a\": [1, 2.5, null]}', '\\x00ff10', 0.1, true)"
     )
     with psycopg.connect(stack.app_dsn) as conn:  # one transaction, several tables
         for i in range(2, 40):
@@ -70,6 +71,7 @@ def test_changes_become_events_and_tables_rebuild(stack: Stack, rebuilt: Rebuilt
         "doc": {"a": [1, 2.5, None]},
         "raw": base64.b64encode(b"\x00\xff\x10").decode(),
         "ratio": 0.1,
+        "active": True,
         "_change_selector": "bridge",
     }
     deletes = [

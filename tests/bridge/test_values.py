@@ -20,6 +20,8 @@ from broker.bridge.values import (
 from broker.effective_schema import EventValidator
 
 CASES = [
+    (BOOL, "true", True),
+    (BOOL, "false", False),
     (BOOL, "t", True),
     (BOOL, "f", False),
     (INT8, "-9223372036854775808", -9223372036854775808),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -41,12 +42,13 @@ class Harness:
     dsn: str
     server: ChangeServer
     context: Any
+    mgmt_url: str  # the management port's; the API's unless started with separate_management
 
     def stop(self) -> None:
         """Shut the server down (its lifespan ends: replication stops, markdown drops the slot)."""
         if self.context is not None:
             context, self.context = self.context, None
-            context.__exit__(None, None, None)
+            context.close()
 
     def sql(self, statement: str, params: Any = None) -> None:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
@@ -87,16 +89,18 @@ def make_server(
         conn.execute(TABLE)
     stack: list[Harness] = []
 
-    def make(**overrides: Any) -> Harness:
+    def make(separate_management: bool = False, **overrides: Any) -> Harness:
         # unique_name is one token per test: number the servers so each has its own slot
         # and its own change log.
         slot = unique_name(f"cs{len(stack)}")
         settings = Settings(dsn=pg_dsn, slot=slot, db_dir=tmp_path / slot, **overrides)
-        server = ChangeServer(settings)
-        context = serve_in_thread(server.api_app)
-        url = context.__enter__()
+        server = ChangeServer(settings, separate_management=separate_management)
+        context = contextlib.ExitStack()
+        url = mgmt_url = context.enter_context(serve_in_thread(server.api_app))
+        if server.management_app is not None:
+            mgmt_url = context.enter_context(serve_in_thread(server.management_app))
         wait_until(server.replicator.streaming.is_set, timeout=30, what="replication")
-        harness = Harness(url, pg_dsn, server, context)
+        harness = Harness(url, pg_dsn, server, context, mgmt_url)
         stack.append(harness)
         return harness
 

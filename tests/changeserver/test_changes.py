@@ -81,10 +81,8 @@ def test_limit(cs: Harness) -> None:
     assert [c["sequence"] for c in one["changes"]] == [every[0]["sequence"]]
     assert one["lastSequence"] == every[0]["sequence"]  # cut by limit: the last returned
 
-    over = cs.changes(scope="a", limit=10_000_000)
-    assert len(over["changes"]) == 3 and over["lastSequence"] == last
-
-    assert cs.get(scope="a", limit=-1).json()["code"] == "PARAMETER_INVALID"
+    most = cs.changes(scope="a", limit=100_000)
+    assert len(most["changes"]) == 3 and most["lastSequence"] == last
 
 
 def test_old_row_wins_the_selector(cs: Harness) -> None:
@@ -103,7 +101,7 @@ def test_old_row_wins_the_selector(cs: Harness) -> None:
 
 
 def test_errors(cs: Harness) -> None:
-    for params in ({"scope": "UPPER"}, {"selector": "a b"}, {}, {"scope": "a", "since": "x"}):
+    for params in ({"scope": "UPPER"}, {"selector": "a b"}, {"scope": ""}, {"since": "x"}):
         response = cs.get(**params)
         assert response.status_code == 400, params
         body = response.json()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import psycopg
 
-from tests.changeserver.conftest import Harness
+from tests.changeserver.conftest import Harness, MakeServer
 
 
 def _slots(cs: Harness) -> list[str]:
@@ -35,3 +35,12 @@ def test_markdown(cs: Harness) -> None:
 def test_shutdown_without_markdown_keeps_the_slot(cs: Harness) -> None:
     cs.stop()
     assert _slots(cs) == [cs.server.settings.slot]
+
+
+def test_markdown_is_get_only(make_server: MakeServer) -> None:
+    cs = make_server(separate_management=True)
+    for method in ("POST", "PUT", "HEAD"):
+        assert httpx.request(method, f"{cs.mgmt_url}/markdown").status_code == 405, method
+    assert httpx.get(f"{cs.mgmt_url}/ready").status_code == 200
+    assert httpx.get(f"{cs.mgmt_url}/markdown").status_code == 200
+    assert httpx.get(f"{cs.mgmt_url}/ready").status_code == 503
