@@ -127,18 +127,11 @@ def table_rows(dsn: str, table: str) -> dict[tuple[Any, ...], dict[str, Any]]:
         out = {}
         for row in cur.fetchall():
             data = {
-                name: values.to_json(_pgoutput_text(text, oid), oid)
+                name: values.to_json(text, oid)
                 for (name, oid), text in zip(columns, row, strict=True)
             }
             out[tuple(data[k] for k in sorted(key))] = data
         return out
-
-
-def _pgoutput_text(text: str | None, oid: int) -> str | None:
-    """``::text`` spells booleans ``true``/``false``; the replication stream, ``t``/``f``."""
-    if oid == values.BOOL and text is not None:
-        return text[0]
-    return text
 
 
 @dataclass
