@@ -176,11 +176,9 @@ class Workload:
         else:
             conn.execute("DELETE FROM notes WHERE id = %s", (key,))
 
-    def run(self, transactions: int, stop: threading.Event | None = None) -> None:
+    def run(self, transactions: int) -> None:
         with psycopg.connect(self.dsn) as conn:
             for _ in range(transactions):
-                if stop is not None and stop.is_set():
-                    return
                 for _ in range(self.rng.randint(1, 4)):
                     self.rng.choice([self._item, self._item, self._pair, self._note])(conn)
                 conn.commit()
@@ -247,16 +245,11 @@ def _options(stack: Stack, out: Path, **overrides: Any) -> ReplayOptions:
     )
 
 
-def _stop_after(workload: Workload, transactions: int, stop: threading.Event) -> None:
-    wait_until(lambda: workload.transactions >= transactions, timeout=120, what="more writes")
-    stop.set()
-
-
 def _handoff(
-    stack: Stack, manifest: Manifest, loaded: dict[str, Rows], stop: threading.Event
+    stack: Stack, manifest: Manifest, loaded: dict[str, Rows], writer: threading.Thread
 ) -> Rebuilt:
     """Consume the subscription made from the snapshot's manifest onto the loaded snapshot,
-    while writes go on, until ``stop`` is set and the rows equal the database."""
+    while ``writer`` writes, until it is done and the rows equal the database."""
     consumer = Rebuilt(stack)
     consumer.tables = {table: dict(rows) for table, rows in loaded.items()}
     keys = {entry.event_type: sorted(entry.primary_key) for entry in manifest.tables.values()}
@@ -271,7 +264,7 @@ def _handoff(
     assert result.returncode == 0, result.stderr
     subscription = result.stdout.strip()
     with httpx.Client(base_url=stack.broker_url, timeout=30) as client:
-        stream = Stream(client, subscription, batch_flush_timeout=1)
+        stream = Stream(client, subscription, batch_flush_timeout=1, batch_limit=100)
         deadline = None
         try:
             while True:
@@ -282,7 +275,7 @@ def _handoff(
                 if batch.get("events"):
                     response = commit(client, subscription, stream.id, [batch["cursor"]])
                     assert response.status_code in (200, 204), response.text
-                if stop.is_set():
+                if not batch.get("events") and not writer.is_alive():
                     deadline = deadline or time.monotonic() + 120
                     differences = _differences(consumer.tables, _database(stack))
                     if not differences:
@@ -312,19 +305,18 @@ def test_snapshots_equal_the_database_and_hand_off_to_the_stream(
         recorded, cursors = _database(stack), _cursors(stack)
 
         # Writes go on while the snapshot at the recorded cursors is made and handed off.
-        stop = threading.Event()
-        writer = threading.Thread(target=workload.run, args=(10**6, stop))
+        writer = threading.Thread(target=workload.run, args=(100,))
+        writer.start()
+        at_cursors = run_replay(_options(stack, out, until=json.dumps(cursors)), spark)
+        writer.join()
+        assert at_cursors.cursors == cursors
+        loaded = snapshot_tables(spark, at_cursors)
+        assert _differences(loaded, recorded) == []
+        writer = threading.Thread(target=workload.run, args=(150,))
         writer.start()
         try:
-            at_cursors = run_replay(_options(stack, out, until=json.dumps(cursors)), spark)
-            assert at_cursors.cursors == cursors
-            loaded = snapshot_tables(spark, at_cursors)
-            assert _differences(loaded, recorded) == []
-            enough = threading.Thread(target=_stop_after, args=(workload, 250, stop))
-            enough.start()
-            handed = _handoff(stack, at_cursors, loaded, stop)
+            handed = _handoff(stack, at_cursors, loaded, writer)
         finally:
-            stop.set()
             writer.join()
         assert handed.duplicate_eids() == []
         _quiet(rebuilt)
