@@ -89,8 +89,9 @@ class Catalog:
             if name is None:
                 raise CatalogError(
                     f"no event type of the bridge holds table {qualified(table)}: the bridge"
-                    " creates it on the table's first change (known tables:"
-                    f" {', '.join(sorted(by_table)) or 'none'})"
+                    " creates it on the table's first change, and refuses a table without a"
+                    " primary key (its /status lists those)"
+                    f" (tables it holds: {', '.join(sorted(by_table)) or 'none'})"
                 )
             chosen[name] = qualified(table)
         for name in event_types:
