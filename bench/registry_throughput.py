@@ -162,7 +162,7 @@ def registration(
         with conn.transaction():
             conn.execute(
                 "INSERT INTO registry_schemas (subject_id, version, serialization, definition,"
-                " canonical) VALUES (%s, %s, 'json', %s::jsonb, %s)",
+                " canonical) VALUES (%s, %s, 'json', %s::json, %s)",
                 (subject_id, 1_000_000 + i, text, text),
             )
 

@@ -134,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="as a JSON object")
     status.set_defaults(handler=cmd_status)
 
-    for name, (module_name, help_text) in services.SERVICE_MODULES.items():
+    commands_of = {**services.SERVICE_MODULES, **services.JOB_MODULES}
+    for name, (module_name, help_text) in commands_of.items():
         service: ServiceMain = importlib.import_module(module_name)
         sub = commands.add_parser(name, help=help_text)
         service.configure(sub)

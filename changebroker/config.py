@@ -59,6 +59,15 @@ def add_option(
     )
 
 
+def add_flag(parser: argparse.ArgumentParser, flag: str, *, scope: str, help: str) -> None:
+    """A yes/no ``flag``, also set by its environment variable (``1``, ``true`` or ``yes``)."""
+    variable = env_name(scope, flag)
+    value = os.environ.get(variable, "").strip().lower() in ("1", "true", "yes")
+    parser.add_argument(
+        flag, action="store_true", default=value, help=f"{help} [env {variable}; default {value}]"
+    )
+
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 

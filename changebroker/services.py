@@ -8,3 +8,8 @@ SERVICE_MODULES: dict[str, tuple[str, str]] = {
     "broker": ("broker.main", "the Nakadi-compatible event broker on Kafka"),
     "bridge": ("broker.bridge.main", "publish every row change from /changes as data events"),
 }
+
+# Commands that run once and end (not started by ``up``), with the same configure/run shape.
+JOB_MODULES: dict[str, tuple[str, str]] = {
+    "replay": ("replay.main", "replay the data events into a Parquet snapshot (Spark)"),
+}

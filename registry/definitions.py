@@ -63,7 +63,7 @@ def parse_definition(fmt: str | None, raw: Any) -> Definition:
     """``schemaDefinition`` decoded and checked for ``fmt``; 42201 says what is wrong."""
     try:
         value = _checked(fmt, raw)
-        return Definition(value, canonical(value))
+        return Definition(value, text_column(canonical(value), "schemaDefinition"))
     except RecursionError:
         raise RegistryError(
             errors.INVALID_INPUT, "the schema nests too deeply; reuse parts by reference"
@@ -106,6 +106,22 @@ def _checked(fmt: str | None, raw: Any) -> Any:
 def canonical(value: Any) -> str:
     """One text per definition, whatever its key order or spacing."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def text_column(text: str, what: str) -> str:
+    """``text`` as Postgres can store it in a text column; else 42201 saying why not."""
+    if "\x00" in text:
+        raise RegistryError(
+            errors.INVALID_INPUT, f"{what} contains U+0000, which text cannot hold: remove it"
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RegistryError(
+            errors.INVALID_INPUT,
+            f"{what} contains a lone UTF-16 surrogate (e.g. \\ud800), which is not Unicode text",
+        ) from None
+    return text
 
 
 def _decode(text: str) -> Any:

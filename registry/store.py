@@ -18,7 +18,7 @@ from typing import Any
 from psycopg import AsyncConnection, AsyncCursor
 from psycopg.errors import ForeignKeyViolation
 from psycopg.rows import DictRow, dict_row
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Json
 from psycopg_pool import AsyncConnectionPool
 
 from changebroker import logs
@@ -29,6 +29,7 @@ from registry.definitions import (
     format_of_serialization,
     normalize_format,
     parse_definition,
+    text_column,
 )
 from registry.errors import RegistryError
 
@@ -113,9 +114,11 @@ def schema_json(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def _optional_text(body: Mapping[str, Any], key: str) -> str | None:
     value = body.get(key)
-    if value is None or isinstance(value, str):
+    if value is None:
         return value
-    raise RegistryError(errors.INVALID_INPUT, f"{key!r} must be a string")
+    if not isinstance(value, str):
+        raise RegistryError(errors.INVALID_INPUT, f"{key!r} must be a string")
+    return text_column(value, repr(key))
 
 
 class Store:
@@ -410,7 +413,7 @@ async def register_in(db: Db, key: SubjectKey, body: Mapping[str, Any]) -> Regis
                 _optional_text(body, "name"),
                 _optional_text(body, "comment"),
                 serialization,
-                Jsonb(body.get("schemaDefinition")),
+                Json(body.get("schemaDefinition")),
                 text,
                 _optional_text(body, "validator"),
             ),

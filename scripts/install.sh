@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything changebroker needs on a Debian host, idempotently:
-# Java, Maven and PostgreSQL from Debian (when absent), the virtual environment
+# Java (a JDK with --test), Maven and PostgreSQL from Debian (when absent), the virtual environment
 # at .venv with the project in it, and the Kafka / Spark-connector jars from
 # Maven Central into .state/cache. `--test` adds the test and lint tools.
 set -euo pipefail
@@ -8,11 +8,15 @@ cd "$(dirname "$0")/.."
 
 extras=""
 if [[ "${1:-}" == "--test" ]]; then
-  extras="[test]"
+  extras="[test,bench]"
 fi
 
 missing=()
 command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
+# The tests compile a small Java program against Apache Avro (the registry's reference).
+if [[ -n "$extras" ]] && ! command -v javac >/dev/null; then
+  missing+=(openjdk-17-jdk-headless)
+fi
 command -v mvn >/dev/null || missing+=(maven)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 if ((${#missing[@]})); then

@@ -1,12 +1,13 @@
 """Avro compatibility by the specification's schema-resolution rules.
 
 ``avro_violations(reader, writer)``: can data written with ``writer`` be read
-with ``reader``? Records match by unqualified name or the reader's aliases;
-reader fields missing from the writer need a default; writer fields the reader
-lacks are skipped; int/long/float/double promote upwards and string and bytes
-into each other; a writer union needs every branch readable; a reader union
-needs a branch that matches the writer; enum symbols the reader lacks need the
-reader's enum default.
+with ``reader``? Records, enums and fixed match by unqualified name or by a
+reader alias naming the writer's full name (fixed also by size); reader fields
+missing from the writer need a default; writer fields the reader lacks are
+skipped; int/long/float/double promote upwards and string and bytes into each
+other; a writer union needs every branch readable; a reader union is resolved
+through its first branch that matches the writer; enum symbols the reader
+lacks need the reader's enum default.
 """
 
 from __future__ import annotations
@@ -72,9 +73,15 @@ def parse(schema: Any) -> Node:
             except json.JSONDecodeError as error:
                 raise SchemaError(f"the Avro schema is not valid JSON: {error}") from error
     try:
-        return _Parser().parse(schema, "")
+        return _Parser().parse(schema, "", "#")
     except RecursionError:
         raise SchemaError("the Avro schema nests too deeply; name and reuse types") from None
+
+
+# The typeName of a schema object (Avro spec, schema declaration): a primitive or derived type.
+_DERIVED = frozenset({"record", "error", "enum", "array", "map", "fixed"})
+_ORDERS = frozenset({"ascending", "descending", "ignore"})
+_INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
 
 
 class _Parser:
@@ -89,130 +96,188 @@ class _Parser:
         else:
             parts = [*(namespace.split(".") if namespace else []), name]
         if not all(_NAME.match(p) for p in parts):
-            raise SchemaError(f"{name!r} is not a valid Avro name (letters, digits, _)")
+            raise SchemaError(f"{where}: {name!r} is not a valid Avro name (letters, digits, _)")
         return ".".join(parts)
 
-    def _define(self, node: Node) -> None:
+    def _define(self, node: Node, path: str) -> None:
         if node.fullname in self.names or node.fullname in PRIMITIVES:
-            raise SchemaError(f"the Avro name {node.fullname!r} is defined twice")
+            raise SchemaError(f"at {path}: the Avro name {node.fullname!r} is defined twice")
         self.names[node.fullname] = node
 
-    def parse(self, schema: Any, namespace: str) -> Node:
+    def parse(self, schema: Any, namespace: str, path: str) -> Node:
         if isinstance(schema, str):
             if schema in PRIMITIVES:
                 return Node(kind=schema)
             for candidate in (f"{namespace}.{schema}" if namespace else schema, schema):
                 if candidate in self.names:
                     return self.names[candidate]
-            raise SchemaError(f"unknown Avro type {schema!r}: define it before using it")
+            raise SchemaError(f"at {path}: unknown Avro type {schema!r}: define it before using it")
         if isinstance(schema, list):
-            branches = [self.parse(b, namespace) for b in schema]
-            if any(b.kind == "union" for b in branches):
-                raise SchemaError("an Avro union cannot directly contain another union")
-            return Node(kind="union", children=branches)
+            return self._union(schema, namespace, path)
         if not isinstance(schema, Mapping):
-            raise SchemaError(f"an Avro schema is a string, an object or an array, not {schema!r}")
-        kind = schema.get("type")
-        if isinstance(kind, list | Mapping):
-            return self.parse(kind, namespace)
+            raise SchemaError(
+                f"at {path}: an Avro schema is a string, an object or an array, not {schema!r}"
+            )
+        declared = schema.get("type")
+        kind = declared if isinstance(declared, str) else ""  # "": no type name, refused below
         if kind in PRIMITIVES:
             return Node(kind=kind)
         if kind in ("record", "error", "enum", "fixed"):
-            return self._named(schema, kind, namespace)
+            return self._named(schema, kind, namespace, path)
         if kind == "array":
             if "items" not in schema:
-                raise SchemaError("an Avro array needs 'items'")
-            return Node(kind="array", children=[self.parse(schema["items"], namespace)])
+                raise SchemaError(f"at {path}: an Avro array needs 'items'")
+            items = self.parse(schema["items"], namespace, f"{path}/items")
+            return Node(kind="array", children=[items])
         if kind == "map":
             if "values" not in schema:
-                raise SchemaError("an Avro map needs 'values'")
-            return Node(kind="map", children=[self.parse(schema["values"], namespace)])
-        if isinstance(kind, str):
-            return self.parse(kind, namespace)
-        raise SchemaError(f"an Avro schema object needs a 'type', got {dict(schema)!r}")
+                raise SchemaError(f"at {path}: an Avro map needs 'values'")
+            values = self.parse(schema["values"], namespace, f"{path}/values")
+            return Node(kind="map", children=[values])
+        # {"type": X} names what it is: X is a primitive or derived type name, never a
+        # schema (an object or array) nor a named type (spec, schema declaration).
+        raise SchemaError(
+            f"at {path}/type: an Avro schema object's 'type' is a primitive type or one of"
+            f" {', '.join(sorted(_DERIVED))}, not {json.dumps(declared)}; write a named type or a"
+            ' union as the schema itself ("MyRecord", ["null", "int"])'
+        )
 
-    def _named(self, schema: Mapping[str, Any], kind: str, namespace: str) -> Node:
-        own_namespace = schema.get("namespace", namespace)
+    def _union(self, schema: list[Any], namespace: str, path: str) -> Node:
+        branches = [self.parse(b, namespace, f"{path}/{i}") for i, b in enumerate(schema)]
+        seen: dict[str, int] = {}
+        for index, branch in enumerate(branches):
+            if branch.kind == "union":
+                raise SchemaError(
+                    f"at {path}/{index}: an Avro union cannot directly contain another union"
+                )
+            # Only named types may repeat a kind; then their names tell them apart.
+            key = branch.fullname or branch.kind
+            if key in seen:
+                raise SchemaError(
+                    f"at {path}/{index}: the Avro union already has a {key} (branch"
+                    f" {seen[key]}); a union holds one schema of each unnamed type"
+                )
+            seen[key] = index
+        return Node(kind="union", children=branches)
+
+    def _named(self, schema: Mapping[str, Any], kind: str, namespace: str, path: str) -> Node:
+        own_namespace = schema.get("namespace")
+        if own_namespace is None:  # absent, or null as some writers spell it: inherited
+            own_namespace = namespace
         if not isinstance(own_namespace, str):
-            raise SchemaError("an Avro 'namespace' is a string")
-        fullname = self._fullname(schema.get("name"), own_namespace, f"an Avro {kind}")
+            raise SchemaError(f"at {path}/namespace: an Avro 'namespace' is a string")
+        fullname = self._fullname(schema.get("name"), own_namespace, f"at {path}: an Avro {kind}")
         inner = fullname.rsplit(".", 1)[0] if "." in fullname else ""
         declared = schema.get("aliases", [])
         if not isinstance(declared, list):
-            raise SchemaError(f"the aliases of {fullname} are a list of names")
-        aliases = frozenset(self._fullname(a, inner, f"an alias of {fullname}") for a in declared)
+            raise SchemaError(f"at {path}/aliases: the aliases of {fullname} are a list of names")
+        aliases = frozenset(
+            self._fullname(a, inner, f"at {path}/aliases: an alias of {fullname}") for a in declared
+        )
         node = Node(kind="record" if kind == "error" else kind, fullname=fullname, aliases=aliases)
-        self._define(node)
+        self._define(node, path)
         if kind == "enum":
-            symbols = schema.get("symbols")
-            if not isinstance(symbols, list) or not all(
-                isinstance(s, str) and _NAME.match(s) for s in symbols
-            ):
-                raise SchemaError(f"the Avro enum {fullname} needs 'symbols', a list of names")
-            if len(set(symbols)) != len(symbols):
-                raise SchemaError(f"the Avro enum {fullname} lists a symbol twice")
-            node.symbols = list(symbols)
-            default = schema.get("default")
-            if default is not None and default not in symbols:
-                raise SchemaError(
-                    f"the default of the Avro enum {fullname} is not one of its symbols"
-                )
-            node.enum_default = default
+            self._enum(node, schema, path)
         elif kind == "fixed":
             size = schema.get("size")
             if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-                raise SchemaError(f"the Avro fixed {fullname} needs a non-negative integer 'size'")
+                raise SchemaError(
+                    f"at {path}/size: the Avro fixed {fullname} needs a non-negative integer 'size'"
+                )
             node.size = size
         else:
             fields = schema.get("fields")
             if not isinstance(fields, list):
-                raise SchemaError(f"the Avro record {fullname} needs 'fields', a list")
-            seen: set[str] = set()
-            for raw in fields:
-                if not isinstance(raw, Mapping) or "type" not in raw:
-                    raise SchemaError(f"each field of the Avro record {fullname} needs a 'type'")
-                name = raw.get("name")
-                if not isinstance(name, str) or not _NAME.match(name):
-                    raise SchemaError(f"a field of the Avro record {fullname} has no valid name")
-                if name in seen:
-                    raise SchemaError(f"the Avro record {fullname} has two fields named {name!r}")
-                seen.add(name)
-                field_type = self.parse(raw["type"], inner)
-                # A default is what a reader fills in: one of the wrong type breaks reading.
-                if "default" in raw and not _default_fits(field_type, raw["default"]):
-                    raise SchemaError(
-                        f"the default of field {name!r} in {fullname} is not a"
-                        f" {field_type.describe()} (a union's default is of its first branch)"
-                    )
-                aliases = raw.get("aliases", [])
-                if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
-                    raise SchemaError(f"the aliases of field {name!r} in {fullname} are a list")
-                node.fields.append(
-                    Field(
-                        name=name,
-                        type=field_type,
-                        has_default="default" in raw,
-                        aliases=frozenset(aliases),
-                    )
-                )
+                raise SchemaError(f"at {path}: the Avro record {fullname} needs 'fields', a list")
+            for index, raw in enumerate(fields):
+                node.fields.append(self._field(node, raw, inner, f"{path}/fields/{index}"))
         return node
+
+    def _enum(self, node: Node, schema: Mapping[str, Any], path: str) -> None:
+        symbols = schema.get("symbols")
+        if not isinstance(symbols, list) or not all(
+            isinstance(s, str) and _NAME.match(s) for s in symbols
+        ):
+            raise SchemaError(
+                f"at {path}/symbols: the Avro enum {node.fullname} needs 'symbols', a list of names"
+            )
+        if len(set(symbols)) != len(symbols):
+            raise SchemaError(
+                f"at {path}/symbols: the Avro enum {node.fullname} lists a symbol twice"
+            )
+        node.symbols = list(symbols)
+        default = schema.get("default")
+        if default is not None and default not in symbols:
+            raise SchemaError(
+                f"at {path}/default: the default of the Avro enum {node.fullname} is not one of"
+                " its symbols"
+            )
+        node.enum_default = default
+
+    def _field(self, record: Node, raw: Any, namespace: str, path: str) -> Field:
+        if not isinstance(raw, Mapping) or "type" not in raw:
+            raise SchemaError(
+                f"at {path}: each field of the Avro record {record.fullname} needs a 'type'"
+            )
+        name = raw.get("name")
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise SchemaError(
+                f"at {path}/name: a field of the Avro record {record.fullname} has no valid name"
+            )
+        if any(f.name == name for f in record.fields):
+            raise SchemaError(
+                f"at {path}/name: the Avro record {record.fullname} has two fields named {name!r}"
+            )
+        order = raw.get("order", "ascending")
+        if not isinstance(order, str) or order not in _ORDERS:
+            raise SchemaError(
+                f"at {path}/order: the order of field {name!r} in {record.fullname} is"
+                f" {order!r}; use ascending, descending or ignore"
+            )
+        field_type = self.parse(raw["type"], namespace, f"{path}/type")
+        # A default is what a reader fills in: one of the wrong type breaks reading.
+        if "default" in raw and not _default_fits(field_type, raw["default"]):
+            raise SchemaError(
+                f"at {path}/default: the default of field {name!r} in {record.fullname} is not"
+                f" a {_type_text(field_type)}"
+            )
+        aliases = raw.get("aliases", [])
+        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+            raise SchemaError(
+                f"at {path}/aliases: the aliases of field {name!r} in {record.fullname} are a list"
+            )
+        return Field(
+            name=name, type=field_type, has_default="default" in raw, aliases=frozenset(aliases)
+        )
+
+
+def _type_text(node: Node) -> str:
+    if node.kind == "union":
+        return " or ".join(_type_text(b) for b in node.children)
+    return node.describe()
 
 
 def _default_fits(node: Node, value: Any) -> bool:
     """Is ``value`` a valid JSON encoding of a ``node`` default (Avro spec, field defaults)?"""
     kind = node.kind
     if kind == "union":
-        return _default_fits(node.children[0], value)
+        # Avro 1.12: the default is of the first branch it matches (earlier: the first branch).
+        return any(_default_fits(branch, value) for branch in node.children)
     if kind == "null":
         return value is None
     if kind == "boolean":
         return isinstance(value, bool)
     if kind in ("int", "long"):
-        return isinstance(value, int) and not isinstance(value, bool)
+        low, high = _INT_RANGE[kind]
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
     if kind in ("float", "double"):
         return isinstance(value, int | float) and not isinstance(value, bool)
-    if kind in ("bytes", "string", "fixed"):
+    if kind == "string":
         return isinstance(value, str)
+    if kind in ("bytes", "fixed"):
+        # Code points 0-255 stand for byte values; a fixed default has exactly its size.
+        fits = isinstance(value, str) and all(ord(c) < 256 for c in value)
+        return fits and (kind == "bytes" or len(value) == node.size)
     if kind == "enum":
         return value in node.symbols
     if kind == "array":
@@ -238,18 +303,17 @@ def avro_violations(reader: Any, writer: Any) -> list[Violation]:
 
 
 def _names_match(reader: Node, writer: Node) -> bool:
-    return (
-        reader.short_name == writer.short_name
-        or writer.fullname in reader.aliases
-        or writer.short_name in {a.rsplit(".", 1)[-1] for a in reader.aliases}
-    )
+    # Aliases are full names: alias "A" of r.B is r.A, which a writer's w.A is not.
+    return reader.short_name == writer.short_name or writer.fullname in reader.aliases
 
 
 def _matches(reader: Node, writer: Node, *, exact: bool) -> bool:
     """Does a reader union branch match the writer (spec: same kind, or a promotion)?"""
     if reader.kind != writer.kind:
         return not exact and reader.kind in _PROMOTIONS.get(writer.kind, set())
-    if reader.kind in ("record", "enum", "fixed"):
+    if reader.kind == "fixed":
+        return reader.size == writer.size and _names_match(reader, writer)
+    if reader.kind in ("record", "enum"):
         return _names_match(reader, writer)
     return True
 
@@ -344,11 +408,20 @@ class _Resolution:
         by_name = {f.name: f for f in writer.fields}
         for reader_field in reader.fields:
             where = f"{path}/fields/{reader_field.name}"
-            writer_field = by_name.get(reader_field.name) or next(
-                (by_name[a] for a in sorted(reader_field.aliases) if a in by_name), None
-            )
-            if writer_field is not None:
-                found += self.read(reader_field.type, writer_field.type, f"{where}/type")
+            candidates = [reader_field.name, *sorted(reader_field.aliases - {reader_field.name})]
+            matched = [by_name[n] for n in candidates if n in by_name]
+            if len(matched) > 1:
+                found.append(
+                    Violation(
+                        where,
+                        "field-ambiguous",
+                        f"the reader's field {reader_field.name!r} matches the writer's fields"
+                        f" {' and '.join(repr(m.name) for m in matched)} of {writer.fullname} by"
+                        " name or alias; keep one of them in its name and aliases",
+                    )
+                )
+            elif matched:
+                found += self.read(reader_field.type, matched[0].type, f"{where}/type")
             elif not reader_field.has_default:
                 found.append(
                     Violation(

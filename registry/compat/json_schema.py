@@ -91,6 +91,12 @@ _HANDLED = frozenset(
     }
 )
 
+# Keywords whose meaning depends on the keywords around them (or on the whole document's
+# dynamic scope): equal values on both sides do not mean equal constraints.
+_CONTEXTUAL = frozenset(
+    {"unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"}
+)
+
 _ALL_TYPES = frozenset({"null", "boolean", "object", "array", "number", "integer", "string"})
 _NUMERIC = frozenset({"number", "integer"})
 
@@ -231,10 +237,13 @@ def _upper(node: Mapping[str, Any]) -> tuple[Any, bool, str] | None:
     return min(bounds, key=lambda b: (b[0], not b[1]))
 
 
-def _tuple_form(node: Mapping[str, Any]) -> tuple[list[Any], Any]:
-    """Array items as (positional schemas, schema for the rest), whatever the draft."""
-    if "prefixItems" in node:
-        return list(node["prefixItems"]), node.get("items", True)
+def _tuple_form(node: Mapping[str, Any], *, prefix_items: bool) -> tuple[list[Any], Any]:
+    """Array items as (positional schemas, schema for the rest): ``prefixItems`` and ``items``
+    in draft 2020-12, an ``items`` list and ``additionalItems`` before (where ``prefixItems``
+    is no keyword at all, so it constrains nothing)."""
+    if prefix_items:
+        prefix = node.get("prefixItems", [])
+        return list(prefix) if isinstance(prefix, list) else [], node.get("items", True)
     items = node.get("items", True)
     if isinstance(items, list):
         return list(items), node.get("additionalItems", True)
@@ -249,9 +258,9 @@ def validator_class(root: Any) -> type[ValidatorProtocol]:
     text = _canonical(root)
     if '"exclusiveMinimum":true' in text or '"exclusiveMaximum":true' in text:
         default = jsonschema.Draft4Validator
-    if isinstance(root, Mapping):
+    if isinstance(root, Mapping) and isinstance(root.get("$schema", ""), str):
         return jsonschema.validators.validator_for(root, default=default)
-    return default
+    return default  # a $schema that is no string: the default draft's check refuses it
 
 
 class _Comparison:
@@ -576,6 +585,11 @@ class _Comparison:
         if finite is not None:
             check = self.reader_validator.evolve(schema=other)
             return not any(_is_valid(check, v) for v in finite)
+        listed = [other["const"]] if "const" in other else other.get("enum")
+        if isinstance(listed, list):
+            # ``other`` allows at most these values: disjoint when the writer takes none.
+            writer = self.writer_validator.evolve(schema=w)
+            return not any(_may_be_valid(writer, v) for v in listed)
         wt, ot = _types(w), _types(other)
         if (
             wt is not None
@@ -647,6 +661,16 @@ class _Comparison:
 
         for keyword, value in r.items():
             if keyword in _HANDLED or keyword in ANNOTATIONS or keyword.startswith("x-"):
+                continue
+            if keyword in _CONTEXTUAL and value is not True:
+                found.append(
+                    Violation(
+                        _pointer(path, keyword),
+                        "constraint-changed",
+                        f"the reader's {keyword!r} depends on every keyword beside it, so this"
+                        " engine accepts it only where the reader and writer are identical",
+                    )
+                )
                 continue
             # Not a schema keyword we know: its value is compared as plain JSON.
             if not self._same(value, w.get(keyword), annotations_matter=True):
@@ -723,10 +747,11 @@ class _Comparison:
 
     def _arrays(self, r: Mapping[str, Any], w: Mapping[str, Any], path: str) -> list[Violation]:
         found: list[Violation] = []
-        r_fixed, r_rest = _tuple_form(r)
-        w_fixed, w_rest = _tuple_form(w)
-        tuple_key = "prefixItems" if "prefixItems" in r else "items"
-        rest_key = "items" if "prefixItems" in r or not r_fixed else "additionalItems"
+        reader_2020 = _has_prefix_items(self.reader_validator)
+        r_fixed, r_rest = _tuple_form(r, prefix_items=reader_2020)
+        w_fixed, w_rest = _tuple_form(w, prefix_items=_has_prefix_items(self.writer_validator))
+        tuple_key = "prefixItems" if reader_2020 else "items"
+        rest_key = "items" if reader_2020 or not r_fixed else "additionalItems"
         for index in range(max(len(r_fixed), len(w_fixed))):
             reader_item = r_fixed[index] if index < len(r_fixed) else r_rest
             writer_item = w_fixed[index] if index < len(w_fixed) else w_rest
@@ -917,6 +942,19 @@ def _is_valid(validator: ValidatorProtocol, value: Any) -> bool:
         return False  # a schema the validator cannot apply proves nothing: not accepted
 
 
+def _has_prefix_items(validator: ValidatorProtocol) -> bool:
+    """Does the validator's draft know ``prefixItems`` (2020-12 and later)?"""
+    return "prefixItems" in type(validator).VALIDATORS
+
+
+def _may_be_valid(validator: ValidatorProtocol, value: Any) -> bool:
+    """As ``_is_valid``, but a schema the validator cannot apply may accept anything."""
+    try:
+        return bool(validator.is_valid(value))
+    except (UnknownType, Unresolvable, TypeError, re.error):
+        return True
+
+
 def _matches(pattern: str, name: str) -> bool:
     try:
         return re.search(pattern, name) is not None
@@ -930,7 +968,15 @@ def _divides(reader: Any, writer: Any, writer_types: frozenset[str] | None) -> b
         r = Decimal(str(reader))
         if writer is None:
             return writer_types is not None and writer_types == {"integer"} and r == 1
-        return r != 0 and (Decimal(str(writer)) / r) % 1 == 0
+        divides = r != 0 and (Decimal(str(writer)) / r) % 1 == 0
+        if r % 1 != 0 and divides:
+            # Validators test fractional multiples in binary floating point (0.6 / 0.1 is
+            # 5.999...): exact only for a power of two (0.5, 0.25); else only the writer's
+            # very own step is sure to pass.
+            inverse = 1 / r
+            power_of_two = inverse % 1 == 0 and int(inverse) & (int(inverse) - 1) == 0
+            return power_of_two or Decimal(str(writer)) == r
+        return divides
     except (InvalidOperation, ArithmeticError):
         return False
 

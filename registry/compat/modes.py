@@ -6,8 +6,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from registry.compat.avro import avro_violations
+from registry.compat.avro import parse as parse_avro
 from registry.compat.json_schema import json_schema_violations
-from registry.compat.model import Mode, Violation
+from registry.compat.model import Mode, SchemaError, Violation
 
 Format = Literal["JSON", "AVRO"]
 
@@ -42,8 +43,15 @@ def check_labelled(
         return []
     compare = comparison(fmt)
     against = history if mode.transitive else history[-1:]
+    invalid = _invalid_now(new, "the new schema", fmt)  # a stored one, replayed in order
+    if invalid is not None:
+        return [invalid]
     found: list[Violation] = []
     for label, old in reversed(against):  # newest first: the likeliest culprit leads
+        stale = _invalid_now(old, label, fmt)
+        if stale is not None:
+            found.append(stale)
+            continue
         if mode in _BACKWARD:
             found += [
                 Violation(v.path, v.rule, f"{v.message} (new schema reading data of {label})")
@@ -55,3 +63,19 @@ def check_labelled(
                 for v in compare(old, new)
             ]
     return found
+
+
+def _invalid_now(old: Any, label: str, fmt: Format) -> Violation | None:
+    """A historical schema stored under older, laxer rules: nothing can be promised about it."""
+    if fmt != "AVRO":
+        return None  # the JSON Schema comparison takes any schema it is given
+    try:
+        parse_avro(old)
+    except SchemaError as error:
+        return Violation(
+            "#",
+            "schema-invalid",
+            f"{label} is not a valid schema by the current rules ({error}); set the subject's"
+            " compatibility to NONE to register past it",
+        )
+    return None

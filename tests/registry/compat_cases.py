@@ -29,6 +29,7 @@ def obj(props: dict[str, Any], required: list[str] | None = None, **extra: Any) 
     return schema
 
 
+D2020 = "https://json-schema.org/draft/2020-12/schema"
 S = {"type": "string"}
 I = {"type": "integer"}  # noqa: E741
 N = {"type": "number"}
@@ -517,6 +518,32 @@ JSON_CASES = [
         {"type": "number", "exclusiveMaximum": 10},
         backward=[("maximum-tightened", "#/exclusiveMaximum")],
     ),
+    Case(
+        "unevaluatedProperties kept while a property is added",
+        {"$schema": D2020, "properties": {"a": {}}, "unevaluatedProperties": False},
+        {"$schema": D2020, "properties": {"a": {}, "b": {}}, "unevaluatedProperties": False},
+        backward=[("constraint-changed", "#/unevaluatedProperties")],
+        forward=[("constraint-changed", "#/unevaluatedProperties")],
+    ),
+    Case(
+        "fractional multipleOf made finer",
+        {"type": "number", "multipleOf": 0.3},
+        {"type": "number", "multipleOf": 0.1},
+        backward=[("multiple-of-changed", "#/multipleOf")],  # 0.6 / 0.1 is 5.999... in floats
+        forward=[("multiple-of-changed", "#/multipleOf")],
+    ),
+    Case(
+        "prefixItems is no keyword before draft 2020-12",
+        {"type": "array", "prefixItems": [S]},
+        {"type": "array", "items": [S]},
+        backward=[("type-narrowed", "#/items/0/type")],
+    ),
+    Case(
+        "not of a value the writer never allows",
+        {"not": {"const": "a"}},
+        I,
+        backward=[("type-narrowed", "#/type")],
+    ),
 ]
 
 
@@ -722,4 +749,30 @@ AVRO_CASES = [
         record("R", f("a", "int"), f("c", ["null", "string"], default=None)),
     ),
     Case("schema given as JSON text", '"string"', '{"type": "string"}'),
+    Case(
+        "alias without a namespace is qualified by the reader's",
+        record("A", f("a", "int"), namespace="w"),
+        record("B", f("a", "int"), namespace="r", aliases=["A"]),
+        backward=[("name-mismatch", "#/name")],
+        forward=[("name-mismatch", "#/name")],
+    ),
+    Case(
+        "alias naming the writer's full name",
+        record("A", f("a", "int"), namespace="w"),
+        record("B", f("a", "int"), namespace="r", aliases=["w.A"]),
+        forward=[("name-mismatch", "#/name")],
+    ),
+    Case(
+        "fixed read through the union branch of its size",
+        {"type": "fixed", "name": "w.F", "size": 8},
+        [{"type": "fixed", "name": "a.F", "size": 4}, {"type": "fixed", "name": "b.F", "size": 8}],
+        forward=[("fixed-size-changed", "#/0/size")],
+    ),
+    Case(
+        "reader field matching two writer fields",
+        record("R", f("a", "int"), f("c", "int")),
+        record("R", f("b", "int", aliases=["a", "c"])),
+        backward=[("field-ambiguous", "#/fields/b")],
+        forward=[("field-without-default", "#/fields/a"), ("field-without-default", "#/fields/c")],
+    ),
 ]

@@ -166,10 +166,22 @@ def test_unknown_format_is_refused() -> None:
             {
                 "type": "record",
                 "name": "R",
-                "fields": [{"name": "a", "type": ["string", "null"], "default": None}],
+                "fields": [{"name": "a", "type": ["string", "null"], "default": 3}],
             },
-            "first branch",
+            "is not a string or null",
         ),
+        (["int", "int"], "already has a int"),
+        ([{"type": "array", "items": "int"}, {"type": "array", "items": "long"}], "has a array"),
+        ([{"type": "map", "values": "int"}, {"type": "map", "values": "int"}], "has a map"),
+        (record("R", f("a", "int", default=2**31)), "at #/fields/0/default"),
+        (record("R", f("a", "int", default=-(2**31) - 1)), "not a int"),
+        (record("R", f("a", "long", default=2**63)), "not a long"),
+        (record("R", f("a", {"type": {"type": "int"}})), "at #/fields/0/type/type"),
+        (record("R", f("a", {"type": ["null", "int"]})), "at #/fields/0/type/type"),
+        (record("R", f("a", {"type": "R"})), 'not "R"'),
+        (record("R", f("a", "int", order="sideways")), "at #/fields/0/order"),
+        (record("R", f("a", "bytes", default="€")), "not a bytes"),
+        (record("R", f("a", {"type": "fixed", "name": "F", "size": 2}, default="a")), "not a F"),
     ],
 )
 def test_malformed_avro_says_what_is_wrong(schema: Any, complaint: str) -> None:
@@ -314,6 +326,19 @@ def test_avro_defaults_of_every_kind_are_accepted_when_they_fit() -> None:
         {"name": "m", "type": {"type": "map", "values": "boolean"}, "default": {"k": True}},
         {"name": "f", "type": {"type": "fixed", "name": "F", "size": 2}, "default": "\u00ff\u0000"},
         {"name": "u", "type": ["int", "null"], "default": 3},
+        {"name": "v", "type": ["null", "int"], "default": 3},  # Avro 1.12: any branch
+        {"name": "i", "type": "int", "default": -(2**31), "order": "descending"},
+        {"name": "l", "type": "long", "default": 2**63 - 1, "order": "ignore"},
     ]
     schema = {"type": "record", "name": "R", "fields": fields}
     assert avro_violations(schema, {"type": "record", "name": "R", "fields": []}) == []
+
+
+def test_history_invalid_by_current_rules_is_a_violation_not_a_crash() -> None:
+    # Registered before int defaults were held to 32 bits.
+    old = {"type": "record", "name": "R", "fields": [f("a", "int", default=2**40)]}
+    new = {"type": "record", "name": "R", "fields": [f("a", "int")]}
+    found = check(Mode.FULL, new, [old], "AVRO")
+    assert [(v.rule, v.path) for v in found] == [("schema-invalid", "#")]
+    assert "the latest schema is not a valid schema" in found[0].message
+    assert check(Mode.NONE, new, [old], "AVRO") == []
