@@ -8,6 +8,7 @@ compacted (replay/compaction.py) and written; the manifest is published last
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import threading
 import time
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from replay import compaction, offsets, snapshots
+from replay import compaction, cut, offsets, snapshots
 from replay.catalog import Catalog, TableSpec
 from replay.columns import NoPrimaryKey
 from replay.offsets import PartitionRange, Watermarks
@@ -46,6 +47,7 @@ class ReplayOptions:
     prefix: str = "changebroker"  # the bridge's --prefix and --pattern name its event types
     pattern: str = "{prefix}.{schema}.{table}"
     wait_seconds: float = 60.0  # for an --until end whose transaction is not committed yet
+    bridge_name: str = "bridge"  # the bridge's --name: its position record gives the sequence
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,9 @@ def run_replay(
     running); without one, a session on ``options.master`` is made and stopped."""
     started = time.monotonic()
     planned, base, skipped = _plan(options, say)
+    sequence = None
+    if offsets.parse_until(options.until).latest:
+        planned, sequence = _at_a_cut(planned, options)
     total = sum(r.size for p in planned for r in p.ranges)
     say(
         f"replay: {len(planned)} tables, {total:,} offsets to read, base "
@@ -95,7 +100,7 @@ def run_replay(
             snapshot_id=snapshot_id,
             created_at=snapshots.rfc3339(datetime.now(UTC)),
             base_snapshot_id=base.snapshot_id if base else None,
-            changeserver_sequence=None,
+            changeserver_sequence=sequence,
             tables=entries,
             cursors={p.spec.event_type: offsets.cursors_of(p.spec, p.ranges) for p in planned},
         )
@@ -145,6 +150,24 @@ def _plan(
             base_path = base.table_path(table) if from_base and base is not None else None
             planned.append(_Planned(spec, ranges, base_path))
     return planned, base, skipped
+
+
+def _at_a_cut(planned: list[_Planned], options: ReplayOptions) -> tuple[list[_Planned], str | None]:
+    """The plan with its ends moved to a cut between two bridge commits, and the changeserver
+    sequence that cut is exact at (``cut``)."""
+    topics = {item.spec.topic: item.spec.partitions for item in planned}
+    found = cut.latest_cut(options.kafka_bootstrap, topics, options.bridge_name)
+    moved = [
+        dataclasses.replace(
+            item,
+            ranges=[
+                dataclasses.replace(r, end=found.ends[item.spec.topic][r.partition])
+                for r in item.ranges
+            ],
+        )
+        for item in planned
+    ]
+    return moved, found.sequence
 
 
 def _base(options: ReplayOptions) -> Manifest | None:

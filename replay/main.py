@@ -4,12 +4,14 @@ one to the live stream through a Nakadi subscription."""
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 from pathlib import Path
 
 from changebroker import config
 from changebroker.stack.state import default_state_dir
+from replay import schedule
 from replay.catalog import CatalogError
 from replay.columns import NoPrimaryKey
 from replay.job import ReplayOptions, run_replay
@@ -77,6 +79,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     option("--prefix", default="changebroker", help="the bridge's --prefix")
     option("--pattern", default="{prefix}.{schema}.{table}", help="the bridge's --pattern")
+    option(
+        "--bridge-name",
+        default="bridge",
+        help="the bridge's --name: its committed position gives the snapshot's /changes sequence",
+    )
+    option(
+        "--every",
+        type=config.parse_duration,
+        default=None,
+        help="keep running: a replay every this long (e.g. 10m), as `up --replay-every` does",
+    )
     commands = parser.add_subparsers(dest="replay_command")
     sub = commands.add_parser(
         "subscribe", help="a Nakadi subscription that starts right after a snapshot"
@@ -113,8 +126,12 @@ def _replay(args: argparse.Namespace) -> int:
         master=args.master,
         prefix=args.prefix,
         pattern=args.pattern,
+        bridge_name=args.bridge_name,
     )
-    run_replay(options, say=lambda line: print(line, flush=True))
+    say = functools.partial(print, flush=True)
+    if args.every:
+        return schedule.run_every(options, args.every, say)
+    run_replay(options, say=say)
     return 0
 
 
