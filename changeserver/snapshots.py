@@ -50,7 +50,7 @@ ID_HEADER = "X-Snapshot-Id"
 BATCH_ROWS = 2048  # rows read, rendered and sent at a time
 
 # Postgres type OIDs whose text output is derived from a typed Parquet value.
-_BOOL, _FLOAT4, _FLOAT8 = 16, 700, 701
+_BOOL, _TEXT, _FLOAT4, _FLOAT8, _TIMESTAMPTZ = 16, 25, 700, 701, 1184
 _FLT_DIG, _DBL_DIG = 6, 15  # Postgres's shortest float output goes exponential from here
 
 
@@ -94,7 +94,9 @@ def load(directory: Path, selector_column: str, selectors: list[str]) -> Snapsho
     snapshot_id, manifest = found
     tables = []
     for name, table in sorted(manifest["tables"].items()):
-        columns = [(c["name"], int(c["type_oid"])) for c in table["columns"]]
+        # A type of the database's own (enum, domain) has no OID in the manifest: its
+        # values are its text output, served as text.
+        columns = [(c["name"], int(c.get("type_oid") or _TEXT)) for c in table["columns"]]
         if selectors == [NO_SELECTOR] or any(c == selector_column for c, _ in columns):
             tables.append(Table(name, directory / snapshot_id / table["path"], columns))
     return Snapshot(
@@ -142,14 +144,14 @@ def _float_text(value: float, oid: int) -> str:
     return f"{prefix}{body}e{'-' if power < 0 else '+'}{abs(power):02d}"
 
 
-def _timestamp_text(array: pa.Array) -> pa.Array:
+def _timestamp_text(array: pa.Array, with_zone: bool) -> pa.Array:
     """``2026-11-23 14:05:01.5+00``: timestamptz under ``DateStyle=ISO, TimeZone=UTC``."""
     # Naive microseconds (of the UTC instant): %S then has six fraction digits, and no time
     # zone lookup per value.
     naive = pc.cast(array, pa.timestamp("us"), safe=False)
     text = pc.strftime(naive, "%Y-%m-%d %H:%M:%S")
     text = pc.replace_substring_regex(text, r"\.?0+$", "")  # Postgres drops trailing zeros
-    return pc.binary_join_element_wise(text, "+00", "") if array.type.tz else text
+    return pc.binary_join_element_wise(text, "+00", "") if with_zone else text
 
 
 def _double_text(array: pa.Array) -> pa.Array:
@@ -191,7 +193,9 @@ def _converter(arrow_type: pa.DataType, oid: int) -> Callable[[pa.Array], pa.Arr
     if pa.types.is_boolean(arrow_type):
         return lambda array: pc.if_else(array, "t", "f")
     if pa.types.is_timestamp(arrow_type):
-        return _timestamp_text
+        # Spark's Parquet timestamps read back without a zone: the type says it is an instant.
+        with_zone = oid == _TIMESTAMPTZ or arrow_type.tz is not None
+        return lambda array: _timestamp_text(array, with_zone)
     if pa.types.is_floating(arrow_type) and oid == _FLOAT4:
         return _python_text(lambda value: _float_text(value, _FLOAT4))
     if pa.types.is_floating(arrow_type):
