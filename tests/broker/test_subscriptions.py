@@ -425,3 +425,56 @@ def test_a_consumer_whose_connection_closed_may_still_commit_within_commit_timeo
     after = Stream(other, sid, **FAST)
     assert numbers(after.read_events(1)) == ["2"]
     after.close()
+
+
+@pytest.mark.parametrize("read_from", ["begin", "end"])
+def test_initial_cursors_are_ignored_unless_read_from_is_cursors(
+    client: httpx.Client, make_event_type: Callable[..., str], read_from: str
+) -> None:
+    name = make_event_type()
+    publish(client, name, [order("old")])
+    # What fahrschein's SubscriptionBuilder sends for readFromBegin() / readFromEnd().
+    empty = client.post(
+        "/subscriptions",
+        json={
+            "owning_application": "fahrschein-app",
+            "event_types": [name],
+            "consumer_group": f"empty-{read_from}",
+            "read_from": read_from,
+            "initial_cursors": [],
+        },
+    )
+    assert empty.status_code == 201, empty.text
+    validate("Subscription", empty.json())
+    # Cursors given with begin or end are not looked at either (Nakadi reads them only for
+    # read_from cursors): this one names a partition the type does not have.
+    ignored = client.post(
+        "/subscriptions",
+        json={
+            "owning_application": "fahrschein-app",
+            "event_types": [name],
+            "consumer_group": f"ignored-{read_from}",
+            "read_from": read_from,
+            "initial_cursors": [{"event_type": name, "partition": "7", "offset": "begin"}],
+        },
+    )
+    assert ignored.status_code == 201, ignored.text
+    # "end" is where the first stream finds the partition: start both, then publish.
+    streams = [Stream(client, s.json()["id"], **FAST) for s in (empty, ignored)]
+    if read_from == "end":
+        for stream in streams:
+            first = stream.batch()
+            assert first is not None and "events" not in first
+    publish(client, name, [order("new")])
+    expected = ["old", "new"] if read_from == "begin" else ["new"]
+    for stream in streams:
+        assert numbers(stream.read_events(len(expected))) == expected
+        stream.close()
+    assert_problem(
+        client.post(
+            "/subscriptions",
+            json={"owning_application": "x", "event_types": [name], "initial_cursors": {}},
+        ),
+        422,
+        "initial_cursors",
+    )
