@@ -478,3 +478,22 @@ def test_initial_cursors_are_ignored_unless_read_from_is_cursors(
         422,
         "initial_cursors",
     )
+
+
+def test_a_batch_is_never_larger_than_max_uncommitted_events_allows(
+    client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
+) -> None:
+    name = make_event_type()
+    sid = create(client, [name], read_from="begin")["id"]
+    publish(client, name, [order(str(i)) for i in range(10)])
+    # Nakadi: each batch is min(batch_limit, max_uncommitted_events - uncommitted).
+    stream = Stream(client, sid, batch_limit=4, max_uncommitted_events=2, **FAST)
+    first = stream.read_events(1)
+    assert numbers(first) == ["0", "1"]
+    paused = stream.batch()
+    assert paused is not None and "events" not in paused, paused
+    # Committed: two more may go, again as one batch of two, not of four.
+    assert commit(other, sid, stream.id, [first[0]["cursor"]]).status_code == 204
+    second = stream.read_events(1)
+    assert numbers(second) == ["2", "3"]
+    stream.close()
