@@ -14,22 +14,14 @@ from pathlib import Path
 import uvicorn
 from starlette.types import ASGIApp
 
-from changebroker.http import FlowIdMiddleware
+from changebroker import http
 from changebroker.stack.processes import answers, wait_until
 
 
 @contextlib.contextmanager
 def serve_in_thread(app: ASGIApp) -> Iterator[str]:
     """Serve ``app`` on a free loopback port; yields its base URL."""
-    config = uvicorn.Config(
-        FlowIdMiddleware(app),
-        host="127.0.0.1",
-        port=0,
-        log_config=None,
-        access_log=False,
-        lifespan="on",
-    )
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(http.config(app, "127.0.0.1", 0, lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_until(lambda: server.started or not thread.is_alive(), timeout=30, what="uvicorn to start")
