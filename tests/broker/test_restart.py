@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import threading
@@ -11,7 +12,9 @@ from pathlib import Path
 import httpx
 
 from broker.app import create_app
+from broker.bridge.event_types import EventTypes
 from broker.settings import Settings
+from broker.store import Store
 from changebroker.stack.processes import free_port, wait_until
 from tests.broker.conftest import business_event_type
 from tests.broker.kafka_read import read_all, topic_of
@@ -169,3 +172,31 @@ def test_a_type_deleted_and_created_again_takes_events_on_a_process_that_kept_pu
     # The new topic holds exactly what was accepted once the old type was gone.
     accepted = [n for p, s, n in results if p == 1]
     assert sorted(s.event["order_number"] for s in stored) == sorted(accepted)
+
+
+def test_the_bridges_target_follows_a_type_deleted_and_created_again(
+    broker_url: str, broker_dsn: str, unique_name
+) -> None:
+    """The bridge caches publishing targets as the publisher does: by revision and topic."""
+    name = unique_name("bridged")
+    body = business_event_type(name)
+
+    async def scenario() -> tuple[str, str]:
+        store = Store(broker_dsn, pool_size=2)
+        await store.open()
+        try:
+            async with httpx.AsyncClient(base_url=broker_url, timeout=30) as http:
+                targets = EventTypes(store, http)
+                assert (await http.post("/event-types", json=body)).status_code == 201
+                before = await targets.target(name)
+                assert (await http.delete(f"/event-types/{name}")).status_code == 200
+                assert (await http.post("/event-types", json=body)).status_code == 201
+                after = await targets.target(name)
+        finally:
+            await store.close()
+        assert before is not None and after is not None
+        return before.topic, after.topic
+
+    old, new = asyncio.run(scenario())
+    assert new != old
+    assert new == topic_of(broker_dsn, name)[0]
