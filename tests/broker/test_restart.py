@@ -18,7 +18,7 @@ from broker.store import Store
 from changebroker.stack.processes import free_port, wait_until
 from tests.broker.conftest import business_event_type
 from tests.broker.kafka_read import read_all, topic_of
-from tests.support.apps import CliProcess, serve_in_thread
+from tests.support.apps import CliProcess, broker_process, serve_in_thread
 
 
 def _event(order_number: str) -> dict[str, object]:
@@ -111,17 +111,12 @@ def test_two_brokers_on_one_database_behave_as_one(
 def test_a_type_deleted_and_created_again_takes_events_on_a_process_that_kept_publishing(
     broker_url: str, broker_dsn: str, kafka_bootstrap: str, unique_name, tmp_path: Path
 ) -> None:
-    port = free_port()
-    other = CliProcess(
-        ["broker", "--port", str(port), "--pg-url", broker_dsn],
-        ready_url=f"http://127.0.0.1:{port}/health",
-        log_path=tmp_path / "broker.log",
-        env={"CHANGEBROKER_KAFKA_BOOTSTRAP": kafka_bootstrap},
-    ).start()
+    other, other_url = broker_process(broker_dsn, kafka_bootstrap, tmp_path / "broker.log")
+    other.start()
     name = unique_name("recreated")
     body = business_event_type(name)
     admin = httpx.Client(base_url=broker_url, timeout=30)
-    publisher = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+    publisher = httpx.Client(base_url=other_url, timeout=60)
     # What the other process answered: (phase when the request started, status, order number);
     # phase 0 before the delete, 1 once created again.
     results: list[tuple[int, int, str]] = []

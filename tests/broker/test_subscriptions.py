@@ -19,7 +19,7 @@ import pytest
 
 from broker.app import create_app
 from broker.settings import Settings
-from changebroker.stack.processes import free_port, wait_until
+from changebroker.stack.processes import wait_until
 from tests.broker.stream_support import order, partitioned_type, publish
 from tests.broker.subscription_support import (
     Stream,
@@ -31,7 +31,7 @@ from tests.broker.subscription_support import (
     wait_until_gone,
 )
 from tests.broker.swagger import assert_problem, validate
-from tests.support.apps import CliProcess, serve_in_thread
+from tests.support.apps import broker_process, serve_in_thread
 
 FAST: dict[str, Any] = {"batch_flush_timeout": 0.2}
 
@@ -337,15 +337,10 @@ def test_the_partitions_of_a_killed_broker_process_go_to_the_streams_left(
 ) -> None:
     name = partitioned_type(make_event_type, 2)
     sid = create(client, [name], read_from="begin")["id"]
-    port = free_port()
-    doomed = CliProcess(
-        ["broker", "--port", str(port), "--pg-url", broker_dsn],
-        ready_url=f"http://127.0.0.1:{port}/health",
-        log_path=tmp_path / "broker.log",
-        env={"CHANGEBROKER_KAFKA_BOOTSTRAP": kafka_bootstrap},
-    ).start()
+    doomed, url = broker_process(broker_dsn, kafka_bootstrap, tmp_path / "broker.log")
+    doomed.start()
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as there:
+        with httpx.Client(base_url=url, timeout=30) as there:
             first = Stream(there, sid, **FAST)
             assert first.batch() is not None
             second = Stream(client, sid, **FAST)

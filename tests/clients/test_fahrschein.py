@@ -20,9 +20,8 @@ import httpx
 import pytest
 
 from changebroker.stack.maven import resolve_jars
-from changebroker.stack.processes import free_port
 from tests.broker.conftest import business_event_type
-from tests.support.apps import CliProcess
+from tests.support.apps import broker_process
 from tests.support.services import CACHE
 
 HERE = Path(__file__).parent / "fahrschein"
@@ -46,14 +45,8 @@ def classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture
 def broker_url(pg_dsn: str, kafka_bootstrap: str, tmp_path: Path) -> Iterator[str]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    broker = CliProcess(
-        ["broker", "--port", str(port), "--pg-url", pg_dsn],
-        f"{url}/health",
-        tmp_path / "broker.log",
-        env={"CHANGEBROKER_KAFKA_BOOTSTRAP": kafka_bootstrap},
-    ).start()
+    broker, url = broker_process(pg_dsn, kafka_bootstrap, tmp_path / "broker.log")
+    broker.start()
     yield url
     broker.stop()
 

@@ -15,7 +15,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from changebroker import http
-from changebroker.stack.processes import answers, wait_until
+from changebroker.stack.processes import answers, free_port, wait_until
 
 
 @contextlib.contextmanager
@@ -81,3 +81,18 @@ class CliProcess:
                 self.process.kill()
                 self.process.wait(timeout=10)
         return self.process.returncode if self.process else None
+
+
+def broker_process(
+    pg_dsn: str, kafka_bootstrap: str, log_path: Path, *args: str
+) -> tuple[CliProcess, str]:
+    """``changebroker broker`` on a free port (not started yet), and its base URL."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = CliProcess(
+        ["broker", "--port", str(port), "--pg-url", pg_dsn, *args],
+        ready_url=f"{url}/health",
+        log_path=log_path,
+        env={"CHANGEBROKER_KAFKA_BOOTSTRAP": kafka_bootstrap},
+    )
+    return process, url
