@@ -506,7 +506,12 @@ class Session:
             out += taken
             now = time.monotonic()
             over = limit_reached or now >= ends_at
-            out += self._batcher.due(now, over)
+            # What waits fills the allowance, spread over partitions none of which has a full
+            # batch: nothing more is read before a commit, so it goes now, not at the flush
+            # timeout (Nakadi, reading ahead, would send as much in fuller batches).
+            waiting = sum(len(batch.pending) for batch in self._streaming.values())
+            stuck = 0 < waiting >= self._params.max_uncommitted - self._uncommitted()
+            out += self._batcher.due(now, over or stuck)
             if out:
                 if debug:
                     out[0] = _with_info(out[0], debug)

@@ -6,6 +6,7 @@ metadata database: streams and commits go to different processes on purpose.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -491,4 +492,21 @@ def test_a_batch_is_never_larger_than_max_uncommitted_events_allows(
     assert commit(other, sid, stream.id, [first[0]["cursor"]]).status_code == 204
     second = stream.read_events(1)
     assert numbers(second) == ["2", "3"]
+    stream.close()
+
+
+def test_events_filling_the_allowance_across_partitions_go_before_the_flush_timeout(
+    client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
+) -> None:
+    name = partitioned_type(make_event_type, 2)
+    sid = create(client, [name], read_from="begin")["id"]
+    publish(client, name, [order("a", "0"), order("b", "1")])
+    started = time.monotonic()
+    # One event waits in each partition: no batch of min(4, 2) fills, and nothing more is
+    # read before a commit, so both go at once rather than after 20 s.
+    stream = Stream(client, sid, batch_limit=4, max_uncommitted_events=2, batch_flush_timeout=20)
+    got = stream.read_events(2)
+    assert time.monotonic() - started < 10
+    assert sorted(numbers(got)) == ["a", "b"] and all(len(b["events"]) == 1 for b in got)
+    assert commit(other, sid, stream.id, [b["cursor"] for b in got]).status_code == 204
     stream.close()
