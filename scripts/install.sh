@@ -18,6 +18,10 @@ if [[ -n "$extras" ]] && ! command -v javac >/dev/null; then
   missing+=(openjdk-17-jdk-headless)
 fi
 command -v mvn >/dev/null || missing+=(maven)
+# The tests compile a Java Nakadi client (tests/clients/): a JDK, not only a JRE.
+if [[ -n "$extras" ]] && ! command -v javac >/dev/null; then
+  missing+=(openjdk-17-jdk-headless)
+fi
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 if ((${#missing[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
