@@ -76,6 +76,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the Spark master: local[*], local[2], spark://host:7077, ...",
     )
     option("--prefix", default="changebroker", help="the bridge's --prefix")
+    option(
+        "--bridge-name",
+        default="bridge",
+        help="the bridge's --name: its position record ends --until latest exactly",
+    )
     option("--pattern", default="{prefix}.{schema}.{table}", help="the bridge's --pattern")
     commands = parser.add_subparsers(dest="replay_command")
     sub = commands.add_parser(
@@ -113,6 +118,7 @@ def _replay(args: argparse.Namespace) -> int:
         master=args.master,
         prefix=args.prefix,
         pattern=args.pattern,
+        bridge_name=args.bridge_name,
     )
     run_replay(options, say=lambda line: print(line, flush=True))
     return 0
