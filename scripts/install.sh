@@ -13,11 +13,12 @@ fi
 
 missing=()
 command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
-# The tests compile a small Java program against Apache Avro (the registry's reference).
+command -v mvn >/dev/null || missing+=(maven)
+# The tests compile Java programs (a Nakadi client in tests/clients/, Apache Avro's checker as
+# the registry's reference): a JDK, not only a JRE.
 if [[ -n "$extras" ]] && ! command -v javac >/dev/null; then
   missing+=(openjdk-17-jdk-headless)
 fi
-command -v mvn >/dev/null || missing+=(maven)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 if ((${#missing[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
