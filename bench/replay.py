@@ -55,11 +55,11 @@ SELECT i AS seq,
        'item ' || (i % 1000) AS name,
        ((i % 1000003) / 100)::DECIMAL(18, 2)::VARCHAR AS amount,
        (i % 1000)::INTEGER AS qty,
-       TIMESTAMPTZ '2026-01-01 00:00:00+00' + to_microseconds(i * 1000) AS at
+       TIMESTAMPTZ '2026-01-01 00:00:00+00' + to_microseconds(i * 1000) AS changed_at
 FROM range({first}, {first} + {count}) t(i)
 """
 _COMPACTION = """
-COPY (SELECT id, name, amount, qty, at FROM (
+COPY (SELECT id, name, amount, qty, changed_at FROM (
         SELECT *, row_number() OVER (PARTITION BY id ORDER BY seq DESC) AS newest
         FROM read_parquet('{events}'))
       WHERE newest = 1 AND op <> 'D') TO '{out}' (FORMAT parquet)
@@ -133,7 +133,7 @@ def _produce(db: duckdb.DuckDBPyConnection, bootstrap: str, topic: str, name: st
     )
     cursor = db.execute(
         "SELECT seq, id, op, name, amount, qty,"
-        " strftime(at, '%Y-%m-%dT%H:%M:%S.%f') || '+00:00' FROM events ORDER BY seq"
+        " strftime(changed_at, '%Y-%m-%dT%H:%M:%S.%f') || '+00:00' FROM events ORDER BY seq"
     )
     table = name.split(".", 1)[1]
     head = '{"metadata":{"eid":"00000000-0000-5000-8000-%012d",'

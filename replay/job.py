@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from replay import compaction, cut, offsets, snapshots
+from replay import compaction, cut, offsets, positions, snapshots
 from replay.catalog import Catalog, TableSpec
 from replay.columns import NoPrimaryKey
 from replay.offsets import PartitionRange, Watermarks
@@ -46,8 +46,8 @@ class ReplayOptions:
     master: str | None = None  # Spark master; default CHANGEBROKER_SPARK_MASTER or local[*]
     prefix: str = "changebroker"  # the bridge's --prefix and --pattern name its event types
     pattern: str = "{prefix}.{schema}.{table}"
+    bridge_name: str = "bridge"  # whose position record ends ``latest`` exactly
     wait_seconds: float = 60.0  # for an --until end whose transaction is not committed yet
-    bridge_name: str = "bridge"  # the bridge's --name: its position record gives the sequence
 
 
 @dataclass(frozen=True)
@@ -65,9 +65,9 @@ def run_replay(
     """Write a snapshot and return its manifest. ``spark``: a session to use (and leave
     running); without one, a session on ``options.master`` is made and stopped."""
     started = time.monotonic()
-    planned, base, skipped = _plan(options, say)
-    sequence = None
-    if offsets.parse_until(options.until).latest:
+    planned, base, skipped, sequence = _plan(options, say)
+    if sequence is None and offsets.parse_until(options.until).latest:
+        # The bridge's record names no offsets: end at a cut between two of its commits.
         planned, sequence = _at_a_cut(planned, options)
     total = sum(r.size for p in planned for r in p.ranges)
     say(
@@ -124,10 +124,14 @@ def run_replay(
 
 def _plan(
     options: ReplayOptions, say: Callable[[str], None]
-) -> tuple[list[_Planned], Manifest | None, list[str]]:
+) -> tuple[list[_Planned], Manifest | None, list[str], str | None]:
+    """What each table reads, the base, the tables skipped, and the changeserver sequence
+    the snapshot will be exact at (``None`` when that cannot be known)."""
     base = _base(options)
     until = offsets.parse_until(options.until)
     watermarks = Watermarks(options.kafka_bootstrap)
+    bridge = positions.read(options.kafka_bootstrap, options.bridge_name) if until.latest else None
+    exact = bridge is not None
     planned, skipped = [], []
     with httpx.Client(base_url=options.broker_url, timeout=30) as broker:
         catalog = Catalog(broker, options.pattern, options.prefix)
@@ -146,10 +150,15 @@ def _plan(
                 say(f"replay: {table}: its event type was re-created; reading it from the start")
                 from_base = False
             cursors = base.cursors.get(event_type) if from_base and base is not None else None
-            ranges = offsets.plan(spec, cursors, until, watermarks, options.wait_seconds)
+            written = bridge.written(spec.topic) if bridge is not None else None
+            ranges = offsets.plan(spec, cursors, until, watermarks, options.wait_seconds, written)
+            # A partition with events the record does not name (written before the bridge
+            # kept offsets) ends at its last stable offset: then no sequence is exact.
+            exact = exact and all(r.partition in (written or {}) or r.end == 0 for r in ranges)
             base_path = base.table_path(table) if from_base and base is not None else None
             planned.append(_Planned(spec, ranges, base_path))
-    return planned, base, skipped
+    sequence = bridge.sequence(p.spec.table for p in planned) if bridge and exact else None
+    return planned, base, skipped, sequence
 
 
 def _at_a_cut(planned: list[_Planned], options: ReplayOptions) -> tuple[list[_Planned], str | None]:

@@ -78,12 +78,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the Spark master: local[*], local[2], spark://host:7077, ...",
     )
     option("--prefix", default="changebroker", help="the bridge's --prefix")
-    option("--pattern", default="{prefix}.{schema}.{table}", help="the bridge's --pattern")
     option(
         "--bridge-name",
         default="bridge",
-        help="the bridge's --name: its committed position gives the snapshot's /changes sequence",
+        help="the bridge's --name: its position record ends --until latest exactly",
     )
+    option("--pattern", default="{prefix}.{schema}.{table}", help="the bridge's --pattern")
     option(
         "--every",
         type=config.parse_duration,

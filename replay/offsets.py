@@ -144,9 +144,11 @@ def plan(
     until: Until,
     watermarks: Watermarks,
     wait_seconds: float = 60.0,
+    written: Mapping[int, int] | None = None,
 ) -> list[PartitionRange]:
     """The range of every partition of ``spec``'s topic: after ``base`` (or from offset 0)
-    up to ``until``."""
+    up to ``until``; ``latest`` ends after ``written`` (the last offset the bridge's newest
+    position record names, replay/positions.py) where given, else at the last stable one."""
     earliest = watermarks.earliest(spec.topic, spec.partitions)
     stable = watermarks.last_stable(spec.topic, spec.partitions)
     starts = {p: 0 for p in range(spec.partitions)}
@@ -154,6 +156,8 @@ def plan(
         given = _offsets(base, spec, "the base snapshot's cursors")
         starts.update({p: earliest[p] if o < 0 else o for p, o in given.items()})
     ends = _ends(spec, until, watermarks, stable, earliest)
+    if until.latest and written is not None:
+        ends.update({p: offset + 1 for p, offset in written.items() if p in ends})
     deadline = time.monotonic() + wait_seconds
     while any(ends[p] > stable[p] for p in ends) and time.monotonic() < deadline:
         time.sleep(0.2)  # a transaction the end lies in is still open

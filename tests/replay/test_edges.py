@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -36,10 +37,9 @@ def _data_event_type(stack: Stack, table: str, key: list[str]) -> str:
     """A data event type named like the bridge's; hash on ``key``, or, without one, a single
     ``random`` partition (what an older bridge made of a table without a primary key)."""
     name = stack.event_type(table)
-    schema = {
+    schema: dict[str, Any] = {
         "type": "object",
         "properties": {"id": {"description": "bigint", "type": "integer"}},
-        "required": key,
     }
     body = {
         "name": name,
@@ -47,7 +47,6 @@ def _data_event_type(stack: Stack, table: str, key: list[str]) -> str:
         "category": "data",
         "enrichment_strategies": ["metadata_enrichment"],
         "partition_strategy": "hash" if key else "random",
-        "schema": {"type": "json_schema", "schema": json.dumps(schema)},
         "default_statistic": {
             "messages_per_minute": 1,
             "message_size": 100,
@@ -57,6 +56,8 @@ def _data_event_type(stack: Stack, table: str, key: list[str]) -> str:
     }
     if key:
         body["partition_key_fields"] = key
+        schema["required"] = key
+    body["schema"] = {"type": "json_schema", "schema": json.dumps(schema)}
     response = httpx.post(f"{stack.broker_url}/event-types", json=body, timeout=30)
     assert response.status_code == 201, response.text
     return name

@@ -241,6 +241,7 @@ def _options(stack: Stack, out: Path, **overrides: Any) -> ReplayOptions:
         kafka_bootstrap=stack.kafka_bootstrap,
         out=out,
         prefix=stack.prefix,
+        bridge_name=stack.prefix,
         **overrides,
     )
 
