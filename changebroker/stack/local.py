@@ -230,7 +230,7 @@ class LocalStack:
             result[REPLAY] = {"pid": replay_pid, "log": str(self.state.log_file(REPLAY))}
         bridge_status = result.get("bridge", {}).get("status") or {}
         snapshot = newest_snapshot(self.snapshots_dir, bridge_status.get("position"))
-        if snapshot is not None:
+        if snapshot is not None and result:  # beside a running stack: its data, not a process
             result["snapshot"] = snapshot
         return result
 
