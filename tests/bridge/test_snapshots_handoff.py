@@ -169,6 +169,7 @@ def _is_last(change: dict[str, Any]) -> bool:
     return change["table"] == "public.accounts" and new.get("id", {}).get("value") == "1000000"
 
 
+@pytest.mark.timeout(900)  # a Spark job: minutes on a shared two-core machine
 def test_snapshot_then_changes_since_its_sequence_is_the_database(stack: Stack, spark: Any) -> None:
     for statement in DDL:
         stack.sql(statement)
