@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything changebroker needs on a Debian host, idempotently:
-# Java (a JDK with --test), Maven and PostgreSQL from Debian (when absent), the virtual environment
+# Java (a JDK with --test), Maven and PostgreSQL from Debian (when absent; Chromium with --test), the virtual environment
 # at .venv with the project in it, and the Kafka / Spark-connector jars from
 # Maven Central into .state/cache. `--test` adds the test and lint tools.
 set -euo pipefail
@@ -16,6 +16,10 @@ command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
 # The tests compile a small Java program against Apache Avro (the registry's reference).
 if [[ -n "$extras" ]] && ! command -v javac >/dev/null; then
   missing+=(openjdk-17-jdk-headless)
+fi
+# The console's browser tests drive Debian's Chromium (never a downloaded browser build).
+if [[ -n "$extras" ]] && [[ ! -x /usr/bin/chromium ]]; then
+  missing+=(chromium chromium-driver)
 fi
 command -v mvn >/dev/null || missing+=(maven)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
