@@ -97,6 +97,17 @@ def validate_update(body: Any, current: Mapping[str, Any]) -> dict[str, Any]:
             f"the name of an event type cannot change: the body names {body.get('name')!r},"
             f" the path {current['name']!r}"
         )
+    old_strategy = current["partition_strategy"]
+    if (
+        isinstance(body, Mapping)
+        and body.get("partition_strategy", "random") != old_strategy
+        and old_strategy != "random"
+    ):
+        # Nakadi's first check and its words, before the new strategy's own rules (a hash type
+        # turned random still carries its key fields): events of one key must stay together.
+        raise InvalidEventType(
+            "changing partition_strategy is only allowed if the original strategy was 'random'"
+        )
     out = validate_new({**body, "name": current["name"]} if isinstance(body, Mapping) else body)
     for field in ("category", "cleanup_policy"):
         if out[field] != current[field]:
@@ -117,12 +128,6 @@ def validate_update(body: Any, current: Mapping[str, Any]) -> dict[str, Any]:
         del out["default_statistic"]
     if current.get("authorization") and not out.get("authorization"):
         raise InvalidEventType("authorization cannot be removed once set; change its lists instead")
-    old_strategy = current["partition_strategy"]
-    if out["partition_strategy"] != old_strategy and old_strategy != "random":
-        raise InvalidEventType(
-            f"partition_strategy can only change from 'random' (it is {old_strategy!r}):"
-            " events of one key must keep landing in one partition"
-        )
     if old_strategy == "hash" and out.get("partition_key_fields") != current.get(
         "partition_key_fields"
     ):

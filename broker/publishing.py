@@ -28,7 +28,7 @@ from broker.event_type_api import not_found
 from broker.partitioning import Partitioner, PartitioningError, partitioner
 from broker.problems import problem
 from broker.producer import KafkaProducer, Message
-from broker.store import Store, StoredEventType
+from broker.store import Revision, Store, StoredEventType
 from changebroker import logs
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class Target:
     """What publishing needs of one event type revision, the validator compiled once."""
 
     name: str
-    revision: int
+    revision: Revision
     topic: str
     partitions: int
     category: str
@@ -69,7 +69,7 @@ class Target:
         )
         return cls(
             name=stored.name,
-            revision=stored.revision,
+            revision=stored.stamp,
             topic=stored.topic,
             partitions=stored.partitions,
             category=body["category"],
@@ -151,7 +151,8 @@ class Publisher:
     def __init__(self, store: Store, producer: KafkaProducer) -> None:
         self.store = store
         self.producer = producer
-        # Per process; a revision check per request keeps it right across processes.
+        # Per process; a revision check per request keeps it right across processes (and
+        # across a delete and re-create: the revision holds the new topic).
         self._targets: dict[str, Target] = {}
 
     def routes(self) -> list[BaseRoute]:

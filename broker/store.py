@@ -12,8 +12,8 @@ broker checks Nakadi's modes itself (``compatible`` is none of OpenSchema's).
 
 Nothing here is cached: each broker process asks Postgres, so several
 processes behind one load balancer always agree. Callers that cache (the
-publisher's compiled validators) key their cache by ``revision``, which every
-change bumps.
+publisher's compiled validators) key their cache by :class:`Revision`: the
+topic, new each time a name is created, and the count every change bumps.
 """
 
 from __future__ import annotations
@@ -66,12 +66,25 @@ def _utc(moment: datetime) -> str:
 
 
 @dataclass(frozen=True)
+class Revision:
+    """One state of an event type. ``number`` starts at 1 again when a deleted type is
+    created anew, so only with the topic (new on every creation) does it never repeat."""
+
+    topic: str
+    number: int
+
+
+@dataclass(frozen=True)
 class StoredEventType:
     name: str
     body: dict[str, Any]  # the EventType as GET returns it, schema and timestamps included
     topic: str
     partitions: int
     revision: int
+
+    @property
+    def stamp(self) -> Revision:
+        return Revision(self.topic, self.revision)
 
     @property
     def schema_version(self) -> str:
@@ -130,14 +143,14 @@ class Store:
             await cur.execute(_SELECT + " ORDER BY e.name")
             return [_stored(row) for row in await cur.fetchall()]
 
-    async def revision(self, name: str) -> int | None:
+    async def revision(self, name: str) -> Revision | None:
         """The cheap question a cache asks before trusting its copy."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT revision FROM broker_event_types WHERE name = %s", (name,)
+                "SELECT topic, revision FROM broker_event_types WHERE name = %s", (name,)
             )
             row = await cur.fetchone()
-        return int(row[0]) if row else None
+        return Revision(row[0], int(row[1])) if row else None
 
     async def create(
         self,

@@ -142,10 +142,16 @@ class Batcher:
         self.partitions: dict[PartitionKey, PartitionBatch] = {}
         self.accepted = 0
 
-    def take(self, messages: list[Message]) -> tuple[list[bytes], bool]:
-        """Lines of the batches these messages fill; True once stream_limit is reached."""
+    def take(self, messages: list[Message], allowed: int | None = None) -> tuple[list[bytes], bool]:
+        """Lines of the batches these messages fill; True once stream_limit is reached.
+
+        ``allowed``: how many events may still be sent (a subscription's
+        max_uncommitted_events less what is uncommitted); a batch is full at
+        ``min(batch_limit, allowed)``, as in Nakadi, and what it sends counts down.
+        """
         limits = self.limits
         out: list[bytes] = []
+        full_at = limits.batch_limit if allowed is None else min(limits.batch_limit, allowed)
         for message in messages:
             error = message.error()
             if error is not None:
@@ -157,7 +163,10 @@ class Batcher:
             state.pending.append(message.value())  # type: ignore[arg-type]
             state.last_offset = message.offset()  # type: ignore[assignment]
             self.accepted += 1
-            if len(state.pending) >= limits.batch_limit:
+            if len(state.pending) >= full_at:
+                if allowed is not None:
+                    allowed -= len(state.pending)
+                    full_at = max(min(limits.batch_limit, allowed), 1)
                 out.append(state.line())
                 state.flush_at = time.monotonic() + limits.batch_flush_timeout
             if limits.stream_limit and self.accepted >= limits.stream_limit:

@@ -484,27 +484,34 @@ class Session:
                     extra=logs.fields(stream_id=self.stream_id),
                 )
                 return
-            # Polls take at most what may still be sent; events waiting for their batch to
-            # fill do not count, so batches fill up to batch_limit (as in Nakadi, the last
-            # batch before the pause may go past the limit by what waited).
+            # Nakadi sends at most max_uncommitted_events - uncommitted, in batches of
+            # min(batch_limit, that). Polls take no more than that less what already waits
+            # for its batch, so whatever waits can always be sent.
             allowance = self._params.max_uncommitted - uncommitted
+            waiting = sum(len(batch.pending) for batch in self._streaming.values())
             wake = min(
                 self._batcher.next_flush(ends_at),
                 self._takeover_at or math.inf,
                 (self._uncommitted_since or math.inf) + self._params.commit_timeout,
             )
             messages = []
-            if allowance > 0 and self._streaming:
+            if allowance > waiting and self._streaming:
                 wait = min(max(wake - now, 0.0), SUBSCRIPTION_POLL_SECONDS)
-                messages = await self._kafka(self._poll, wait, min(allowance, MESSAGES_PER_POLL))
+                most = min(allowance - waiting, MESSAGES_PER_POLL)
+                messages = await self._kafka(self._poll, wait, most)
             else:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), max(wake - now, 0.0))
-            taken, limit_reached = self._batcher.take(messages)
+            taken, limit_reached = self._batcher.take(messages, allowance)
             out += taken
             now = time.monotonic()
             over = limit_reached or now >= ends_at
-            out += self._batcher.due(now, over)
+            # What waits fills the allowance, spread over partitions none of which has a full
+            # batch: nothing more is read before a commit, so it goes now, not at the flush
+            # timeout (Nakadi, reading ahead, would send as much in fuller batches).
+            waiting = sum(len(batch.pending) for batch in self._streaming.values())
+            stuck = 0 < waiting >= self._params.max_uncommitted - self._uncommitted()
+            out += self._batcher.due(now, over or stuck)
             if out:
                 if debug:
                     out[0] = _with_info(out[0], debug)

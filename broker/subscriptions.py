@@ -281,8 +281,10 @@ class Subscriptions:
                 raise SubscriptionError(
                     422, "initial_cursors must cover every partition of the subscription"
                 )
-        elif initial_cursors is not None:
-            raise SubscriptionError(422, "initial_cursors is only for read_from: cursors")
+        elif initial_cursors is not None and not isinstance(initial_cursors, list):
+            # As Nakadi: read only for read_from cursors, otherwise kept as sent (Java clients
+            # send [] with begin and end).
+            raise SubscriptionError(422, "initial_cursors must be an array of cursors")
         authorization = body.get("authorization")
         async with self.store.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(

@@ -9,9 +9,12 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from typing import Any
 
+import httptools
 import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from changebroker import logs
 
@@ -62,13 +65,87 @@ class FlowIdMiddleware:
             logs.flow_id.reset(token)
 
 
-def serve(app: ASGIApp, host: str, port: int) -> None:
-    """Run ``app`` with uvicorn until SIGTERM/SIGINT (graceful: open requests finish)."""
-    uvicorn.run(
+# What a request asking for an upgrade we do not serve loses: the upgrade headers.
+_UPGRADE_HEADERS = (b"upgrade", b"http2-settings")
+
+
+class UpgradeIgnoringProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, serving a request that asks for an unsupported upgrade
+    (``Upgrade: h2c``, sent by the JDK's HttpClient) as the HTTP/1.1 request it also is.
+
+    llhttp stops parsing at the end of an upgrade request's headers and hands the rest of
+    the bytes over as the new protocol's; uvicorn then runs the request without its body
+    (and reads the body as the next request). RFC 9110 §7.8 lets a server ignore an
+    upgrade: the request is parsed again here, without its upgrade headers, body and all.
+    WebSocket upgrades, which no service serves, go the same way.
+    """
+
+    _reparsing = False
+
+    def on_headers_complete(self) -> None:
+        # CONNECT is an upgrade to llhttp whatever its headers: left to uvicorn.
+        self._reparsing = self.parser.should_upgrade() and self.parser.get_method() != b"CONNECT"
+        if not self._reparsing:
+            super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if not self._reparsing:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if not self._reparsing:
+            super().on_message_complete()
+
+    def data_received(self, data: bytes) -> None:
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as upgrade:
+            if not self._reparsing:
+                self._unsupported_upgrade_warning()
+                return
+            request = self._without_upgrade(data[upgrade.args[0] :])
+            self._reparsing = False
+            self.parser = httptools.HttpRequestParser(self)
+            # As uvicorn sets up its own parser: answer a pipelined request's first response.
+            self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+            self.data_received(request)
+        except httptools.HttpParserError:
+            message = "Invalid HTTP request received."
+            self.logger.warning(message)
+            self.send_400_response(message)
+
+    def _without_upgrade(self, rest: bytes) -> bytes:
+        """The request's head again, minus its upgrade headers, then what followed it."""
+        version = self.parser.get_http_version().encode()
+        head = [self.parser.get_method(), b" ", self.url, b" HTTP/", version, b"\r\n"]
+        for name, value in self.headers:
+            if name in _UPGRADE_HEADERS:
+                continue
+            if name == b"connection":
+                tokens = [t.strip() for t in value.split(b",")]
+                value = b", ".join(t for t in tokens if t.lower() not in _UPGRADE_HEADERS)
+                if not value:
+                    continue
+            head += [name, b": ", value, b"\r\n"]
+        head.append(b"\r\n")
+        return b"".join(head) + rest
+
+
+def config(app: ASGIApp, host: str, port: int, **options: Any) -> uvicorn.Config:
+    """uvicorn's settings for every service (``options``: lifespan, graceful timeout, ...)."""
+    return uvicorn.Config(
         FlowIdMiddleware(app),
         host=host,
         port=port,
+        http=UpgradeIgnoringProtocol,
+        ws="none",  # no service serves WebSockets: their upgrades are ignored too
         log_config=None,
         access_log=False,
-        timeout_graceful_shutdown=10,
+        **options,
     )
+
+
+def serve(app: ASGIApp, host: str, port: int) -> None:
+    """Run ``app`` with uvicorn until SIGTERM/SIGINT (graceful: open requests finish)."""
+    uvicorn.Server(config(app, host, port, timeout_graceful_shutdown=10)).run()

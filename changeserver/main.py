@@ -13,8 +13,7 @@ from typing import Literal
 import uvicorn
 from starlette.types import ASGIApp
 
-from changebroker import config
-from changebroker.http import FlowIdMiddleware
+from changebroker import config, http
 from changeserver.server import ChangeServer, Settings
 
 SCOPE = "changeserver"
@@ -102,17 +101,7 @@ class _Server(uvicorn.Server):
 
 
 def _server(app: ASGIApp, host: str, port: int, lifespan: Literal["on", "off"]) -> _Server:
-    return _Server(
-        uvicorn.Config(
-            FlowIdMiddleware(app),
-            host=host,
-            port=port,
-            log_config=None,
-            access_log=False,
-            lifespan=lifespan,
-            timeout_graceful_shutdown=10,
-        )
-    )
+    return _Server(http.config(app, host, port, lifespan=lifespan, timeout_graceful_shutdown=10))
 
 
 async def _serve(changeserver: ChangeServer, args: argparse.Namespace) -> None:

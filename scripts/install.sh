@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything changebroker needs on a Debian host, idempotently:
-# Java (a JDK with --test), Maven and PostgreSQL from Debian (when absent; Chromium with --test), the virtual environment
-# at .venv with the project in it, and the Kafka / Spark-connector jars from
+# Java (a JDK with --test), Maven and PostgreSQL from Debian (when absent; Chromium too with
+# --test), the virtual environment at .venv with the project in it, and the Kafka / Spark-connector jars from
 # Maven Central into .state/cache. `--test` adds the test and lint tools.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,9 @@ fi
 
 missing=()
 command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
-# The tests compile a small Java program against Apache Avro (the registry's reference).
+command -v mvn >/dev/null || missing+=(maven)
+# The tests compile Java programs (a Nakadi client in tests/clients/, Apache Avro's checker as
+# the registry's reference): a JDK, not only a JRE.
 if [[ -n "$extras" ]] && ! command -v javac >/dev/null; then
   missing+=(openjdk-17-jdk-headless)
 fi
@@ -21,7 +23,6 @@ fi
 if [[ -n "$extras" ]] && [[ ! -x /usr/bin/chromium ]]; then
   missing+=(chromium chromium-driver)
 fi
-command -v mvn >/dev/null || missing+=(maven)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 if ((${#missing[@]})); then
   if [[ $(id -u) -ne 0 ]]; then

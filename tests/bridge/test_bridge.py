@@ -117,7 +117,12 @@ def test_a_subscription_consumer_rebuilds_the_tables(stack: Stack, rebuilt: Rebu
         through_api = Rebuilt(stack)
         stream = Stream(client, subscription["id"], batch_flush_timeout=1, batch_limit=50)
         try:
-            for batch in stream.read_events(len(rebuilt.events)):
+            # Each batch committed as it comes: at most max_uncommitted_events (10) are sent
+            # before a commit.
+            seen = 0
+            while seen < len(rebuilt.events):
+                (batch,) = stream.read_events(1)
+                seen += len(batch["events"])
                 for event in batch["events"]:
                     through_api.apply(event, sorted(keys[event["metadata"]["event_type"]]))
                 answer = commit(client, subscription["id"], stream.id, [batch["cursor"]])

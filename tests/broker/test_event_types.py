@@ -265,6 +265,23 @@ def test_update_rules(client: httpx.Client, unique_name) -> None:
     assert client.get(f"/event-types/{name}").json()["compatibility_mode"] == "compatible"
 
 
+def test_hash_to_random_is_refused_first_with_nakadis_words(
+    client: httpx.Client, unique_name
+) -> None:
+    name = unique_name("strategy")
+    assert client.post("/event-types", json=business_event_type(name)).status_code == 201
+    # A client's read-modify-write: the type as GET gave it, only the strategy changed, so
+    # partition_key_fields (which random does not take) are still in the body.
+    current = client.get(f"/event-types/{name}").json()
+    response = client.put(f"/event-types/{name}", json={**current, "partition_strategy": "random"})
+    detail = assert_problem(response, 422)
+    assert (
+        detail
+        == "changing partition_strategy is only allowed if the original strategy was 'random'"
+    )
+    assert client.get(f"/event-types/{name}").json()["partition_strategy"] == "hash"
+
+
 def test_retention_update_reaches_kafka(
     client: httpx.Client, unique_name, broker_dsn: str, kafka_bootstrap: str
 ) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+import zstandard
 
 from broker.partitioning import java_string_hash
 from tests.broker.conftest import business_event_type
@@ -429,7 +430,69 @@ def test_gzip_bomb_and_oversized_bodies_are_413(client: httpx.Client, make_event
     unsupported = client.post(
         f"/event-types/{name}/events", content=b"[]", headers={"Content-Encoding": "br"}
     )
-    assert_problem(unsupported, 415, "gzip")
+    assert_problem(unsupported, 415, "gzip, zstd or identity")
+
+
+def _zstd_stream(data: bytes) -> bytes:
+    """What fahrschein's ContentEncoding.ZSTD writes: a streamed frame, no content size."""
+    compressor = zstandard.ZstdCompressor().compressobj()
+    return compressor.compress(data) + compressor.flush()
+
+
+def test_zstd_bodies_as_java_clients_send_them(
+    client: httpx.Client, make_event_type, broker_dsn, kafka_bootstrap
+) -> None:
+    name = make_event_type()
+    plain = json.dumps([event(f"z{i}") for i in range(300)]).encode()
+    headers = {"Content-Encoding": "zstd", "Content-Type": "application/json"}
+    one_frame = client.post(
+        f"/event-types/{name}/events", content=_zstd_stream(plain), headers=headers
+    )
+    assert one_frame.status_code == 200, one_frame.text
+    # Concatenated frames are one stream, as zstd reads them.
+    two = [json.dumps([event("a")]).encode()[:-1] + b",", json.dumps(event("b")).encode() + b"]"]
+    frames = b"".join(zstandard.ZstdCompressor().compress(part) for part in two)
+    assert (
+        client.post(f"/event-types/{name}/events", content=frames, headers=headers).status_code
+        == 200
+    )
+    topic, partitions = topic_of(broker_dsn, name)
+    numbers = sorted(s.event["order_number"] for s in read_all(kafka_bootstrap, topic, partitions))
+    assert numbers == sorted([f"z{i}" for i in range(300)] + ["a", "b"])
+    # Any body the broker reads, not only events.
+    subscription = client.post(
+        "/subscriptions",
+        content=_zstd_stream(
+            json.dumps({"owning_application": "z", "event_types": [name]}).encode()
+        ),
+        headers=headers,
+    )
+    assert subscription.status_code == 201, subscription.text
+    compressed = _zstd_stream(plain)
+    for broken in (b"not zstd", compressed[:-4]):
+        response = client.post(f"/event-types/{name}/events", content=broken, headers=headers)
+        assert_problem(response, 400, "zstd")
+
+
+def test_zstd_bomb_is_413_and_an_event_over_the_limit_422(
+    client: httpx.Client, make_event_type
+) -> None:
+    name = make_event_type()
+    headers = {"Content-Encoding": "zstd"}
+    # 6 KB that would expand to 200 MB: refused once 64 MB are out.
+    bomb = zstandard.ZstdCompressor().compress(b"[" + b" " * (200 * 1024 * 1024) + b"]")
+    assert len(bomb) < 100_000
+    assert_problem(client.post(f"/event-types/{name}/events", content=bomb, headers=headers), 413)
+    # The event size limit is on the event as decoded, as if it had been sent plain.
+    big = event("big")
+    big["padding"] = "x" * 1_000_000
+    response = client.post(
+        f"/event-types/{name}/events",
+        content=_zstd_stream(json.dumps([big]).encode()),
+        headers=headers,
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()[0]["detail"].startswith("Event too large")
 
 
 def test_values_reach_kafka_exactly_as_json_reads_them(

@@ -6,6 +6,7 @@ metadata database: streams and commits go to different processes on purpose.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ import pytest
 
 from broker.app import create_app
 from broker.settings import Settings
-from changebroker.stack.processes import free_port, wait_until
+from changebroker.stack.processes import wait_until
 from tests.broker.stream_support import order, partitioned_type, publish
 from tests.broker.subscription_support import (
     Stream,
@@ -31,7 +32,7 @@ from tests.broker.subscription_support import (
     wait_until_gone,
 )
 from tests.broker.swagger import assert_problem, validate
-from tests.support.apps import CliProcess, serve_in_thread
+from tests.support.apps import broker_process, serve_in_thread
 
 FAST: dict[str, Any] = {"batch_flush_timeout": 0.2}
 
@@ -337,15 +338,10 @@ def test_the_partitions_of_a_killed_broker_process_go_to_the_streams_left(
 ) -> None:
     name = partitioned_type(make_event_type, 2)
     sid = create(client, [name], read_from="begin")["id"]
-    port = free_port()
-    doomed = CliProcess(
-        ["broker", "--port", str(port), "--pg-url", broker_dsn],
-        ready_url=f"http://127.0.0.1:{port}/health",
-        log_path=tmp_path / "broker.log",
-        env={"CHANGEBROKER_KAFKA_BOOTSTRAP": kafka_bootstrap},
-    ).start()
+    doomed, url = broker_process(broker_dsn, kafka_bootstrap, tmp_path / "broker.log")
+    doomed.start()
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as there:
+        with httpx.Client(base_url=url, timeout=30) as there:
             first = Stream(there, sid, **FAST)
             assert first.batch() is not None
             second = Stream(client, sid, **FAST)
@@ -425,3 +421,92 @@ def test_a_consumer_whose_connection_closed_may_still_commit_within_commit_timeo
     after = Stream(other, sid, **FAST)
     assert numbers(after.read_events(1)) == ["2"]
     after.close()
+
+
+@pytest.mark.parametrize("read_from", ["begin", "end"])
+def test_initial_cursors_are_ignored_unless_read_from_is_cursors(
+    client: httpx.Client, make_event_type: Callable[..., str], read_from: str
+) -> None:
+    name = make_event_type()
+    publish(client, name, [order("old")])
+    # What fahrschein's SubscriptionBuilder sends for readFromBegin() / readFromEnd().
+    empty = client.post(
+        "/subscriptions",
+        json={
+            "owning_application": "fahrschein-app",
+            "event_types": [name],
+            "consumer_group": f"empty-{read_from}",
+            "read_from": read_from,
+            "initial_cursors": [],
+        },
+    )
+    assert empty.status_code == 201, empty.text
+    validate("Subscription", empty.json())
+    # Cursors given with begin or end are not looked at either (Nakadi reads them only for
+    # read_from cursors): this one names a partition the type does not have.
+    ignored = client.post(
+        "/subscriptions",
+        json={
+            "owning_application": "fahrschein-app",
+            "event_types": [name],
+            "consumer_group": f"ignored-{read_from}",
+            "read_from": read_from,
+            "initial_cursors": [{"event_type": name, "partition": "7", "offset": "begin"}],
+        },
+    )
+    assert ignored.status_code == 201, ignored.text
+    # "end" is where the first stream finds the partition: start both, then publish.
+    streams = [Stream(client, s.json()["id"], **FAST) for s in (empty, ignored)]
+    if read_from == "end":
+        for stream in streams:
+            first = stream.batch()
+            assert first is not None and "events" not in first
+    publish(client, name, [order("new")])
+    expected = ["old", "new"] if read_from == "begin" else ["new"]
+    for stream in streams:
+        assert numbers(stream.read_events(len(expected))) == expected
+        stream.close()
+    assert_problem(
+        client.post(
+            "/subscriptions",
+            json={"owning_application": "x", "event_types": [name], "initial_cursors": {}},
+        ),
+        422,
+        "initial_cursors",
+    )
+
+
+def test_a_batch_is_never_larger_than_max_uncommitted_events_allows(
+    client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
+) -> None:
+    name = make_event_type()
+    sid = create(client, [name], read_from="begin")["id"]
+    publish(client, name, [order(str(i)) for i in range(10)])
+    # Nakadi: each batch is min(batch_limit, max_uncommitted_events - uncommitted).
+    stream = Stream(client, sid, batch_limit=4, max_uncommitted_events=2, **FAST)
+    first = stream.read_events(1)
+    assert numbers(first) == ["0", "1"]
+    paused = stream.batch()
+    assert paused is not None and "events" not in paused, paused
+    # Committed: two more may go, again as one batch of two, not of four.
+    assert commit(other, sid, stream.id, [first[0]["cursor"]]).status_code == 204
+    second = stream.read_events(1)
+    assert numbers(second) == ["2", "3"]
+    stream.close()
+
+
+def test_events_filling_the_allowance_across_partitions_go_before_the_flush_timeout(
+    client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
+) -> None:
+    name = partitioned_type(make_event_type, 2)
+    sid = create(client, [name], read_from="begin")["id"]
+    publish(client, name, [order("a", "0"), order("b", "1")])
+    started = time.monotonic()
+    # One event waits in each partition: no batch of min(4, 2) fills, and nothing more is
+    # read before a commit, so both go at once rather than after 20 s.
+    stream = Stream(client, sid, batch_limit=4, max_uncommitted_events=2, batch_flush_timeout=20)
+    got = stream.read_events(2)
+    assert time.monotonic() - started < 10
+    assert sorted(numbers(got)) == ["a", "b"] and all(len(b["events"]) == 1 for b in got)
+    assert commit(other, sid, stream.id, [b["cursor"] for b in got]).status_code == 204
+    stream.close()

@@ -14,22 +14,14 @@ from pathlib import Path
 import uvicorn
 from starlette.types import ASGIApp
 
-from changebroker.http import FlowIdMiddleware
-from changebroker.stack.processes import answers, wait_until
+from changebroker import http
+from changebroker.stack.processes import answers, free_port, wait_until
 
 
 @contextlib.contextmanager
 def serve_in_thread(app: ASGIApp) -> Iterator[str]:
     """Serve ``app`` on a free loopback port; yields its base URL."""
-    config = uvicorn.Config(
-        FlowIdMiddleware(app),
-        host="127.0.0.1",
-        port=0,
-        log_config=None,
-        access_log=False,
-        lifespan="on",
-    )
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(http.config(app, "127.0.0.1", 0, lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_until(lambda: server.started or not thread.is_alive(), timeout=30, what="uvicorn to start")
@@ -89,3 +81,18 @@ class CliProcess:
                 self.process.kill()
                 self.process.wait(timeout=10)
         return self.process.returncode if self.process else None
+
+
+def broker_process(
+    pg_dsn: str, kafka_bootstrap: str, log_path: Path, *args: str
+) -> tuple[CliProcess, str]:
+    """``changebroker broker`` on a free port (not started yet), and its base URL."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = CliProcess(
+        ["broker", "--port", str(port), "--pg-url", pg_dsn, *args],
+        ready_url=f"{url}/health",
+        log_path=log_path,
+        env={"CHANGEBROKER_KAFKA_BOOTSTRAP": kafka_bootstrap},
+    )
+    return process, url
