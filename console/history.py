@@ -51,6 +51,14 @@ class History:
         return self._series.get(name) or Series(self.keep)
 
 
+def compact(value: float) -> str:
+    """``39719400`` -> ``39.7M``: an axis label that fits beside the chart."""
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= limit:
+            return f"{value / limit:.1f}{suffix}"
+    return f"{value:g}"
+
+
 def svg_chart(series: Series, *, title: str, unit: str, width: int = 600, height: int = 140) -> str:
     """A line chart of ``series`` as inline SVG, with a text alternative for screen readers."""
     points = list(series.points)
@@ -85,7 +93,7 @@ def svg_chart(series: Series, *, title: str, unit: str, width: int = 600, height
         f"<title>{escape(summary)}</title>"
         f'<line x1="{pad}" y1="{y(0):.1f}" x2="{width - pad}" y2="{y(0):.1f}" class="axis"/>'
         f'<text x="{pad}" y="12" class="caption">{label} ({escape(unit)})</text>'
-        f'<text x="2" y="{y(top) + 4:.1f}" class="tick">{top:,.0f}</text>'
+        f'<text x="2" y="{y(top) + 4:.1f}" class="tick">{compact(top)}</text>'
         f'<text x="2" y="{y(0):.1f}" class="tick">0</text>'
         f'<text x="{pad}" y="{height - 2}" class="tick">{since}</text>'
         f'<text x="{width - pad}" y="{height - 2}" class="tick" text-anchor="end">now</text>'
