@@ -159,7 +159,7 @@ def main() -> int:
                             ours,
                             "ms",
                             theirs,
-                            f"broker GET {path}",
+                            f"broker GET {path.replace(sid, '{id}').replace(name, '{name}')}",
                             higher_is_better=False,
                         )
                     )
