@@ -26,6 +26,17 @@ class Unit:
     reason: str
     snapshot: dict[str, Any] | None
 
+    @property
+    def snapshot_progress(self) -> str:
+        """``"1,200 of ~5,000 rows (24%)"`` from the snapshot's rows read and estimate."""
+        if not self.snapshot:
+            return ""
+        read = int(self.snapshot.get("rows_read") or 0)
+        estimate = int(self.snapshot.get("estimated_rows") or 0)
+        if estimate <= 0:
+            return f"{read:,} rows read"
+        return f"{read:,} of ~{estimate:,} rows ({min(100, read * 100 // estimate)}%)"
+
 
 def unit_of(name: str, info: dict[str, Any]) -> Unit:
     snapshot = info.get("snapshot") if isinstance(info.get("snapshot"), dict) else None
