@@ -38,6 +38,7 @@ def routes(console: Console) -> list[BaseRoute]:
             ],
             url=up.endpoints.changeserver,
             done=request.query_params.get("markdown") == "done",
+            ingest=console.history.get("changeserver:last_lsn").rate(),
         )
 
     async def confirm(request: Request) -> Response:
