@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import httpx
@@ -12,9 +13,11 @@ from broker.store import SUBJECT_NAMESPACE, SUBJECT_TENANT
 from changebroker.stack.processes import wait_until
 from console.sampler import total_unconsumed
 from tests.bridge.conftest import Rebuilt, Stack
+from tests.broker.conftest import business_event_type
 from tests.broker.subscription_support import Stream, commit
 from tests.console.conftest import screenshot
 
+NOW = "2026-11-23T12:00:00Z"
 PEOPLE = """
 CREATE TABLE people (id int PRIMARY KEY, name text NOT NULL,
     _change_selector text DEFAULT 'bridge');
@@ -135,3 +138,40 @@ def test_every_page_renders_real_data(
     expect(unit).to_contain_text("running")
     expect(unit).to_contain_text(people)
     screenshot(page, "bridge")
+
+
+def test_the_latest_events_of_a_partition_page_back_to_the_oldest(
+    stack: Stack, console_url: str, page: Page
+) -> None:
+    name = f"{stack.prefix}.orders"
+    created = httpx.post(
+        f"{stack.broker_url}/event-types",
+        json=business_event_type(name),
+        timeout=60,
+    )
+    assert created.status_code == 201, created.text
+    orders = [
+        {"order_number": str(i), "metadata": {"eid": str(uuid.uuid4()), "occurred_at": NOW}}
+        for i in range(45)
+    ]
+    published = httpx.post(f"{stack.broker_url}/event-types/{name}/events", json=orders)
+    assert published.status_code == 200, published.text
+
+    def shown() -> list[str]:
+        return [
+            json.loads(text)["order_number"]
+            for text in page.locator("ol.events pre").all_inner_texts()
+        ]
+
+    page.goto(f"{console_url}/event-types/{name}/partitions/0/events")
+    expect(page.locator("ol.events > li")).to_have_count(20)
+    assert shown() == [str(i) for i in range(44, 24, -1)]  # newest first
+    page.get_by_role("link", name="Next page").click()
+    expect(page.locator("ol.events > li")).to_have_count(20)
+    assert shown() == [str(i) for i in range(24, 4, -1)]
+    page.get_by_role("link", name="Next page").click()
+    expect(page.locator("ol.events > li")).to_have_count(5)
+    assert shown() == ["4", "3", "2", "1", "0"]
+    expect(page.get_by_role("link", name="Next page")).to_have_count(0)
+    page.get_by_role("link", name="Previous page").click()
+    expect(page.locator("ol.events > li").first).to_contain_text('"order_number": "24"')
