@@ -1,5 +1,9 @@
 """The HTTP API: ``GET /changes`` (transicator's, exactly) and ``/health`` ``/ready`` ``/markdown``.
 
+One extension transicator clients never send: ``GET /changes?table=<glob>`` (repeatable,
+``fnmatch`` globs of ``schema.table``) serves every change of the matching tables whatever
+its selector, and no scope or selector may be given with it. The bridge reads this way.
+
 Long polling: a request with nothing to return registers one future under each
 of its selectors; the replication thread, after each durable batch, wakes the
 futures of the selectors it wrote through ``loop.call_soon_threadsafe``. No
@@ -34,6 +38,7 @@ DEFAULT_LIMIT = 100
 MAX_LIMIT = 100_000
 _SELECTOR = re.compile(r"^[0-9a-z_-]+$")
 _MAX_ANSWERS = 10_000  # distinct queries remembered between two writes to the change log
+ANY_SELECTOR = "*"  # the waiters of ``table`` queries: woken by every durable batch
 
 
 class Waiters:
@@ -52,7 +57,7 @@ class Waiters:
             self.loop.call_soon_threadsafe(self._wake, selectors)
 
     def _wake(self, selectors: set[str]) -> None:
-        for selector in selectors:
+        for selector in (*selectors, ANY_SELECTOR):
             for future in self.by_selector.pop(selector, ()):
                 if not future.done():
                     future.set_result(None)
@@ -155,6 +160,7 @@ class Query:
     block: int
     snapshot: Snapshot | None
     media_type: str
+    tables: tuple[str, ...] = ()  # the ``table`` extension: every change of these tables
 
 
 def parse_query(request: Request) -> Query:
@@ -187,6 +193,30 @@ def parse_query(request: Request) -> Query:
     return Query(selectors, since, limit, block, snapshot, media_type)
 
 
+def parse_tables_query(request: Request) -> Query | None:
+    """The ``table`` extension's query; ``None`` when the request is transicator's own."""
+    params = request.query_params
+    tables = tuple(sorted(set(params.getlist("table"))))
+    if not tables:
+        return None
+    if params.getlist("scope") or params.getlist("selector"):
+        raise BadRequest(
+            400, "PARAMETER_INVALID", "table reads every selector: give no scope or selector"
+        )
+    if params.get("snapshot"):
+        raise BadRequest(400, "PARAMETER_INVALID", "table cannot be combined with snapshot")
+    since = ZERO
+    if params.get("since"):
+        try:
+            since = Sequence.parse(params["since"])
+        except ValueError as error:
+            raise BadRequest(400, "PARAMETER_INVALID", str(error)) from None
+    limit = min(_integer(request, "limit", DEFAULT_LIMIT), MAX_LIMIT)
+    block = _integer(request, "block", 0)
+    media_type = _media_type(request.headers.get("accept", ""))
+    return Query([ANY_SELECTOR], since, limit, block, None, media_type, tables)
+
+
 # An answer: (any changes?, body, response headers), shared by identical queries.
 Answer = tuple[bool, bytes, list[tuple[bytes, bytes]]]
 
@@ -211,7 +241,8 @@ class ChangesEndpoint:
             await response(scope, receive, send)
             return
         try:
-            query = parse_query(Request(scope))
+            request = Request(scope)
+            query = parse_tables_query(request) or parse_query(request)
             _, body, headers = await self._changes(query)
         except BadRequest as bad:
             response = error_response(bad.status, bad.code, bad.error, bad.description)
@@ -221,7 +252,12 @@ class ChangesEndpoint:
         await send({"type": "http.response.body", "body": body})
 
     def _read(self, query: Query) -> tuple[Bounds, list[tuple[int, int, int, bytes]]]:
-        bounds, rows = self.reader.read(query.selectors, query.since, query.limit, query.snapshot)
+        if query.tables:
+            bounds, rows = self.reader.read_tables(query.tables, query.since, query.limit)
+        else:
+            bounds, rows = self.reader.read(
+                query.selectors, query.since, query.limit, query.snapshot
+            )
         # since 0.0.0 (or none) means "from the beginning": never too old.
         if query.since != ZERO and query.since < bounds.purged:
             raise BadRequest(
@@ -242,7 +278,14 @@ class ChangesEndpoint:
         if version != self._version or len(self._answers) > _MAX_ANSWERS:
             self._answers.clear()
             self._version = version
-        key = (tuple(query.selectors), query.since, query.limit, query.snapshot, query.media_type)
+        key = (
+            tuple(query.selectors),
+            query.since,
+            query.limit,
+            query.snapshot,
+            query.media_type,
+            query.tables,
+        )
         answer = self._answers.get(key)
         if answer is None:
             bounds, rows = self._read(query)
@@ -251,7 +294,9 @@ class ChangesEndpoint:
                 (b"content-type", query.media_type.encode()),
                 (b"content-length", str(len(body)).encode()),
             ]
-            answer = self._answers[key] = (bool(rows), body, headers)
+            # A ``table`` read that only moved past other tables' changes has news too.
+            found = bool(rows) or (bool(query.tables) and bounds.last > query.since)
+            answer = self._answers[key] = (found, body, headers)
         return answer
 
     async def _changes(self, query: Query) -> Answer:
