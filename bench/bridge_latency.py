@@ -106,9 +106,9 @@ class Deliveries:
 @contextlib.contextmanager
 def services(
     app_dsn: str, meta_dsn: str, bootstrap: str, state: Path, *bridge_args: str
-) -> Iterator[str]:
+) -> Iterator[tuple[str, int]]:
     """changeserver, registry, broker and bridge (``bridge_args`` added) as processes;
-    yields the bridge's URL."""
+    yields the bridge's URL and process id."""
     ports = {name: free_port() for name in ("cs", "csm", "registry", "broker", "bridge")}
     loopback = "http://127.0.0.1"
     commands = [
@@ -138,7 +138,7 @@ def services(
                     )
                 )
                 wait_until(functools.partial(answers, ready), timeout=120, what=args[0])
-            yield f"{loopback}:{ports['bridge']}"
+            yield f"{loopback}:{ports['bridge']}", processes[-1].pid
             httpx.get(f"{loopback}:{ports['csm']}/markdown")  # the slot goes at shutdown
         finally:
             for process in reversed(processes):
