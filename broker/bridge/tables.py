@@ -128,9 +128,14 @@ def refusal(table: Table) -> str | None:
             f"{table.name} has no primary key: add one, or name its key columns with"
             f" --key {table.name}=col1,col2 (and make it REPLICA IDENTITY FULL)"
         )
-    missing = [k for k in table.key if k not in {c.name for c in table.columns}]
+    columns = {c.name: c for c in table.columns}
+    missing = [k for k in table.key if k not in columns]
     if missing:
         return f"--key of {table.name} names columns it does not have: {', '.join(missing)}"
+    nullable = [k for k in table.key if columns[k].nullable]
+    if nullable:
+        # A NULL key cannot be ordered past in chunks, nor told apart from another row.
+        return f"--key columns of {table.name} must be NOT NULL: {', '.join(nullable)}"
     return None
 
 
