@@ -441,10 +441,14 @@ class Bridge:
             if run.finished_at is not None or table in self.stopped or not self.selection(table):
                 continue
             flight = self._chunks.in_flight(table)
-            while len(flight) < IN_FLIGHT and not (flight and flight[-1].final):
-                described = await self._describe(table)
-                if described is None:
-                    break
+            if len(flight) >= IN_FLIGHT or (flight and flight[-1].final):
+                continue
+            described = await self._describe(table)  # as it is now: DDL may have changed it
+            while (
+                described is not None
+                and len(flight) < IN_FLIGHT
+                and not (flight and flight[-1].final)
+            ):
                 after = flight[-1].last_key if flight else run.last_key
                 chunk = await self._chunks.read(described, run.id, after)
                 self.rows_read_here[table] = self.rows_read_here.get(table, 0) + chunk.read
@@ -528,6 +532,9 @@ class Bridge:
         woken: asyncio.Future[Any] = asyncio.ensure_future(self._wake.wait())
         try:
             await asyncio.wait([poll, woken], return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            poll.cancel()  # the session ends: no read may outlive its client unheard
+            raise
         finally:
             woken.cancel()
         if not poll.done():

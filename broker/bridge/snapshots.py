@@ -37,7 +37,9 @@ from broker.bridge.tables import Table, split_name
 from changeserver.replication import SESSION_OPTIONS
 
 WATERMARKS = "public.changebroker_watermarks"
-IN_FLIGHT = 2  # chunks of one table read ahead of the stream: the next read overlaps emitting
+# Chunks of one table read ahead of the stream: their watermarks travel through replication
+# and the change log while earlier chunks are emitted.
+IN_FLIGHT = 4
 
 Key = tuple[str | None, ...]  # the key columns' text, as Postgres prints them
 

@@ -184,7 +184,7 @@ def test_sigkilled_twice_the_snapshot_resumes(
 
 
 def sigkilled_twice_the_snapshot_resumes(stack: Stack, rebuilt: Rebuilt) -> None:
-    bridge = stack.bridge_process("--include", TABLE, "--snapshot-chunk", "5000")
+    bridge = stack.bridge_process("--include", TABLE, "--snapshot-chunk", "10000")
     writers = Writers(stack.app_dsn, ROWS).start()
     try:
         bridge.start()
