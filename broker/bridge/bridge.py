@@ -18,6 +18,7 @@ again from the oldest held position and publishes only what each unit has not pu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -205,7 +206,8 @@ def now_rfc3339() -> str:
 class Bridge:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.position = Position()
+        self.position = Position()  # as processed: committed, or being committed
+        self.committed = Position()  # as Kafka holds it: what status reports
         self.stopped: dict[str, str] = {}  # unit -> why; in memory: a restart retries
         self.changeserver_last = ZERO
         self.ready = asyncio.Event()
@@ -217,6 +219,9 @@ class Bridge:
         self._prefetch: tuple[Sequence, asyncio.Future[httpx.Response]] | None = None
         self._catalog: psycopg.AsyncConnection[Any] | None = None
         self._event_types: EventTypes | None = None
+        # The Kafka transaction under way and the position it commits (``self.position``
+        # already): the next batch is read and turned into events meanwhile.
+        self._committing: tuple[asyncio.Future[None], Position] | None = None
         self.selection = tables.Selection(
             settings.include, settings.exclude, own_tables(settings.outbox_table)
         )
@@ -233,7 +238,7 @@ class Bridge:
     def status(self) -> dict[str, Any]:
         last = self.changeserver_last
         units = {}
-        position = self.position
+        position = self.committed
         every = {*position.progress, *self.stopped, *position.held, *position.snapshots}
         for unit in sorted({*every, *self.refused}):
             progress = position.progress.get(unit, Progress())
@@ -249,14 +254,14 @@ class Bridge:
         return {
             "name": self.settings.name,
             "ready": self.ready.is_set(),
-            "position": str(self.position.since),
+            "position": str(position.since),
             "changeserver_last_sequence": str(last),
-            "lag_bytes": max(0, last.lsn - self.position.since.lsn),
+            "lag_bytes": max(0, last.lsn - position.since.lsn),
             "units": units,
         }
 
     def _snapshot_status(self, table: str) -> dict[str, Any] | None:
-        run = self.position.snapshots.get(table)
+        run = self.committed.snapshots.get(table)
         if run is None:
             return None
         return {
@@ -320,7 +325,7 @@ class Bridge:
         store = Store(s.meta_dsn, pool_size=2)
         try:
             record = await asyncio.to_thread(load_position, s.kafka_bootstrap, s.name)
-            self.position = Position.of(record)
+            self.position = self.committed = Position.of(record)
             await asyncio.to_thread(pg.migrate, s.app_dsn, "outbox")
             await asyncio.to_thread(pg.migrate, s.app_dsn, "bridge")
             # Stops not committed with a held position (the failed batch's) must not skip
@@ -351,6 +356,10 @@ class Bridge:
             if self._prefetch is not None:
                 self._prefetch[1].cancel()
                 self._prefetch = None
+            if self._committing is not None:
+                with contextlib.suppress(Exception):  # the session failed already
+                    await self._committing[0]
+                self._committing = None
             self._catalog = self._event_types = None
             await self._chunks.close()
             await asyncio.to_thread(producer.close)
@@ -429,8 +438,8 @@ class Bridge:
                 "snapshot started",
                 extra=logs.fields(table=table, run=run.id, estimated_rows=run.estimated_rows),
             )
-        await asyncio.to_thread(producer.commit, [], position.as_json())
-        self.position = position
+        await self._commit(producer, [], position)
+        await self._committed()  # chunks are read only for runs a restart knows
         for table, run in requested.items():
             if self._snapshot_requests.get(table) is run:
                 del self._snapshot_requests[table]
@@ -580,11 +589,36 @@ class Bridge:
             if position.held[unit] >= position.since:
                 del position.held[unit]
         if position.as_json() != self.position.as_json():
-            await asyncio.to_thread(producer.commit, messages, position.as_json())
-            self.position = position
-            for unit, name in position.renamed.items():
-                if self._renames.get(unit) == name:
-                    del self._renames[unit]
+            await self._commit(producer, messages, position)
+
+    async def _commit(
+        self, producer: Transactions, messages: list[Message], position: Position
+    ) -> None:
+        """Start committing ``messages`` and ``position`` in one Kafka transaction, once the
+        previous one has ended; ``self.position`` is ``position`` from now on (a failed
+        commit ends the session, which starts over from what Kafka holds)."""
+        await self._committed()
+        record = position.as_json()
+        future = asyncio.ensure_future(asyncio.to_thread(producer.commit, messages, record))
+
+        def done(future: asyncio.Future[None]) -> None:
+            if not future.cancelled() and future.exception() is None:
+                self.committed = position
+
+        future.add_done_callback(done)
+        self._committing = (future, position)
+        self.position = position
+
+    async def _committed(self) -> None:
+        """Wait for the commit under way; raises its failure."""
+        if self._committing is None:
+            return
+        future, position = self._committing
+        self._committing = None
+        await future
+        for unit, name in position.renamed.items():
+            if self._renames.get(unit) == name:
+                del self._renames[unit]
 
     def _poll(self, changes: httpx.AsyncClient, since: Sequence) -> asyncio.Future[httpx.Response]:
         """The read of changes after ``since``: the one prefetched if it starts there."""
