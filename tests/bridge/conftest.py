@@ -46,6 +46,7 @@ class Stack:
     prefix: str
     tmp: Path
     snapshots_dir: Path  # where the changeserver's /snapshots reads
+    publication: str = ""
     bridge_url: str = ""
     _bridge: Any = None
 
@@ -58,6 +59,7 @@ class Stack:
             kafka_bootstrap=self.kafka_bootstrap,
             name=self.prefix,
             prefix=self.prefix,
+            publication=self.publication,
             partitions=3,
             block=1,
             **overrides,
@@ -70,8 +72,9 @@ class Stack:
         wait_until(bridge.ready.is_set, timeout=60, what="the bridge to load its position")
         return bridge
 
-    def bridge_process(self) -> CliProcess:
-        """``changebroker bridge`` as a child process, for tests that SIGKILL it."""
+    def bridge_process(self, *extra: str) -> CliProcess:
+        """``changebroker bridge`` as a child process, for tests that SIGKILL it; ``extra``
+        flags added."""
         port = free_port()
         self.bridge_url = f"http://127.0.0.1:{port}"
         args = [
@@ -85,6 +88,7 @@ class Stack:
             ),
             *("--broker-url", self.broker_url),
             *("--name", self.prefix, "--prefix", self.prefix, "--partitions", "3"),
+            *("--publication", self.publication, *extra),
         ]
         return CliProcess(args, f"{self.bridge_url}/health", self.tmp / "bridge.log")
 
@@ -278,6 +282,7 @@ def make_stack(
                 prefix=unique_name("cdc"),
                 tmp=tmp_path,
                 snapshots_dir=snapshots_dir,
+                publication=slot,
             )
             exits.callback(stack.stop_bridge)
             return stack

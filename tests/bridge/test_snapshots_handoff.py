@@ -173,7 +173,7 @@ def _is_last(change: dict[str, Any]) -> bool:
 def test_snapshot_then_changes_since_its_sequence_is_the_database(stack: Stack, spark: Any) -> None:
     for statement in DDL:
         stack.sql(statement)
-    bridge = stack.start_bridge(selectors=SELECTORS)
+    bridge = stack.start_bridge()
     stop = threading.Event()
     writer = threading.Thread(
         target=_write, args=(stack.app_dsn, random.Random(14), stop), daemon=True
