@@ -110,19 +110,19 @@ def parsed_events(events: DataFrame, spec: TableSpec) -> DataFrame:
     every column in its snapshot type."""
     from pyspark.sql import functions as F
 
-    value = F.col("value").cast("string")
     parsed = events.select(
         F.col("offset").alias("_offset"),
-        F.from_json(value, event_schema(spec.columns)).alias("_e"),
-        F.when(
-            F.get_json_object(value, "$.data_op") == F.lit("U"),
-            F.json_object_keys(F.get_json_object(value, "$.data")),
-        ).alias("_keys"),
+        F.col("value").cast("string").alias("_value"),
+        F.from_json(F.col("value").cast("string"), event_schema(spec.columns)).alias("_e"),
     )
+    op = F.col("_e.data_op")
     return parsed.select(
-        F.col("_e.data_op").alias("_op"),
+        op.alias("_op"),
         "_offset",
-        "_keys",
+        # Only an update may omit a column; its data is scanned once more for its keys.
+        F.when(op == F.lit("U"), F.json_object_keys(F.get_json_object("_value", "$.data"))).alias(
+            "_keys"
+        ),
         *(
             _converted(c, F.col("_e.data").getField(c.name), spec.table).alias(c.name)
             for c in spec.columns
