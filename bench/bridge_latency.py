@@ -104,8 +104,11 @@ class Deliveries:
 
 
 @contextlib.contextmanager
-def _services(app_dsn: str, meta_dsn: str, bootstrap: str, state: Path) -> Iterator[str]:
-    """changeserver, registry, broker and bridge as processes; yields the bridge's URL."""
+def services(
+    app_dsn: str, meta_dsn: str, bootstrap: str, state: Path, *bridge_args: str
+) -> Iterator[tuple[str, int]]:
+    """changeserver, registry, broker and bridge (``bridge_args`` added) as processes;
+    yields the bridge's URL and process id."""
     ports = {name: free_port() for name in ("cs", "csm", "registry", "broker", "bridge")}
     loopback = "http://127.0.0.1"
     commands = [
@@ -119,7 +122,8 @@ def _services(app_dsn: str, meta_dsn: str, bootstrap: str, state: Path) -> Itera
         (["bridge", "--port", str(ports["bridge"]), "--pg-url", app_dsn, "--meta-pg-url",
           meta_dsn, "--kafka-bootstrap", bootstrap, "--name", state.name,
           "--changeserver-url", f"{loopback}:{ports['cs']}",
-          "--broker-url", f"{loopback}:{ports['broker']}"],
+          "--broker-url", f"{loopback}:{ports['broker']}", "--publication", state.name,
+          *bridge_args],
          f"{loopback}:{ports['bridge']}/health"),
     ]  # fmt: skip
     processes: list[subprocess.Popen[bytes]] = []
@@ -134,7 +138,7 @@ def _services(app_dsn: str, meta_dsn: str, bootstrap: str, state: Path) -> Itera
                     )
                 )
                 wait_until(functools.partial(answers, ready), timeout=120, what=args[0])
-            yield f"{loopback}:{ports['bridge']}"
+            yield f"{loopback}:{ports['bridge']}", processes[-1].pid
             httpx.get(f"{loopback}:{ports['csm']}/markdown")  # the slot goes at shutdown
         finally:
             for process in reversed(processes):
@@ -159,7 +163,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             state = Path(tmp) / f"bench_{token}"
             state.mkdir()
-            with _services(app_dsn, meta_dsn, bootstrap, state):
+            with services(app_dsn, meta_dsn, bootstrap, state):
                 figures = _measure(app_dsn, meta_dsn, bootstrap)
     finally:
         with psycopg.connect(server_dsn, autocommit=True) as conn:

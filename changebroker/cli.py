@@ -39,6 +39,7 @@ def _stack_options(parser: argparse.ArgumentParser) -> None:
         ("--changeserver-port", "changeserver"),
         ("--changeserver-mgmt-port", "changeserver_mgmt"),
         ("--bridge-port", "bridge"),
+        ("--console-port", "console"),
     ]:
         config.add_option(
             parser,
@@ -60,6 +61,7 @@ def _stack(args: argparse.Namespace) -> LocalStack:
         changeserver=args.changeserver_port,
         changeserver_mgmt=args.changeserver_mgmt_port,
         bridge=args.bridge_port,
+        console=args.console_port,
     )
     return LocalStack.from_env(StateDir(args.state_dir), ports)
 

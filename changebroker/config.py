@@ -23,6 +23,7 @@ DEFAULT_REGISTRY_PORT = 8081
 DEFAULT_CHANGESERVER_PORT = 9000
 DEFAULT_CHANGESERVER_MGMT_PORT = 9001
 DEFAULT_BRIDGE_PORT = 9002
+DEFAULT_CONSOLE_PORT = 8088
 # The application data the changeserver publishes, and our own metadata (broker, registry),
 # in separate databases: our metadata writes must never show up as changes.
 DEFAULT_DATABASE = "changebroker"
@@ -59,13 +60,11 @@ def add_option(
     )
 
 
-def add_flag(parser: argparse.ArgumentParser, flag: str, *, scope: str, help: str) -> None:
-    """A yes/no ``flag``, also set by its environment variable (``1``, ``true`` or ``yes``)."""
+def add_switch(parser: argparse.ArgumentParser, flag: str, *, scope: str, help: str) -> None:
+    """An on/off ``flag``, also on when its environment variable is true, yes, on or 1."""
     variable = env_name(scope, flag)
-    value = os.environ.get(variable, "").strip().lower() in ("1", "true", "yes")
-    parser.add_argument(
-        flag, action="store_true", default=value, help=f"{help} [env {variable}; default {value}]"
-    )
+    on = os.environ.get(variable, "").strip().lower() in ("1", "true", "yes", "on")
+    parser.add_argument(flag, action="store_true", default=on, help=f"{help} [env {variable}]")
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")

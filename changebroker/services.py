@@ -7,6 +7,7 @@ SERVICE_MODULES: dict[str, tuple[str, str]] = {
     "registry": ("registry.main", "the OpenSchema schema registry"),
     "broker": ("broker.main", "the Nakadi-compatible event broker on Kafka"),
     "bridge": ("broker.bridge.main", "publish every row change from /changes as data events"),
+    "console": ("console.main", "the operator's web console over every service's HTTP API"),
 }
 
 # Commands that run once and end (not started by ``up``), with the same configure/run shape.

@@ -1,6 +1,10 @@
 """The HTTP API: ``GET /changes`` (transicator's, exactly), ``/diagnostics/stack`` and
 ``/health`` ``/ready`` ``/markdown``.
 
+One extension transicator clients never send: ``GET /changes?table=<glob>`` (repeatable,
+``fnmatch`` globs of ``schema.table``) serves every change of the matching tables whatever
+its selector, and no scope or selector may be given with it. The bridge reads this way.
+
 Long polling: a request with nothing to return registers one future under each
 of its selectors; the replication thread, after each durable batch, wakes the
 futures of the selectors it wrote through ``loop.call_soon_threadsafe``. No
@@ -36,6 +40,7 @@ DEFAULT_LIMIT = 100
 MAX_LIMIT = 100_000
 _SELECTOR = re.compile(r"^[0-9a-z_-]+$")
 _MAX_ANSWERS = 10_000  # distinct queries remembered between two writes to the change log
+ANY_SELECTOR = "*"  # the waiters of ``table`` queries: woken by every durable batch
 
 
 class Waiters:
@@ -54,7 +59,7 @@ class Waiters:
             self.loop.call_soon_threadsafe(self._wake, selectors)
 
     def _wake(self, selectors: set[str]) -> None:
-        for selector in selectors:
+        for selector in (*selectors, ANY_SELECTOR):
             for future in self.by_selector.pop(selector, ()):
                 if not future.done():
                     future.set_result(None)
@@ -163,6 +168,7 @@ class Query:
     block: int
     snapshot: Snapshot | None
     media_type: str
+    tables: tuple[str, ...] = ()  # the ``table`` extension: every change of these tables
 
 
 def parse_query(request: Request) -> Query:
@@ -174,6 +180,16 @@ def parse_query(request: Request) -> Query:
             raise BadRequest(
                 400, "PARAMETER_INVALID", f"invalid selector {selector!r}: use [0-9a-z_-]"
             )
+    tables = tuple(sorted(set(params.getlist("table"))))
+    if tables:
+        # The extension: every change of the named tables, whatever its selector.
+        if selectors:
+            raise BadRequest(
+                400, "PARAMETER_INVALID", "table reads every selector: give no scope or selector"
+            )
+        if _first(request, "snapshot"):
+            raise BadRequest(400, "PARAMETER_INVALID", "table cannot be combined with snapshot")
+        selectors = [ANY_SELECTOR]
     # None named: the changes of rows without a selector (NULL, empty, or no such column).
     selectors = selectors or [NO_SELECTOR]
     since = ZERO
@@ -195,7 +211,7 @@ def parse_query(request: Request) -> Query:
     if limit > MAX_LIMIT:
         raise BadRequest(400, "PARAMETER_INVALID", f"limit too high, exceeds max {MAX_LIMIT}")
     block = _integer(request, "block", 0)
-    return Query(selectors, since, limit, block, snapshot, media_type)
+    return Query(selectors, since, limit, block, snapshot, media_type, tables)
 
 
 # An answer: (any changes?, body, response headers), shared by identical queries.
@@ -222,7 +238,8 @@ class ChangesEndpoint:
             await response(scope, receive, send)
             return
         try:
-            query = parse_query(Request(scope))
+            request = Request(scope)
+            query = parse_query(request)
             _, body, headers = await self._changes(query)
         except BadRequest as bad:
             response = error_response(bad.status, bad.code, bad.error, bad.description)
@@ -232,7 +249,12 @@ class ChangesEndpoint:
         await send({"type": "http.response.body", "body": body})
 
     def _read(self, query: Query) -> tuple[Bounds, list[tuple[int, int, int, bytes]]]:
-        bounds, rows = self.reader.read(query.selectors, query.since, query.limit, query.snapshot)
+        if query.tables:
+            bounds, rows = self.reader.read_tables(query.tables, query.since, query.limit)
+        else:
+            bounds, rows = self.reader.read(
+                query.selectors, query.since, query.limit, query.snapshot
+            )
         if _too_old(query.since, bounds):
             raise BadRequest(
                 400,
@@ -252,7 +274,14 @@ class ChangesEndpoint:
         if version != self._version or len(self._answers) > _MAX_ANSWERS:
             self._answers.clear()
             self._version = version
-        key = (tuple(query.selectors), query.since, query.limit, query.snapshot, query.media_type)
+        key = (
+            tuple(query.selectors),
+            query.since,
+            query.limit,
+            query.snapshot,
+            query.media_type,
+            query.tables,
+        )
         answer = self._answers.get(key)
         if answer is None:
             bounds, rows = self._read(query)
@@ -261,7 +290,9 @@ class ChangesEndpoint:
                 (b"content-type", query.media_type.encode()),
                 (b"content-length", str(len(body)).encode()),
             ]
-            answer = self._answers[key] = (bool(rows), body, headers)
+            # A ``table`` read that only moved past other tables' changes has news too.
+            found = bool(rows) or (bool(query.tables) and bounds.last > query.since)
+            answer = self._answers[key] = (found, body, headers)
         return answer
 
     async def _changes(self, query: Query) -> Answer:

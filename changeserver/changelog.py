@@ -22,6 +22,7 @@ SQLite transaction keeps the fsync cost per change small.
 
 from __future__ import annotations
 
+import fnmatch
 import marshal
 import sqlite3
 import struct
@@ -227,6 +228,7 @@ class LogReader:
     def __init__(self, path: Path) -> None:
         self._conn = _connect(path)
         self._relations: dict[int, Relation] = {}
+        self._matched: dict[tuple[int, tuple[str, ...]], bool] = {}  # (relation, patterns)
 
     def relation(self, id: int) -> Relation:
         """The relation a durable body names (relations are immutable: cached for good)."""
@@ -268,6 +270,70 @@ class LogReader:
             return bounds, rows
         finally:
             conn.execute("COMMIT")
+
+    def read_tables(
+        self, patterns: tuple[str, ...], since: Sequence, limit: int
+    ) -> tuple[Bounds, list[tuple[int, int, int, bytes]]]:
+        """Every change after ``since`` of the tables ``patterns`` (``fnmatch`` globs of
+        ``schema.table``) match, whatever its selector, from a window of at most ``limit``
+        changes of any table; ``bounds.last`` is the window's end, so a reader moves past
+        the changes of other tables too.
+
+        The window is found in ``commits`` (one row per transaction, with its size), then
+        each selector's range of it is read by primary key: no scan of the whole log.
+        """
+        conn = self._conn
+        conn.execute("BEGIN")
+        try:
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            bounds = Bounds(
+                Sequence(meta["first_lsn"], meta["first_idx"]),
+                Sequence(meta["last_lsn"], meta["last_idx"]),
+                Sequence(meta["purged_lsn"], meta["purged_idx"]),
+            )
+            if limit <= 0 or since >= bounds.last:
+                return bounds, []
+            end, counted = bounds.last, 0
+            for lsn, size in conn.execute(
+                "SELECT lsn, size FROM commits WHERE lsn >= ? ORDER BY lsn LIMIT ?",
+                (since.lsn, limit + 1),
+            ):
+                first = since.index + 1 if lsn == since.lsn else 0
+                if counted + size - first >= limit:
+                    end = Sequence(lsn, first + limit - counted - 1)
+                    break
+                counted += max(0, size - first)
+            selectors = []
+            (selector,) = conn.execute("SELECT min(selector) FROM changes").fetchone()
+            while selector is not None:  # each step a seek on the primary key
+                selectors.append(selector)
+                (selector,) = conn.execute(
+                    "SELECT min(selector) FROM changes WHERE selector > ?", (selector,)
+                ).fetchone()
+            if not selectors:
+                return bounds, []
+            marks = ",".join("?" * len(selectors))
+            rows = conn.execute(
+                f"SELECT lsn, idx, txid, data FROM changes WHERE selector IN ({marks})"
+                " AND (lsn > ? OR (lsn = ? AND idx > ?)) AND (lsn < ? OR (lsn = ? AND idx <= ?))"
+                " ORDER BY lsn, idx",
+                [*selectors, since.lsn, since.lsn, since.index, end.lsn, end.lsn, end.index],
+            ).fetchall()
+            wanted = [row for row in rows if self._matches(row[3], patterns)]
+            return Bounds(bounds.first, end, bounds.purged), wanted
+        finally:
+            conn.execute("COMMIT")
+
+    def _matches(self, data: bytes, patterns: tuple[str, ...]) -> bool:
+        relation_id = pgoutput.BODY.unpack_from(data)[2]
+        key = (relation_id, patterns)
+        found = self._matched.get(key)
+        if found is None:
+            if len(self._matched) > 10_000:
+                self._matched.clear()
+            table = self.relation(relation_id).table
+            found = self._matched[key] = any(fnmatch.fnmatchcase(table, p) for p in patterns)
+        return found
 
     def version(self) -> int:
         """Changes whenever another connection (the writer, retention) committed."""

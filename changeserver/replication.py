@@ -31,7 +31,7 @@ _PG_EPOCH = 946_684_800  # 2000-01-01 in Unix seconds: the protocol's clock epoc
 _BATCH_CHANGES = 20_000  # bounds memory and SQLite transaction size under a burst
 _STATUS_INTERVAL = 5.0  # seconds between unsolicited standby status updates
 # Fixed text output, whatever the server's defaults: the served values never drift.
-_SESSION_OPTIONS = "-c datestyle=ISO -c timezone=UTC -c extra_float_digits=3 -c bytea_output=hex"
+SESSION_OPTIONS = "-c datestyle=ISO -c timezone=UTC -c extra_float_digits=3 -c bytea_output=hex"
 
 
 def format_lsn(lsn: int) -> str:
@@ -152,7 +152,7 @@ class Replicator(threading.Thread):
         widener = TxidWidener(int(next_txid))
         durable_lsn, confirmed = self.changelog.durable()
         conn = psycopg.connect(
-            self.dsn, autocommit=True, replication="database", options=_SESSION_OPTIONS
+            self.dsn, autocommit=True, replication="database", options=SESSION_OPTIONS
         )
         # Closed, never left by ``with``: its exit would COMMIT into the COPY_BOTH stream.
         try:

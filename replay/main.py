@@ -56,7 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     option("--tables", type=_names, default=(), help="comma-separated schema.table to replay")
     option("--event-types", type=_names, default=(), help="comma-separated event types to replay")
-    config.add_flag(
+    config.add_switch(
         parser, "--all", scope=SCOPE, help="every table the bridge writes (also the default)"
     )
     option(
@@ -65,7 +65,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="where the snapshot ends: latest, an ISO 8601 time, or Nakadi cursors as JSON"
         ' {"<event type>": [{"partition": "0", "offset": "001-0001-..."}]}',
     )
-    config.add_flag(
+    config.add_switch(
         parser, "--full", scope=SCOPE, help="read from the beginning, not from the newest snapshot"
     )
     option("--base", help="the snapshot id (in --out) to continue from; default the newest")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything changebroker needs on a Debian host, idempotently:
-# Java (a JDK with --test), Maven and PostgreSQL from Debian (when absent), the virtual environment
-# at .venv with the project in it, and the Kafka / Spark-connector jars from
+# Java (a JDK with --test), Maven and PostgreSQL from Debian (when absent; Chromium too with
+# --test), the virtual environment at .venv with the project in it, and the Kafka / Spark-connector jars from
 # Maven Central into .state/cache. `--test` adds the test and lint tools.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,10 @@ command -v mvn >/dev/null || missing+=(maven)
 # the registry's reference): a JDK, not only a JRE.
 if [[ -n "$extras" ]] && ! command -v javac >/dev/null; then
   missing+=(openjdk-17-jdk-headless)
+fi
+# The console's browser tests drive Debian's Chromium (never a downloaded browser build).
+if [[ -n "$extras" ]] && [[ ! -x /usr/bin/chromium ]]; then
+  missing+=(chromium chromium-driver)
 fi
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 if ((${#missing[@]})); then

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 
 from changebroker import kafka
@@ -54,6 +55,7 @@ def test_up_demo_runs_every_service_idempotently_and_down_stops_them(
             "CHANGESERVER_PORT",
             "CHANGESERVER_MGMT_PORT",
             "BRIDGE_PORT",
+            "CONSOLE_PORT",
         )
     }
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHANGEBROKER_")}
@@ -72,6 +74,11 @@ def test_up_demo_runs_every_service_idempotently_and_down_stops_them(
         with psycopg.connect(status["postgres"]["dsn"]) as conn:
             assert conn.execute("SHOW wal_level").fetchone() == ("logical",)
         kafka.wait_until_ready(status["kafka"]["bootstrap"], timeout=30)
+        # The console, started last, sees every service up through their HTTP APIs.
+        overview = httpx.get(status["console"]["url"] + "/", timeout=30)
+        assert overview.status_code == 200
+        assert "no answer from" not in overview.text and "failing" not in overview.text
+        assert overview.text.count('class="stage ok"') == 5, overview.text
 
         second = _changebroker(env, "up", "--demo")
         assert second.returncode == 0, second.stdout + second.stderr

@@ -2,7 +2,8 @@
 data-change event of its table's event type, exactly once (events and position in one Kafka
 transaction), with the table's schema registered and evolved; and the outbox.
 
-``bridge.py`` the loop and units of progress, ``tables.py`` catalog and JSON Schema,
+``bridge.py`` the loop and units of progress, ``snapshots.py`` existing rows as ``S``
+events woven into the stream, ``tables.py`` catalog, keys, selection and JSON Schema,
 ``values.py`` Postgres text to JSON, ``event_types.py`` creating and evolving event types
 ``transactions.py`` the transactional producer and the position
 topic, ``main.py`` the CLI and the HTTP face (health, status, metrics, resume).

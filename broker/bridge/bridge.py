@@ -1,6 +1,11 @@
 """The loop: long-poll ``/changes``, turn each change into events through the broker's
 publishing pipeline, commit the events and the new position in one Kafka transaction.
 
+Tables by name: the bridge reads every change of the tables ``--include``/``--exclude``
+select (the changeserver's ``table`` extension of ``/changes``), whatever their selector;
+each selected table is first published as it is (a snapshot: ``snapshots.py``), its rows as
+``S`` events woven into the stream, and again whenever an operator asks.
+
 Units of progress: each table is a unit, and each event type of the outbox is one. A unit
 whose change cannot be published (its schema change refused, an event the event type
 rejects, an outbox event type that does not exist) stops: its later changes are skipped
@@ -13,9 +18,13 @@ again from the oldest held position and publishes only what each unit has not pu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
+import hashlib
 import logging
+import re
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,10 +32,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+import orjson
 import psycopg
+from psycopg import sql as psql
 
+import sql as migrations
 from broker.bridge import tables, values
 from broker.bridge.event_types import EventTypes, Published, SchemaRefused, event_type_name
+from broker.bridge.snapshots import IN_FLIGHT, WATERMARKS, Chunk, Chunks, Run
 from broker.bridge.transactions import (
     Transactions,
     ensure_positions_topic,
@@ -45,6 +58,32 @@ _OPS = {1: "C", 2: "U", 3: "D"}
 _INSERT = 1
 # eids are uuid5 of "<unit>/<sequence>" in this namespace: the same change, the same eid.
 EID_NAMESPACE = uuid.UUID("6f1c2f4e-1b0a-5c39-9b7e-2f1d0c4b8a11")
+_EID_PREFIX = EID_NAMESPACE.bytes
+
+
+def eid(name: str) -> str:
+    """``str(uuid.uuid5(EID_NAMESPACE, name))`` without the UUID object: one per event, and a
+    snapshot makes millions."""
+    digest = bytearray(hashlib.sha1(_EID_PREFIX + name.encode()).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+_DISCOVER_EVERY = 30.0  # seconds between looks for newly published tables to snapshot
+_LOG_PROGRESS_EVERY = 10.0  # seconds between a running snapshot's progress lines
+
+
+def own_tables(outbox_table: str) -> frozenset[str]:
+    """The product's tables, never published as data events: every table its migrations
+    create in the application's default schema, and the outbox (published on its own)."""
+    created = {
+        f"public.{name}"
+        for path in migrations.DIR.glob("*/*.sql")
+        for name in re.findall(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", path.read_text())
+    }
+    return frozenset({*created, "public.changebroker_migrations", WATERMARKS, outbox_table})
 
 
 @dataclass(frozen=True)
@@ -55,8 +94,11 @@ class Settings:
     app_dsn: str  # the application database (the tables' catalog)
     kafka_bootstrap: str
     name: str = "bridge"
-    selectors: tuple[str, ...] = ("bridge",)
-    tables: tuple[str, ...] = ()  # empty: every table whose changes arrive
+    include: tuple[str, ...] = ()  # globs of schema.table; empty: every published table
+    exclude: tuple[str, ...] = ()
+    keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # table -> key columns
+    publication: str = "changebroker"  # the changeserver's: the tables there are to snapshot
+    snapshot_chunk: int = 10_000  # rows read at once
     prefix: str = "changebroker"
     pattern: str = "{prefix}.{schema}.{table}"
     outbox_table: str = "public.changebroker_outbox"
@@ -91,6 +133,7 @@ class Position:
     progress: dict[str, Progress] = field(default_factory=dict)
     # Tables an operator moved to another event type (a change their old one refuses).
     renamed: dict[str, str] = field(default_factory=dict)
+    snapshots: dict[str, Run] = field(default_factory=dict)  # table -> its newest run
 
     def floor(self, unit: str) -> Sequence:
         return self.held.get(unit, self.since)
@@ -101,6 +144,7 @@ class Position:
             "held": {unit: str(seq) for unit, seq in self.held.items()},
             "progress": {unit: p.as_json() for unit, p in self.progress.items()},
             "renamed": dict(self.renamed),
+            "snapshots": {table: run.as_json() for table, run in self.snapshots.items()},
         }
 
     @classmethod
@@ -112,6 +156,7 @@ class Position:
             {unit: Sequence.parse(seq) for unit, seq in record["held"].items()},
             {unit: Progress(**p) for unit, p in record["progress"].items()},
             dict(record.get("renamed", {})),
+            {table: Run.of(run) for table, run in record.get("snapshots", {}).items()},
         )
 
     def copy(self) -> Position:
@@ -120,6 +165,7 @@ class Position:
             dict(self.held),
             {unit: Progress(**p.as_json()) for unit, p in self.progress.items()},
             dict(self.renamed),
+            {table: dataclasses.replace(run) for table, run in self.snapshots.items()},
         )
 
 
@@ -149,10 +195,19 @@ class UnitStopped(Exception):
     """This change cannot be published; its unit stops here."""
 
 
+class TableRefused(Exception):
+    """The bridge cannot publish this table (no key): none of its changes are published."""
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 class Bridge:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.position = Position()
+        self.position = Position()  # as processed: committed, or being committed
+        self.committed = Position()  # as Kafka holds it: what status reports
         self.stopped: dict[str, str] = {}  # unit -> why; in memory: a restart retries
         self.changeserver_last = ZERO
         self.ready = asyncio.Event()
@@ -164,29 +219,70 @@ class Bridge:
         self._prefetch: tuple[Sequence, asyncio.Future[httpx.Response]] | None = None
         self._catalog: psycopg.AsyncConnection[Any] | None = None
         self._event_types: EventTypes | None = None
+        # The Kafka transaction under way and the position it commits (``self.position``
+        # already): the next batch is read and turned into events meanwhile.
+        self._committing: tuple[asyncio.Future[None], Position] | None = None
+        self.selection = tables.Selection(
+            settings.include, settings.exclude, own_tables(settings.outbox_table)
+        )
+        self.refused: dict[str, str] = {}  # table -> why it is not published
+        self.rows_read_here: dict[str, int] = {}  # snapshot rows this process read, per table
+        self._tables: dict[str, tables.Table] = {}  # as last described
+        self._snapshot_requests: dict[str, Run] = {}  # asked for, not committed yet
+        self._chunks = Chunks(settings.name, settings.app_dsn, settings.snapshot_chunk)
+        self._next_discovery = 0.0
+        self._progress_logged: dict[str, float] = {}
 
     # -- status -------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
         last = self.changeserver_last
         units = {}
-        for unit in sorted({*self.position.progress, *self.stopped, *self.position.held}):
-            progress = self.position.progress.get(unit, Progress())
-            floor = self.position.floor(unit)
+        position = self.committed
+        every = {*position.progress, *self.stopped, *position.held, *position.snapshots}
+        for unit in sorted({*every, *self.refused}):
+            progress = position.progress.get(unit, Progress())
+            floor = position.floor(unit)
             units[unit] = {
                 **progress.as_json(),
                 "position": str(floor),
                 "lag_bytes": max(0, last.lsn - floor.lsn),
                 "stopped": self.stopped.get(unit),
+                "refused": self.refused.get(unit),
+                "snapshot": self._snapshot_status(unit),
             }
         return {
             "name": self.settings.name,
             "ready": self.ready.is_set(),
-            "position": str(self.position.since),
+            "position": str(position.since),
             "changeserver_last_sequence": str(last),
-            "lag_bytes": max(0, last.lsn - self.position.since.lsn),
+            "lag_bytes": max(0, last.lsn - position.since.lsn),
             "units": units,
         }
+
+    def _snapshot_status(self, table: str) -> dict[str, Any] | None:
+        run = self.committed.snapshots.get(table)
+        if run is None:
+            return None
+        return {
+            **run.as_json(),
+            "state": "done" if run.finished_at else "running",
+            "rows_read_by_this_process": self.rows_read_here.get(table, 0),
+        }
+
+    async def request_snapshot(self, table: str) -> str:
+        """Publish ``table`` again as ``S`` events (a new run, with new eids), beside its live
+        changes; returns the run's id. ``LookupError``: not a table the bridge publishes."""
+        if not self.selection(table):
+            raise LookupError(f"{table} is not selected by --include/--exclude")
+        if self._catalog is None:
+            raise LookupError("the bridge is starting: ask again once /health answers")
+        if await self._describe(table) is None:
+            raise LookupError(self.refused.get(table) or f"{table} does not exist")
+        run = self._snapshot_requests[table] = Run(uuid.uuid4().hex, now_rfc3339())
+        log.info("snapshot requested", extra=logs.fields(table=table, run=run.id))
+        self._wake.set()
+        return run.id
 
     def resume(self, unit: str, event_type: str | None = None) -> bool:
         """An operator acted on what stopped ``unit``: try its held changes again, into
@@ -229,14 +325,18 @@ class Bridge:
         store = Store(s.meta_dsn, pool_size=2)
         try:
             record = await asyncio.to_thread(load_position, s.kafka_bootstrap, s.name)
-            self.position = Position.of(record)
+            self.position = self.committed = Position.of(record)
             await asyncio.to_thread(pg.migrate, s.app_dsn, "outbox")
+            await asyncio.to_thread(pg.migrate, s.app_dsn, "bridge")
             # Stops not committed with a held position (the failed batch's) must not skip
             # anything now; the committed ones are retried, as after any restart.
             self.stopped.clear()
+            self.refused.clear()
             self._published.clear()
             self._row_types.clear()
+            self._next_discovery = 0.0
             await store.open()
+            await self._chunks.open()
             async with (
                 await psycopg.AsyncConnection.connect(s.app_dsn, autocommit=True) as catalog,
                 httpx.AsyncClient(base_url=s.broker_url, timeout=60) as broker,
@@ -244,6 +344,7 @@ class Bridge:
             ):
                 self._catalog = catalog
                 self._event_types = EventTypes(store, broker)
+                await self._publish_watermarks(catalog)
                 log.info(
                     "bridge resuming",
                     extra=logs.fields(since=str(self.position.since), held=len(self.position.held)),
@@ -255,21 +356,194 @@ class Bridge:
             if self._prefetch is not None:
                 self._prefetch[1].cancel()
                 self._prefetch = None
+            if self._committing is not None:
+                with contextlib.suppress(Exception):  # the session failed already
+                    await self._committing[0]
+                self._committing = None
             self._catalog = self._event_types = None
+            await self._chunks.close()
             await asyncio.to_thread(producer.close)
             await store.close()
+
+    async def _publish_watermarks(self, catalog: psycopg.AsyncConnection[Any]) -> None:
+        """The watermark table must reach the stream: a publication of named tables (not FOR
+        ALL TABLES) gets it added."""
+        row = await (
+            await catalog.execute(
+                "SELECT puballtables, EXISTS (SELECT 1 FROM pg_publication_tables t"
+                " WHERE t.pubname = p.pubname AND t.schemaname || '.' || t.tablename = %s)"
+                " FROM pg_publication p WHERE pubname = %s",
+                (WATERMARKS, self.settings.publication),
+            )
+        ).fetchone()
+        if row is None or row[0] or row[1]:
+            return
+        schema, name = tables.split_name(WATERMARKS)
+        await catalog.execute(
+            psql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+                psql.Identifier(self.settings.publication), psql.Identifier(schema, name)
+            )
+        )
+        log.info(
+            "watermark table added to the publication",
+            extra=logs.fields(publication=self.settings.publication),
+        )
+
+    async def _describe(self, table: str) -> tables.Table | None:
+        """The table now, with the operator's ``--key``; ``None`` (and the table refused,
+        logged once) when it has no key, or it no longer exists."""
+        assert self._catalog is not None
+        described = await tables.describe(self._catalog, table, self.settings.keys.get(table, ()))
+        if described is None:
+            return None
+        reason = tables.refusal(described)
+        if reason is not None:
+            if self.refused.get(table) != reason:
+                log.error("table refused", extra=logs.fields(table=table, reason=reason))
+            self.refused[table] = reason
+            return None
+        self.refused.pop(table, None)
+        self._tables[table] = described
+        return described
+
+    # -- snapshots ----------------------------------------------------------------------
+
+    async def _discover(self) -> None:
+        """Selected tables of the publication never snapshotted: their first run starts."""
+        assert self._catalog is not None
+        self._next_discovery = time.monotonic() + _DISCOVER_EVERY
+        for table in await tables.published(self._catalog, self.settings.publication):
+            if not self.selection(table):
+                continue
+            if table in self.position.snapshots or table in self._snapshot_requests:
+                continue
+            if await self._describe(table) is not None:
+                self._snapshot_requests[table] = Run(uuid.uuid4().hex, now_rfc3339())
+
+    async def _start_requested(self, producer: Transactions) -> None:
+        """Commit the runs asked for (a restart then knows them) before reading any chunk."""
+        requested = dict(self._snapshot_requests)
+        if not requested:
+            return
+        position = self.position.copy()
+        for table, run in requested.items():
+            self._chunks.discard(table)
+            try:
+                run.estimated_rows = await self._chunks.estimate(table)
+            except psycopg.errors.UndefinedTable:
+                continue
+            position.snapshots[table] = run
+            self.rows_read_here[table] = 0
+            log.info(
+                "snapshot started",
+                extra=logs.fields(table=table, run=run.id, estimated_rows=run.estimated_rows),
+            )
+        await self._commit(producer, [], position)
+        await self._committed()  # chunks are read only for runs a restart knows
+        for table, run in requested.items():
+            if self._snapshot_requests.get(table) is run:
+                del self._snapshot_requests[table]
+
+    async def _read_chunks(self) -> None:
+        """Keep up to ``IN_FLIGHT`` chunks of each running snapshot ahead of the stream."""
+        for table, run in self.position.snapshots.items():
+            if run.finished_at is not None or table in self.stopped or not self.selection(table):
+                continue
+            flight = self._chunks.in_flight(table)
+            if len(flight) >= IN_FLIGHT or (flight and flight[-1].final):
+                continue
+            described = await self._describe(table)  # as it is now: DDL may have changed it
+            while (
+                described is not None
+                and len(flight) < IN_FLIGHT
+                and not (flight and flight[-1].final)
+            ):
+                after = flight[-1].last_key if flight else run.last_key
+                chunk = await self._chunks.read(described, run.id, after)
+                self.rows_read_here[table] = self.rows_read_here.get(table, 0) + chunk.read
+                flight = self._chunks.in_flight(table)
+
+    async def _snapshot_events(
+        self, chunk: Chunk, position: Position, change: Mapping[str, Any], received_at: str
+    ) -> list[Message]:
+        """At its high watermark, a chunk's rows left as ``S`` events; the run's progress."""
+        table = chunk.table.name
+        run = position.snapshots.get(table)
+        if run is None or run.id != chunk.run or run.last_key != chunk.after:
+            return []  # a newer run replaced it, or the chunk before it was not emitted
+        if run.finished_at is not None or table in self.stopped:
+            return []
+        columns = chunk.table.columns
+        when = occurred_at(change)
+        flow = f"snapshot:{run.id}"
+        try:
+            target = (await self._evolved(table, {c.name: c.oid for c in columns})).target
+            out = [
+                _prepare(
+                    target,
+                    table,
+                    f"snapshot/{run.id}/{orjson.dumps(key).decode()}",
+                    "S",
+                    {
+                        c.name: values.to_json(text, c.oid)
+                        for c, text in zip(columns, row, strict=True)
+                    },
+                    when,
+                    received_at,
+                    flow,
+                )
+                for key, row in chunk.rows.items()
+            ]
+        except (SchemaRefused, ItemFailure, TableRefused) as exc:
+            self._chunks.discard(table)
+            reason = exc.detail if isinstance(exc, ItemFailure) else str(exc)
+            self._stop(table, reason, Sequence.parse(change["sequence"]), position)
+            return []
+        if chunk.last_key is not None:
+            run.last_key = chunk.last_key
+        run.rows_read += chunk.read
+        progress = position.progress.setdefault(table, Progress())
+        progress.event_type = target.name
+        progress.events += len(out)
+        fields = logs.fields(
+            table=table, run=run.id, rows_read=run.rows_read, estimated_rows=run.estimated_rows
+        )
+        if chunk.final:
+            run.finished_at = now_rfc3339()
+            log.info("snapshot finished", extra=fields)
+        elif time.monotonic() - self._progress_logged.get(table, 0.0) > _LOG_PROGRESS_EVERY:
+            self._progress_logged[table] = time.monotonic()
+            log.info("snapshot progress", extra=fields)
+        return out
+
+    def _stop(self, unit: str, reason: str, seq: Sequence, position: Position) -> None:
+        self.stopped[unit] = reason
+        position.held[unit] = before(seq)
+        log.error(
+            "unit stopped: its changes wait until an operator acts",
+            extra=logs.fields(unit=unit, sequence=str(seq), reason=reason),
+        )
+
+    # -- the stream ---------------------------------------------------------------------
 
     def _read_from(self) -> Sequence:
         resumed = [seq for unit, seq in self.position.held.items() if unit not in self.stopped]
         return min([self.position.since, *resumed])
 
     async def _step(self, changes: httpx.AsyncClient, producer: Transactions) -> None:
+        if time.monotonic() >= self._next_discovery:
+            await self._discover()
+        await self._start_requested(producer)
+        await self._read_chunks()
         since = self._read_from()
         self._wake.clear()
         poll = self._poll(changes, since)
         woken: asyncio.Future[Any] = asyncio.ensure_future(self._wake.wait())
         try:
             await asyncio.wait([poll, woken], return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            poll.cancel()  # the session ends: no read may outlive its client unheard
+            raise
         finally:
             woken.cancel()
         if not poll.done():
@@ -292,6 +566,11 @@ class Bridge:
         # unit published already, so only then is each change's sequence parsed and compared.
         rewound = since < self.position.since
         for change in body["changes"]:
+            if change["table"] == WATERMARKS:
+                chunk = self._chunks.watermark(change)
+                if chunk is not None:
+                    messages += await self._snapshot_events(chunk, position, change, received_at)
+                continue
             published = await self._publish(change, position, rewound, received_at)
             if published is None:
                 continue
@@ -310,11 +589,36 @@ class Bridge:
             if position.held[unit] >= position.since:
                 del position.held[unit]
         if position.as_json() != self.position.as_json():
-            await asyncio.to_thread(producer.commit, messages, position.as_json())
-            self.position = position
-            for unit, name in position.renamed.items():
-                if self._renames.get(unit) == name:
-                    del self._renames[unit]
+            await self._commit(producer, messages, position)
+
+    async def _commit(
+        self, producer: Transactions, messages: list[Message], position: Position
+    ) -> None:
+        """Start committing ``messages`` and ``position`` in one Kafka transaction, once the
+        previous one has ended; ``self.position`` is ``position`` from now on (a failed
+        commit ends the session, which starts over from what Kafka holds)."""
+        await self._committed()
+        record = position.as_json()
+        future = asyncio.ensure_future(asyncio.to_thread(producer.commit, messages, record))
+
+        def done(future: asyncio.Future[None]) -> None:
+            if not future.cancelled() and future.exception() is None:
+                self.committed = position
+
+        future.add_done_callback(done)
+        self._committing = (future, position)
+        self.position = position
+
+    async def _committed(self) -> None:
+        """Wait for the commit under way; raises its failure."""
+        if self._committing is None:
+            return
+        future, position = self._committing
+        self._committing = None
+        await future
+        for unit, name in position.renamed.items():
+            if self._renames.get(unit) == name:
+                del self._renames[unit]
 
     def _poll(self, changes: httpx.AsyncClient, since: Sequence) -> asyncio.Future[httpx.Response]:
         """The read of changes after ``since``: the one prefetched if it starts there."""
@@ -324,8 +628,10 @@ class Bridge:
                 return prefetched[1]
             prefetched[1].cancel()  # a resumed unit moved the read back
         s = self.settings
+        # Every change of these tables whatever its selector (the changeserver's extension).
+        read = (*(s.include or ("*",)), s.outbox_table, WATERMARKS)
         params: list[tuple[str, str | int | float | bool | None]] = [
-            *(("selector", selector) for selector in s.selectors),
+            *(("table", pattern) for pattern in read),
             ("since", str(since)),
             ("limit", str(s.limit)),
             ("block", str(s.block)),
@@ -337,9 +643,9 @@ class Bridge:
     ) -> tuple[str, str, list[Message]] | None:
         """(unit, event type, messages) of one change; ``None`` when it publishes nothing."""
         table = change["table"]
-        if self.settings.tables and table not in self.settings.tables:
-            return None
         outbox = table == self.settings.outbox_table
+        if not outbox and (not self.selection(table) or table in self.refused):
+            return None
         if outbox:
             if change["operation"] != _INSERT:
                 return None  # the outbox's deletes (and updates) publish nothing
@@ -350,20 +656,18 @@ class Bridge:
             return None
         if rewound and Sequence.parse(change["sequence"]) <= position.floor(unit):
             return None
+        if not outbox:
+            self._chunks.observe(change)
         try:
             if outbox:
                 event_type, messages = await self._outbox_event(change, received_at)
             else:
                 event_type, messages = await self._data_events(change, received_at)
+        except TableRefused:
+            return None  # refused and logged by _describe; nothing of it is published
         except (UnitStopped, SchemaRefused, ItemFailure) as exc:
             reason = exc.detail if isinstance(exc, ItemFailure) else str(exc)
-            self.stopped[unit] = reason
-            seq = Sequence.parse(change["sequence"])
-            position.held[unit] = before(seq)
-            log.error(
-                "unit stopped: its changes wait until an operator acts",
-                extra=logs.fields(unit=unit, sequence=str(seq), reason=reason),
-            )
+            self._stop(unit, reason, Sequence.parse(change["sequence"]), position)
             return None
         return unit, event_type, messages
 
@@ -383,7 +687,12 @@ class Bridge:
             return _prepare(target, table, eid_name, op, data, when, received_at)
 
         if op == "D":
-            return target.name, [event(seq, "D", row_values(change["oldRow"]))]
+            old_row = row_values(change["oldRow"])
+            described = self._tables.get(table)
+            if described is not None and not described.full_identity and target.key_fields:
+                # REPLICA IDENTITY DEFAULT: the old row is its key; the rest is not known.
+                old_row = {k: old_row.get(k) for k in target.key_fields}
+            return target.name, [event(seq, "D", old_row)]
         data = row_values(change["newRow"])
         old = change.get("oldRow")
         out = []
@@ -404,17 +713,13 @@ class Bridge:
         if published is not None and all(known.get(n) == oid for n, oid in row_types.items()):
             return published
         assert self._catalog is not None and self._event_types is not None
-        described = await tables.describe(self._catalog, table)
+        described = await self._describe(table)
+        if described is None and table in self.refused:
+            raise TableRefused(self.refused[table])
         if described is None:
             # Dropped since: the change's own columns are all there is to go by.
             key = published.target.key_fields if published else ()
             described = tables.Table(table, (), tuple(key))
-        if published is None and not described.full_identity:
-            log.warning(
-                "table is not REPLICA IDENTITY FULL: its deletes carry no selector and never"
-                " reach the bridge",
-                extra=logs.fields(table=table),
-            )
         schema = tables.json_schema(described, row_types, published.schema if published else None)
         if published is None or tables.canonical(schema) != tables.canonical(published.schema):
             name = self._renames.get(table) or self.position.renamed.get(
@@ -456,8 +761,7 @@ class Bridge:
             chosen = abs(java_string_hash(str(key))) % target.partitions
         if target.category != "undefined":
             metadata = dict(event.get("metadata") or {})
-            eid = uuid.uuid5(EID_NAMESPACE, f"outbox:{name}/{change['sequence']}")
-            metadata.setdefault("eid", str(eid))
+            metadata.setdefault("eid", eid(f"outbox:{name}/{change['sequence']}"))
             metadata.setdefault("occurred_at", occurred_at(change))
             if chosen is not None:
                 metadata["partition"] = str(chosen)
@@ -477,12 +781,13 @@ def _prepare(
     data: dict[str, Any],
     when: str,
     received_at: str,
+    flow_id: str | None = None,
 ) -> Message:
+    metadata = {"eid": eid(f"{table}/{eid_name}"), "occurred_at": when}
+    if flow_id is not None:
+        metadata["flow_id"] = flow_id
     event = {
-        "metadata": {
-            "eid": str(uuid.uuid5(EID_NAMESPACE, f"{table}/{eid_name}")),
-            "occurred_at": when,
-        },
+        "metadata": metadata,
         "data_op": op,
         "data_type": table,
         "data": data,

@@ -2,9 +2,12 @@
 
 ``/health`` (200 once the committed position is loaded; the body lists stopped units),
 ``/status`` (position, lag and progress per unit: what ``changebroker status`` shows),
-``/metrics`` (Prometheus text) and ``POST /units/{unit}/resume`` (an operator fixed what
+``/metrics`` (Prometheus text), ``POST /units/{unit}/resume`` (an operator fixed what
 stopped a unit: publish its held changes; ``{"event_type": "new.name"}`` publishes the table
-from there on into a new event type, for a schema change its old one refuses).
+from there on into a new event type, for a schema change its old one refuses) and
+``POST /units/{table}/snapshot`` (publish the table again as ``S`` events).
+
+``changebroker bridge [--host H] [--port P] snapshot TABLE`` asks a running bridge for that.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import AsyncIterator
 
+import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -36,16 +41,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
     def names(text: str) -> tuple[str, ...]:
         return tuple(part.strip() for part in text.split(",") if part.strip())
 
+    def keys(text: str) -> dict[str, tuple[str, ...]]:
+        found = {}
+        for part in text.split(";"):
+            table, equals, columns = part.partition("=")
+            if not part.strip():
+                continue
+            if not equals or not names(columns):
+                raise argparse.ArgumentTypeError(f"--key wants schema.table=col1,col2: {part!r}")
+            found[table.strip()] = names(columns)
+        return found
+
     loopback = "http://127.0.0.1"
     option("--host", default="127.0.0.1", help="address of /health /status /metrics")
     option("--port", type=int, default=config.DEFAULT_BRIDGE_PORT, help="port of those")
     option(
         "--pg-url",
         env="CHANGEBROKER_PG_DSN",
-        required=True,
-        help="the application database (the tables' catalog: types, nullability, keys)",
+        help="the application database (required): catalog, snapshots, watermarks",
     )
-    option("--meta-pg-url", required=True, help="the broker's metadata database")
+    option("--meta-pg-url", help="the broker's metadata database (required)")
     option(
         "--kafka-bootstrap",
         env="CHANGEBROKER_KAFKA_BOOTSTRAP",
@@ -64,13 +79,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     option("--name", default="bridge", help="identity: transactional id and position key")
     option(
-        "--selectors",
+        "--include",
         type=names,
-        default=("bridge",),
-        help="comma-separated selectors to read: a row reaches the bridge when its selector"
-        " column holds one of them",
+        default=(),
+        help="comma-separated schema.table globs to publish (default: every table of the"
+        " publication but the product's own)",
     )
-    option("--tables", type=names, default=(), help="comma-separated schema.table (default all)")
+    option("--exclude", type=names, default=(), help="comma-separated schema.table globs not to")
+    option(
+        "--key",
+        type=keys,
+        default={},
+        help="key columns of tables without a primary key: schema.table=col1,col2;other=col",
+    )
+    option(
+        "--publication",
+        default="changebroker",
+        help="the changeserver's publication: its selected tables get an initial snapshot",
+    )
+    option("--snapshot-chunk", type=int, default=10_000, help="snapshot rows read at once")
     option("--prefix", default="changebroker", help="the {prefix} of event type names")
     option(
         "--pattern",
@@ -84,6 +111,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     option("--partitions", type=int, default=4, help="partitions of a new table's event type")
     option("--limit", type=int, default=10_000, help="changes read (and committed) at most at once")
+    commands = parser.add_subparsers(dest="bridge_command")
+    snapshot = commands.add_parser(
+        "snapshot", help="ask the running bridge (--host, --port) to publish TABLE again"
+    )
+    snapshot.add_argument("table", help="schema.table")
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
@@ -94,8 +126,11 @@ def settings_of(args: argparse.Namespace) -> Settings:
         app_dsn=args.pg_url,
         kafka_bootstrap=args.kafka_bootstrap,
         name=args.name,
-        selectors=args.selectors,
-        tables=args.tables,
+        include=args.include,
+        exclude=args.exclude,
+        keys=args.key,
+        publication=args.publication,
+        snapshot_chunk=args.snapshot_chunk,
         prefix=args.prefix,
         pattern=args.pattern,
         outbox_table=args.outbox_table,
@@ -118,9 +153,9 @@ def create_app(bridge: Bridge) -> Starlette:
     async def health(request: Request) -> Response:
         if not bridge.ready.is_set():
             return JSONResponse({"status": "STARTING"}, status_code=503)
-        stopped = bridge.stopped
-        body = {"status": "DEGRADED" if stopped else "OK", "stopped": stopped}
-        return JSONResponse(body)
+        stopped, refused = bridge.stopped, bridge.refused
+        status = "DEGRADED" if stopped or refused else "OK"
+        return JSONResponse({"status": status, "stopped": stopped, "refused": refused})
 
     async def status(request: Request) -> Response:
         return JSONResponse(bridge.status())
@@ -135,12 +170,21 @@ def create_app(bridge: Bridge) -> Starlette:
             return JSONResponse({"detail": f"{unit} is not stopped"}, status_code=404)
         return JSONResponse({"resumed": unit})
 
+    async def snapshot(request: Request) -> Response:
+        table = request.path_params["unit"]
+        try:
+            run = await bridge.request_snapshot(table)
+        except LookupError as exc:
+            return JSONResponse({"detail": str(exc)}, status_code=404)
+        return JSONResponse({"table": table, "snapshot": run}, status_code=202)
+
     return Starlette(
         routes=[
             Route("/health", health),
             Route("/status", status),
             Route("/metrics", metrics),
             Route("/units/{unit}/resume", resume, methods=["POST"]),
+            Route("/units/{unit}/snapshot", snapshot, methods=["POST"]),
         ],
         lifespan=lifespan,
     )
@@ -171,10 +215,55 @@ def render_metrics(bridge: Bridge) -> str:
             for u, v in units.items()
         ),
     ]
+    runs = {u: v["snapshot"] for u, v in units.items() if v["snapshot"]}
+    lines += [
+        "# HELP changebroker_bridge_snapshot_rows_read Rows the table's newest snapshot has"
+        " read and committed.",
+        "# TYPE changebroker_bridge_snapshot_rows_read gauge",
+        *(
+            f'changebroker_bridge_snapshot_rows_read{{unit="{u}"}} {r["rows_read"]}'
+            for u, r in runs.items()
+        ),
+        "# HELP changebroker_bridge_snapshot_rows_estimated Rows the table had when that"
+        " snapshot started (pg_class.reltuples).",
+        "# TYPE changebroker_bridge_snapshot_rows_estimated gauge",
+        *(
+            f'changebroker_bridge_snapshot_rows_estimated{{unit="{u}"}} {r["estimated_rows"]}'
+            for u, r in runs.items()
+        ),
+        "# HELP changebroker_bridge_snapshot_running 1 while the table's snapshot runs.",
+        "# TYPE changebroker_bridge_snapshot_running gauge",
+        *(
+            f'changebroker_bridge_snapshot_running{{unit="{u}"}} {int(r["state"] == "running")}'
+            for u, r in runs.items()
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 
+def ask_snapshot(args: argparse.Namespace) -> int:
+    url = f"http://{args.host}:{args.port}/units/{args.table}/snapshot"
+    try:
+        response = httpx.post(url, timeout=30)
+    except httpx.HTTPError as exc:
+        print(f"no bridge answers at {url}: {exc}", file=sys.stderr)
+        return 1
+    if response.status_code != 202:
+        print(response.json().get("detail", response.text), file=sys.stderr)
+        return 1
+    body = response.json()
+    print(f"snapshot {body['snapshot']} of {body['table']} started: see changebroker status")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.bridge_command == "snapshot":
+        return ask_snapshot(args)
+    missing = [flag for flag in ("pg_url", "meta_pg_url") if not getattr(args, flag)]
+    if missing:
+        flags = ", ".join("--" + flag.replace("_", "-") for flag in missing)
+        print(f"changebroker bridge: {flags} required", file=sys.stderr)
+        return 2
     bridge = Bridge(settings_of(args))
     # One line per long poll would drown the log; failures are logged by the bridge itself.
     logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -17,6 +17,7 @@ Evolution under the event type's ``forward`` mode (old consumers must read new e
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -67,13 +68,16 @@ def split_name(name: str) -> tuple[str, str]:
     return (schema, table) if table else ("public", schema)
 
 
-async def describe(conn: psycopg.AsyncConnection[Any], name: str) -> Table | None:
-    """The table as the catalog has it now; ``None`` when it no longer exists."""
+async def describe(
+    conn: psycopg.AsyncConnection[Any], name: str, key: tuple[str, ...] = ()
+) -> Table | None:
+    """The table as the catalog has it now; ``None`` when it no longer exists. ``key``: the
+    operator's key columns (``--key``), which stand in for the primary key."""
     schema, table = split_name(name)
     params = {"schema": schema, "table": table}
     try:
         rows = await (await conn.execute(_COLUMNS, params)).fetchall()
-        key = [r[0] for r in await (await conn.execute(_KEY, params)).fetchall()]
+        primary = [r[0] for r in await (await conn.execute(_KEY, params)).fetchall()]
     except psycopg.errors.UndefinedTable:
         return None
     identity = await (
@@ -84,7 +88,55 @@ async def describe(conn: psycopg.AsyncConnection[Any], name: str) -> Table | Non
         )
     ).fetchone()
     columns = tuple(Column(r[0], r[1], r[2], r[3]) for r in rows)
-    return Table(name, columns, tuple(key), identity is not None and identity[0] == "f")
+    full = identity is not None and identity[0] == "f"
+    return Table(name, columns, key or tuple(primary), full)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which tables the bridge publishes: ``include`` globs of ``schema.table`` (empty: every
+    table), minus ``exclude`` globs, minus the product's own tables."""
+
+    include: tuple[str, ...]
+    exclude: tuple[str, ...]
+    own: frozenset[str]
+
+    def __call__(self, table: str) -> bool:
+        if table in self.own:
+            return False
+        if self.include and not any(fnmatch.fnmatchcase(table, p) for p in self.include):
+            return False
+        return not any(fnmatch.fnmatchcase(table, p) for p in self.exclude)
+
+
+async def published(conn: psycopg.AsyncConnection[Any], publication: str) -> list[str]:
+    """The tables of ``publication`` (empty until the changeserver has created it)."""
+    rows = await (
+        await conn.execute(
+            "SELECT schemaname || '.' || tablename FROM pg_publication_tables"
+            " WHERE pubname = %s ORDER BY 1",
+            (publication,),
+        )
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def refusal(table: Table) -> str | None:
+    """Why the bridge cannot publish ``table``; ``None`` when it can."""
+    if not table.key:
+        return (
+            f"{table.name} has no primary key: add one, or name its key columns with"
+            f" --key {table.name}=col1,col2 (and make it REPLICA IDENTITY FULL)"
+        )
+    columns = {c.name: c for c in table.columns}
+    missing = [k for k in table.key if k not in columns]
+    if missing:
+        return f"--key of {table.name} names columns it does not have: {', '.join(missing)}"
+    nullable = [k for k in table.key if columns[k].nullable]
+    if nullable:
+        # A NULL key cannot be ordered past in chunks, nor told apart from another row.
+        return f"--key columns of {table.name} must be NOT NULL: {', '.join(nullable)}"
+    return None
 
 
 def json_schema(

@@ -37,6 +37,7 @@ class Ports:
     changeserver: int = config.DEFAULT_CHANGESERVER_PORT
     changeserver_mgmt: int = config.DEFAULT_CHANGESERVER_MGMT_PORT
     bridge: int = config.DEFAULT_BRIDGE_PORT
+    console: int = config.DEFAULT_CONSOLE_PORT
 
 
 @dataclass
@@ -149,6 +150,26 @@ class LocalStack:
                 f"{loopback}:{p.bridge}",
                 f"{loopback}:{p.bridge}/health",
                 f"{loopback}:{p.bridge}/status",
+            ),
+            # Last of all: it shows every other service, through their HTTP APIs only.
+            Service(
+                "console",
+                [
+                    "--port",
+                    str(p.console),
+                    "--broker-url",
+                    f"{loopback}:{p.broker}",
+                    "--registry-url",
+                    f"{loopback}:{p.registry}",
+                    "--changeserver-url",
+                    f"{loopback}:{p.changeserver}",
+                    "--changeserver-mgmt-url",
+                    f"{loopback}:{p.changeserver_mgmt}",
+                    "--bridge-url",
+                    f"{loopback}:{p.bridge}",
+                ],
+                f"{loopback}:{p.console}",
+                f"{loopback}:{p.console}/health",
             ),
         ]
 

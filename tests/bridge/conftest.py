@@ -45,6 +45,7 @@ class Stack:
     registry_url: str
     prefix: str
     tmp: Path
+    publication: str = ""
     bridge_url: str = ""
     _bridge: Any = None
 
@@ -57,6 +58,7 @@ class Stack:
             kafka_bootstrap=self.kafka_bootstrap,
             name=self.prefix,
             prefix=self.prefix,
+            publication=self.publication,
             partitions=3,
             block=1,
             **overrides,
@@ -69,8 +71,9 @@ class Stack:
         wait_until(bridge.ready.is_set, timeout=60, what="the bridge to load its position")
         return bridge
 
-    def bridge_process(self) -> CliProcess:
-        """``changebroker bridge`` as a child process, for tests that SIGKILL it."""
+    def bridge_process(self, *extra: str) -> CliProcess:
+        """``changebroker bridge`` as a child process, for tests that SIGKILL it; ``extra``
+        flags added."""
         port = free_port()
         self.bridge_url = f"http://127.0.0.1:{port}"
         args = [
@@ -84,6 +87,7 @@ class Stack:
             ),
             *("--broker-url", self.broker_url),
             *("--name", self.prefix, "--prefix", self.prefix, "--partitions", "3"),
+            *("--publication", self.publication, *extra),
         ]
         return CliProcess(args, f"{self.bridge_url}/health", self.tmp / "bridge.log")
 
@@ -273,6 +277,7 @@ def make_stack(
                 registry_url=registry_url,
                 prefix=unique_name("cdc"),
                 tmp=tmp_path,
+                publication=slot,
             )
             exits.callback(stack.stop_bridge)
             return stack

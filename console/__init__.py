@@ -1,0 +1,1 @@
+"""The operator's web console: server-rendered pages over the services' public HTTP APIs."""

@@ -1,0 +1,66 @@
+"""The console's Starlette app: the pages, the static assets, and the background sampler."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from console import (
+    bridge_pages,
+    changeserver_pages,
+    event_types,
+    overview,
+    registry_pages,
+    subscriptions,
+)
+from console.context import HERE, Console, templates
+from console.history import History
+from console.sampler import sampling
+from console.upstream import Endpoints, Upstream
+
+
+def create_app(
+    endpoints: Endpoints,
+    *,
+    read_only: bool = False,
+    sample_interval: float = 15.0,
+    keep_seconds: float = 3 * 3600,
+) -> Starlette:
+    console = Console(
+        upstream=Upstream(endpoints),
+        history=History(keep_seconds),
+        templates=templates(),
+        read_only=read_only,
+        subscription_lag={},
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            async with sampling(console, sample_interval):
+                yield
+        finally:
+            await console.upstream.close()
+
+    async def health(request: Request) -> Response:
+        return PlainTextResponse("OK")
+
+    routes: list[BaseRoute] = [
+        Route("/health", health),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+        *overview.routes(console),
+        *event_types.routes(console),
+        *subscriptions.routes(console),
+        *registry_pages.routes(console),
+        *changeserver_pages.routes(console),
+        *bridge_pages.routes(console),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.console = console
+    return app

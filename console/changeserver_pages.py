@@ -1,0 +1,66 @@
+"""Changeserver: its first and last sequence, health and readiness, and marking it down (its
+management API's GET /markdown) behind a confirmation."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from console.context import Console, gather, redirect
+from console.overview import health_of
+
+
+def routes(console: Console) -> list[BaseRoute]:
+    up = console.upstream
+
+    async def show(request: Request) -> Response:
+        changes, health, ready = await gather(
+            up.changeserver("/changes", params={"limit": "0"}),
+            up.changeserver_mgmt("/health"),
+            up.call(
+                "GET",
+                up.endpoints.changeserver_mgmt + "/ready",
+                headers={"Accept": "application/json"},
+            ),
+        )
+        bounds = changes.body if isinstance(changes.body, dict) else {}
+        return console.page(
+            request,
+            "changeserver.html",
+            title="Changeserver",
+            problem=changes.problem,
+            first=bounds.get("firstSequence"),
+            last=bounds.get("lastSequence"),
+            checks=[
+                health_of("changeserver", "health", health),
+                health_of("changeserver", "ready", ready),
+            ],
+            url=up.endpoints.changeserver,
+            done=request.query_params.get("markdown") == "done",
+            ingest=console.history.get("changeserver:last_lsn").rate(),
+        )
+
+    async def confirm(request: Request) -> Response:
+        return console.page(request, "markdown.html", title="Mark the changeserver down")
+
+    async def markdown(request: Request) -> Response:
+        refused = console.refuse_when_read_only(request)
+        if refused:
+            return refused
+        reply = await up.changeserver_mgmt("/markdown")
+        if not reply.ok:
+            return console.page(
+                request,
+                "message.html",
+                status_code=502,
+                title="Not marked down",
+                message=reply.problem,
+            )
+        return redirect("/changeserver?markdown=done")
+
+    return [
+        Route("/changeserver", show),
+        Route("/changeserver/markdown", confirm),
+        Route("/changeserver/markdown", markdown, methods=["POST"]),
+    ]

@@ -1,0 +1,79 @@
+"""What every page handler shares: the upstream clients, the samples, the templates."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.templating import Jinja2Templates
+
+from console.history import History
+from console.upstream import Reply, Upstream
+
+HERE = Path(__file__).parent
+PAGE_SIZE = 50
+
+
+@dataclass
+class Console:
+    upstream: Upstream
+    history: History
+    templates: Jinja2Templates
+    read_only: bool
+    # Newest total unconsumed events per subscription id, from the sampler.
+    subscription_lag: dict[str, int]
+    sampled_at: float = 0.0
+
+    def page(
+        self, request: Request, template: str, status_code: int = 200, **values: Any
+    ) -> HTMLResponse:
+        values.setdefault("read_only", self.read_only)
+        return self.templates.TemplateResponse(request, template, values, status_code=status_code)
+
+    def refuse_when_read_only(self, request: Request) -> Response | None:
+        """The answer to an action in read-only mode, or to a form posted from another site."""
+        if self.read_only:
+            return self.page(
+                request,
+                "message.html",
+                status_code=403,
+                title="Read-only",
+                message="This console runs with --read-only: it shows, it does not act.",
+            )
+        origin = request.headers.get("origin")
+        if origin and urlsplit(origin).netloc != request.headers.get("host"):
+            return self.page(
+                request,
+                "message.html",
+                status_code=403,
+                title="Refused",
+                message="Actions are taken only from this console's own pages.",
+            )
+        return None
+
+
+async def gather(*calls: Awaitable[Reply]) -> list[Reply]:
+    """Upstream calls made concurrently: a page waits for the slowest, not for their sum."""
+    return list(await asyncio.gather(*calls))
+
+
+def redirect(url: str) -> RedirectResponse:
+    # 303: the browser follows a POSTed form with a GET (reloading never repeats the action).
+    return RedirectResponse(url, status_code=303)
+
+
+def page_number(request: Request) -> int:
+    raw = request.query_params.get("page", "0")
+    return int(raw) if raw.isdigit() else 0
+
+
+def templates() -> Jinja2Templates:
+    found = Jinja2Templates(directory=str(HERE / "templates"))
+    found.env.globals["PAGE_SIZE"] = PAGE_SIZE
+    return found

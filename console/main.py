@@ -1,0 +1,90 @@
+"""``changebroker console``: the web console, reaching every service through its HTTP API."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from changebroker import config, http, logs
+from console.app import create_app
+from console.upstream import Endpoints
+
+log = logging.getLogger(__name__)
+
+SCOPE = "console"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    def option(flag: str, **kwargs: object) -> None:
+        config.add_option(parser, flag, scope=SCOPE, **kwargs)  # type: ignore[arg-type]
+
+    loopback = "http://127.0.0.1"
+    option("--host", default="127.0.0.1", help="address to listen on")
+    option("--port", type=int, default=config.DEFAULT_CONSOLE_PORT, help="port to listen on")
+    option("--broker-url", default=f"{loopback}:{config.DEFAULT_BROKER_PORT}", help="the broker")
+    option(
+        "--registry-url",
+        default=f"{loopback}:{config.DEFAULT_REGISTRY_PORT}",
+        help="the schema registry",
+    )
+    option("--registry-token", help="the registry's bearer token, when it has one")
+    option(
+        "--changeserver-url",
+        default=f"{loopback}:{config.DEFAULT_CHANGESERVER_PORT}",
+        help="the changeserver's /changes API",
+    )
+    option(
+        "--changeserver-mgmt-url",
+        default=f"{loopback}:{config.DEFAULT_CHANGESERVER_MGMT_PORT}",
+        help="the changeserver's management API (/health /ready /markdown)",
+    )
+    option(
+        "--bridge-url",
+        default=f"{loopback}:{config.DEFAULT_BRIDGE_PORT}",
+        help="the bridge's /health /status and resume API",
+    )
+    config.add_switch(
+        parser,
+        "--read-only",
+        scope=SCOPE,
+        help="show only: no publishing, cursor resets, mark down or resume",
+    )
+    option(
+        "--sample-interval",
+        type=config.parse_duration,
+        default=15.0,
+        help="how often lag is sampled for the charts and the overview",
+    )
+    option(
+        "--keep",
+        type=config.parse_duration,
+        default=3 * 3600.0,
+        help="how long lag samples are kept (in memory)",
+    )
+
+
+def endpoints_of(args: argparse.Namespace) -> Endpoints:
+    return Endpoints(
+        broker=args.broker_url.rstrip("/"),
+        registry=args.registry_url.rstrip("/"),
+        changeserver=args.changeserver_url.rstrip("/"),
+        changeserver_mgmt=args.changeserver_mgmt_url.rstrip("/"),
+        bridge=args.bridge_url.rstrip("/"),
+        registry_token=args.registry_token or None,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    app = create_app(
+        endpoints_of(args),
+        read_only=args.read_only,
+        sample_interval=args.sample_interval,
+        keep_seconds=args.keep,
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    log.info(
+        "console starting",
+        extra=logs.fields(host=args.host, port=args.port, read_only=args.read_only),
+    )
+    http.serve(app, args.host, args.port)
+    return 0

@@ -1,0 +1,177 @@
+"""Every console page in Debian's Chromium, against real services with real data."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import httpx
+from playwright.sync_api import Page, expect
+
+from broker.store import SUBJECT_NAMESPACE, SUBJECT_TENANT
+from changebroker.stack.processes import wait_until
+from console.sampler import total_unconsumed
+from tests.bridge.conftest import Rebuilt, Stack
+from tests.broker.conftest import business_event_type
+from tests.broker.subscription_support import Stream, commit
+from tests.console.conftest import screenshot
+
+NOW = "2026-11-23T12:00:00Z"
+PEOPLE = """
+CREATE TABLE people (id int PRIMARY KEY, name text NOT NULL,
+    _change_selector text DEFAULT 'bridge');
+ALTER TABLE people REPLICA IDENTITY FULL;
+"""
+
+
+def _published(stack: Stack, rebuilt: Rebuilt, rows: int) -> str:
+    """``people`` with ``rows`` rows, every one published by the bridge; its event type."""
+    stack.sql(PEOPLE)
+    for i in range(rows):
+        stack.sql("INSERT INTO people VALUES (%s, %s)", (i, f"person {i}"))
+    wait_until(lambda: rebuilt.equals_database(["public.people"]), timeout=60, what="people")
+    return stack.event_type("public.people")
+
+
+def _subscription(stack: Stack, event_type: str, **overrides: Any) -> str:
+    body = {
+        "owning_application": "console-tests",
+        "event_types": [event_type],
+        "consumer_group": "console",
+        **overrides,
+    }
+    response = httpx.post(f"{stack.broker_url}/subscriptions", json=body, timeout=30)
+    assert response.status_code in (200, 201), response.text
+    subscription_id: str = response.json()["id"]
+    return subscription_id
+
+
+def _consume(stack: Stack, sid: str, events: int) -> None:
+    """A consumer reads ``events`` events of the subscription and commits them."""
+    with httpx.Client(base_url=stack.broker_url, timeout=30) as client:
+        stream = Stream(client, sid, batch_limit=1, batch_flush_timeout=1)
+        try:
+            for batch in stream.read_events(events):
+                committed = commit(client, sid, stream.id, [batch["cursor"]])
+                assert committed.status_code in (200, 204), committed.text
+        finally:
+            stream.close()
+
+
+def test_every_page_renders_real_data(
+    stack: Stack, rebuilt: Rebuilt, console_url: str, page: Page
+) -> None:
+    people = _published(stack, rebuilt, 3)
+    sid = _subscription(stack, people, read_from="begin")
+    _consume(stack, sid, 1)
+
+    page.goto(console_url + "/")
+    pipeline = page.locator("ol.pipeline")
+    for stage in ["Postgres", "changeserver", "bridge", "Kafka / broker", "subscriptions"]:
+        expect(pipeline).to_contain_text(stage)
+    expect(pipeline).to_contain_text("last sequence")
+    expect(pipeline).to_contain_text("WAL bytes")
+    health = page.locator("section[aria-labelledby=health-h] tbody tr")
+    expect(health).to_have_count(5)
+    expect(page.locator("section[aria-labelledby=health-h] td.bad")).to_have_count(0)
+    # Live updates on: once the sampler has seen the subscription, its unconsumed events (as
+    # the broker's stats count them) are the last arrow's lag, without reloading the page.
+    behind = total_unconsumed(httpx.get(f"{stack.broker_url}/subscriptions/{sid}/stats").json())
+    assert behind > 0
+    page.get_by_label("Live updates").check()
+    expect(page.locator("ol.pipeline")).to_contain_text(
+        f"lag {behind} unconsumed events", timeout=30_000
+    )
+    screenshot(page, "overview")
+
+    page.goto(console_url + "/event-types")
+    page.get_by_label("Search by name or owning application").fill(stack.prefix)
+    page.get_by_role("button", name="Search").click()
+    expect(page.get_by_role("link", name=people)).to_be_visible()
+    screenshot(page, "event-types")
+    page.get_by_role("link", name=people).click()
+    expect(page.locator("h1")).to_have_text(people)
+    expect(page.locator("section[aria-labelledby=partitions-h] tbody tr")).to_have_count(3)
+    screenshot(page, "event-type")
+
+    # The newest events of each partition, through the broker's low-level stream.
+    names: set[str] = set()
+    for partition in range(3):
+        page.goto(f"{console_url}/event-types/{people}/partitions/{partition}/events")
+        names |= {
+            json.loads(text)["data"]["name"]
+            for text in page.locator("ol.events pre").all_inner_texts()
+        }
+    assert names == {"person 0", "person 1", "person 2"}
+    screenshot(page, "events")
+
+    page.goto(console_url + "/subscriptions")
+    row = page.locator("tr", has=page.get_by_role("link", name=sid))
+    expect(row).to_contain_text("console-tests")
+    expect(row.locator("td").last).to_have_text(str(behind))
+    screenshot(page, "subscriptions")
+    page.get_by_role("link", name=sid).click()
+    expect(page.locator("h1")).to_contain_text(sid)
+    screenshot(page, "subscription")
+    expect(page.locator("td.unconsumed")).to_have_count(3)
+    unconsumed = page.locator("td.unconsumed").all_inner_texts()
+    assert sum(map(int, unconsumed)) == behind, unconsumed
+
+    page.goto(
+        f"{console_url}/registry?tenant={SUBJECT_TENANT}&namespace={SUBJECT_NAMESPACE}"
+        f"&q={stack.prefix}"
+    )
+    page.get_by_role("link", name=people).click()
+    expect(page.locator("#compatibility")).not_to_be_empty()
+    expect(page.locator("pre.schema")).to_contain_text("name")
+    screenshot(page, "registry-subject")
+
+    page.goto(console_url + "/changeserver")
+    expect(page.locator("#last-sequence")).to_have_text(
+        httpx.get(f"{stack.changeserver_url}/changes", params={"limit": 0}).json()["lastSequence"]
+    )
+    screenshot(page, "changeserver")
+
+    page.goto(console_url + "/bridge")
+    unit = page.locator("tr", has_text="public.people")
+    expect(unit).to_contain_text("running")
+    expect(unit).to_contain_text(people)
+    screenshot(page, "bridge")
+
+
+def test_the_latest_events_of_a_partition_page_back_to_the_oldest(
+    stack: Stack, console_url: str, page: Page
+) -> None:
+    name = f"{stack.prefix}.orders"
+    created = httpx.post(
+        f"{stack.broker_url}/event-types",
+        json=business_event_type(name),
+        timeout=60,
+    )
+    assert created.status_code == 201, created.text
+    orders = [
+        {"order_number": str(i), "metadata": {"eid": str(uuid.uuid4()), "occurred_at": NOW}}
+        for i in range(45)
+    ]
+    published = httpx.post(f"{stack.broker_url}/event-types/{name}/events", json=orders)
+    assert published.status_code == 200, published.text
+
+    def shown() -> list[str]:
+        return [
+            json.loads(text)["order_number"]
+            for text in page.locator("ol.events pre").all_inner_texts()
+        ]
+
+    page.goto(f"{console_url}/event-types/{name}/partitions/0/events")
+    expect(page.locator("ol.events > li")).to_have_count(20)
+    assert shown() == [str(i) for i in range(44, 24, -1)]  # newest first
+    page.get_by_role("link", name="Next page").click()
+    expect(page.locator("ol.events > li")).to_have_count(20)
+    assert shown() == [str(i) for i in range(24, 4, -1)]
+    page.get_by_role("link", name="Next page").click()
+    expect(page.locator("ol.events > li")).to_have_count(5)
+    assert shown() == ["4", "3", "2", "1", "0"]
+    expect(page.get_by_role("link", name="Next page")).to_have_count(0)
+    page.get_by_role("link", name="Previous page").click()
+    expect(page.locator("ol.events > li").first).to_contain_text('"order_number": "24"')
