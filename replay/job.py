@@ -152,6 +152,12 @@ def _plan(
             # kept offsets) ends at its last stable offset: then no sequence is exact.
             exact = exact and all(r.partition in (written or {}) or r.end == 0 for r in ranges)
             base_path = base.table_path(table) if from_base and base is not None else None
+            if bridge is not None and table in bridge.snapshotting:
+                say(
+                    f"replay: {table}: the bridge is still publishing its existing rows;"
+                    " this snapshot holds the ones published so far"
+                )
+                exact = False
             planned.append(_Planned(spec, ranges, base_path))
     sequence = bridge.sequence(p.spec.table for p in planned) if bridge and exact else None
     return planned, base, skipped, sequence
