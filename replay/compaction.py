@@ -16,7 +16,9 @@ Everything runs in Spark (a grouped aggregation); nothing is collected into the 
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -110,19 +112,26 @@ def parsed_events(events: DataFrame, spec: TableSpec) -> DataFrame:
     every column in its snapshot type."""
     from pyspark.sql import functions as F
 
-    value = F.col("value").cast("string")
     parsed = events.select(
         F.col("offset").alias("_offset"),
-        F.from_json(value, event_schema(spec.columns)).alias("_e"),
-        F.when(
-            F.get_json_object(value, "$.data_op") == F.lit("U"),
-            F.json_object_keys(F.get_json_object(value, "$.data")),
-        ).alias("_keys"),
+        F.col("value").cast("string").alias("_value"),
+        F.from_json(F.col("value").cast("string"), event_schema(spec.columns)).alias("_e"),
+    )
+    op = F.col("_e.data_op")
+    # Only an update may omit a column, and an omitted column parses as null: an update
+    # with a null column has its data scanned once more for the keys it carries.
+    some_null = functools.reduce(
+        operator.or_,
+        (F.col("_e.data").getField(c.name).isNull() for c in spec.columns),
+        F.lit(False),
     )
     return parsed.select(
-        F.col("_e.data_op").alias("_op"),
+        op.alias("_op"),
         "_offset",
-        "_keys",
+        F.when(
+            (op == F.lit("U")) & some_null,
+            F.json_object_keys(F.get_json_object("_value", "$.data")),
+        ).alias("_keys"),
         *(
             _converted(c, F.col("_e.data").getField(c.name), spec.table).alias(c.name)
             for c in spec.columns
@@ -157,9 +166,10 @@ def compact(changes: DataFrame, spec: TableSpec) -> DataFrame:
     key = set(spec.key)
 
     def carried(name: str) -> SparkColumn:
+        keys = F.col("_keys")
         present = (
             F.when(op == F.lit("D"), F.lit(False))
-            .when(op == F.lit("U"), F.array_contains(F.col("_keys"), F.lit(name)))
+            .when(keys.isNotNull(), F.array_contains(keys, F.lit(name)))
             .otherwise(F.lit(True))
         )
         return F.when(present, offset)

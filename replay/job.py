@@ -8,7 +8,6 @@ compacted (replay/compaction.py) and written; the manifest is published last
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import threading
 import time
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from replay import compaction, cut, offsets, positions, snapshots
+from replay import compaction, offsets, positions, snapshots
 from replay.catalog import Catalog, TableSpec
 from replay.columns import NoPrimaryKey
 from replay.offsets import PartitionRange, Watermarks
@@ -66,9 +65,6 @@ def run_replay(
     running); without one, a session on ``options.master`` is made and stopped."""
     started = time.monotonic()
     planned, base, skipped, sequence = _plan(options, say)
-    if sequence is None and offsets.parse_until(options.until).latest:
-        # The bridge's record names no offsets: end at a cut between two of its commits.
-        planned, sequence = _at_a_cut(planned, options)
     total = sum(r.size for p in planned for r in p.ranges)
     say(
         f"replay: {len(planned)} tables, {total:,} offsets to read, base "
@@ -156,27 +152,15 @@ def _plan(
             # kept offsets) ends at its last stable offset: then no sequence is exact.
             exact = exact and all(r.partition in (written or {}) or r.end == 0 for r in ranges)
             base_path = base.table_path(table) if from_base and base is not None else None
+            if bridge is not None and table in bridge.snapshotting:
+                say(
+                    f"replay: {table}: the bridge is still publishing its existing rows;"
+                    " this snapshot holds the ones published so far"
+                )
+                exact = False
             planned.append(_Planned(spec, ranges, base_path))
     sequence = bridge.sequence(p.spec.table for p in planned) if bridge and exact else None
     return planned, base, skipped, sequence
-
-
-def _at_a_cut(planned: list[_Planned], options: ReplayOptions) -> tuple[list[_Planned], str | None]:
-    """The plan with its ends moved to a cut between two bridge commits, and the changeserver
-    sequence that cut is exact at (``cut``)."""
-    topics = {item.spec.topic: item.spec.partitions for item in planned}
-    found = cut.latest_cut(options.kafka_bootstrap, topics, options.bridge_name)
-    moved = [
-        dataclasses.replace(
-            item,
-            ranges=[
-                dataclasses.replace(r, end=found.ends[item.spec.topic][r.partition])
-                for r in item.ranges
-            ],
-        )
-        for item in planned
-    ]
-    return moved, found.sequence
 
 
 def _base(options: ReplayOptions) -> Manifest | None:

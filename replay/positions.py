@@ -5,7 +5,8 @@ transaction, broker/bridge/transactions.py). The record carries ``since`` (the s
 has read through), ``held`` (tables stopped before a change) and ``offsets``: per topic and
 partition, the offset of the last event it ever wrote there. So the newest committed record
 is a consistent cut: events up to those offsets are exactly the changes up to ``since``
-(up to ``held`` for a held table). A record without ``offsets`` (an older bridge) says
+(up to ``held`` for a held table), except for a table whose existing rows the bridge is still
+publishing (``snapshots``: a run not finished). A record without ``offsets`` (an older bridge) says
 nothing about where events end; the replay then ends at the last stable offsets and leaves
 the sequence unknown.
 """
@@ -26,6 +27,8 @@ class BridgePosition:
     since: Sequence
     held: dict[str, Sequence]  # table -> everything up to here is published
     offsets: dict[str, dict[int, int]]  # topic -> partition -> last offset written
+    # Tables whose existing rows the bridge is still publishing (S events): not complete yet.
+    snapshotting: frozenset[str] = frozenset()
 
     def written(self, topic: str) -> dict[int, int]:
         return self.offsets.get(topic, {})
@@ -45,6 +48,11 @@ def of(record: Mapping[str, Any] | None) -> BridgePosition | None:
             topic: {int(p): int(o) for p, o in partitions.items()}
             for topic, partitions in record["offsets"].items()
         },
+        frozenset(
+            table
+            for table, run in record.get("snapshots", {}).items()
+            if run.get("finished_at") is None
+        ),
     )
 
 

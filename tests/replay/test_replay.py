@@ -325,10 +325,14 @@ def test_snapshots_equal_the_database_and_hand_off_to_the_stream(
         final = _database(stack)
         assert _differences(handed.tables, final) == []
         assert rebuilt.duplicate_eids() == []
+        position = stack.status()["position"]
 
     # Incremental (from the snapshot above, the newest) equals full, and both the database.
     incremental = run_replay(_options(stack, out), spark)
     assert incremental.base_snapshot_id == at_cursors.snapshot_id
+    # Ended where the bridge's position record says its events end: exact at its sequence.
+    assert incremental.changeserver_sequence == position
+    assert at_cursors.changeserver_sequence is None
     full = run_replay(_options(stack, out, full=True), spark)
     assert full.base_snapshot_id is None
     assert _differences(snapshot_tables(spark, incremental), final) == []
