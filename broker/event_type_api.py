@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from typing import Any
 
 from starlette.requests import Request
@@ -24,6 +25,7 @@ from broker.kafka_topics import TopicError, Topics, topic_config, topic_name
 from broker.problems import problem
 from broker.settings import Settings
 from broker.store import AlreadyExists, Store, SubjectConflict
+from broker.topics import EventTypeTopic
 from changebroker import logs
 from registry.compat import SchemaError, nakadi_evolution, next_version
 
@@ -31,6 +33,8 @@ log = logging.getLogger(__name__)
 
 SCHEMAS_DEFAULT_LIMIT = 20
 SCHEMAS_MAX_LIMIT = 1000
+# The one Kafka cluster every timeline is stored in.
+STORAGE_ID = "default"
 
 
 def not_found(name: str) -> JSONResponse:
@@ -52,6 +56,7 @@ class EventTypeApi:
             Route("/event-types/{name}", self.delete, methods=["DELETE"]),
             Route("/event-types/{name}/schemas", self.schemas, methods=["GET"]),
             Route("/event-types/{name}/schemas/{version}", self.schema, methods=["GET"]),
+            Route("/event-types/{name}/timelines", self.timelines, methods=["GET"]),
         ]
 
     async def list(self, request: Request) -> Response:
@@ -61,6 +66,25 @@ class EventTypeApi:
         name = request.path_params["name"]
         stored = await self.store.get(name)
         return JSONResponse(stored.body) if stored else not_found(name)
+
+    async def timelines(self, request: Request) -> Response:
+        """Nakadi's timeline list: where the events are stored. One timeline per event type
+        (its topic), so readers of Kafka itself (the replay job) learn the topic here."""
+        name = request.path_params["name"]
+        stored = await self.store.get(name)
+        if stored is None:
+            return not_found(name)
+        created = stored.body["created_at"]
+        timeline = {
+            "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"kafka:{stored.topic}")),
+            "event_type": name,
+            "order": EventTypeTopic(name, stored.topic, stored.partitions).timeline,
+            "storage_id": STORAGE_ID,
+            "topic": stored.topic,
+            "created_at": created,
+            "switched_at": created,
+        }
+        return JSONResponse([timeline])
 
     async def create(self, request: Request) -> Response:
         try:

@@ -63,7 +63,9 @@ def _stack(args: argparse.Namespace) -> LocalStack:
         bridge=args.bridge_port,
         console=args.console_port,
     )
-    return LocalStack.from_env(StateDir(args.state_dir), ports)
+    stack = LocalStack.from_env(StateDir(args.state_dir), ports)
+    stack.replay_every = getattr(args, "replay_every", None)
+    return stack
 
 
 def _print_endpoints(endpoints: dict[str, dict[str, object]]) -> None:
@@ -114,6 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _stack_options(up)
     up.add_argument("--demo", action="store_true", help="then run a short demo against it")
+    config.add_option(
+        up,
+        "--replay-every",
+        scope="",
+        type=config.parse_duration,
+        default=None,
+        help="also run `changebroker replay` on this schedule (e.g. 10m), as a service",
+    )
     up.set_defaults(handler=cmd_up)
 
     down = commands.add_parser("down", help="stop what `up` started; data is kept")
@@ -126,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="as a JSON object")
     status.set_defaults(handler=cmd_status)
 
-    for name, (module_name, help_text) in services.SERVICE_MODULES.items():
+    commands_of = {**services.SERVICE_MODULES, **services.JOB_MODULES}
+    for name, (module_name, help_text) in commands_of.items():
         service: ServiceMain = importlib.import_module(module_name)
         sub = commands.add_parser(name, help=help_text)
         service.configure(sub)

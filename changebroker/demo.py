@@ -19,6 +19,8 @@ from confluent_kafka.admin import NewTopic
 
 from changebroker import kafka, pg
 from changebroker.stack.local import LocalStack
+from changebroker.stack.processes import wait_until
+from changeserver.sequence import Sequence
 
 
 class DemoError(RuntimeError):
@@ -234,6 +236,93 @@ def broker_tour(base_url: str) -> None:
         )
 
 
+def _bridge_caught_up(bridge_url: str, changeserver_url: str) -> None:
+    """Until the bridge has published every change the changeserver holds now."""
+    last = _expect(*_http("GET", f"{changeserver_url}/changes?limit=0"), 200)["lastSequence"]
+    wanted = Sequence.parse(last)
+
+    def published() -> bool:
+        status, body = _http("GET", f"{bridge_url}/status")
+        return status == 200 and Sequence.parse(json.loads(body)["position"]) >= wanted
+
+    if not wait_until(published, timeout=60, what=None):
+        raise DemoError(f"the bridge did not reach {last}: see .state/logs/bridge.log")
+
+
+def snapshots_tour(stack: LocalStack, running: dict[str, Any]) -> None:
+    _step("Replay: a table changed, replayed by Spark into a snapshot, handed off")
+    changeserver, broker = running["changeserver"]["url"], running["broker"]["url"]
+    with pg.connect(stack.pg_dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS demo_orders (id serial PRIMARY KEY, item text NOT NULL,"
+            " qty int NOT NULL, _change_selector text DEFAULT 'bridge')"
+        )
+        conn.execute("ALTER TABLE demo_orders REPLICA IDENTITY FULL")
+        with conn.transaction():
+            ids = [
+                conn.execute(
+                    "INSERT INTO demo_orders (item, qty) VALUES (%s, %s) RETURNING id", row
+                ).fetchone()[0]  # type: ignore[index]
+                for row in (("tea", 2), ("scones", 6), ("jam", 1))
+            ]
+        conn.execute("UPDATE demo_orders SET qty = qty + 1 WHERE id = %s", (ids[0],))
+        conn.execute("DELETE FROM demo_orders WHERE id = %s", (ids[2],))
+    _say(f"demo_orders: inserted ids {ids}, updated {ids[0]}, deleted {ids[2]}")
+    _bridge_caught_up(running["bridge"]["url"], changeserver)
+
+    from replay.job import ReplayOptions, run_replay
+    from replay.subscribe import subscribe
+
+    options = ReplayOptions(
+        broker_url=broker,
+        kafka_bootstrap=stack.kafka_bootstrap,
+        out=stack.snapshots_dir,
+        tables=("public.demo_orders",),
+        master="local[2]",
+    )
+    try:
+        manifest = run_replay(options, say=_say)
+    except Exception as error:  # the replay's own errors say what to do
+        raise DemoError(f"the replay failed: {error}") from error
+    table = manifest.tables["public.demo_orders"]
+    _say(f"snapshot {manifest.snapshot_id}: demo_orders has {table.rows} rows,")
+    _say(f"  exact at changeserver sequence {manifest.changeserver_sequence} and cursors")
+    for event_type, cursors in manifest.cursors.items():
+        _say(f"  {event_type}: " + ", ".join(f"{c['partition']}@{c['offset']}" for c in cursors))
+
+    status, body = _http("GET", f"{changeserver}/snapshots?selector=bridge")
+    answer = _expect(status, body, 200)
+    rows = next(t["rows"] for t in answer["tables"] if t["name"] == "public.demo_orders")
+    _say(f"GET /snapshots?selector=bridge: {len(rows)} demo_orders rows, sequence"
+         f" {answer['sequence']}")  # fmt: skip
+    for row in rows[-3:]:
+        _say(f"  id={row['id']['value']} item={row['item']['value']} qty={row['qty']['value']}")
+
+    with pg.connect(stack.pg_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO demo_orders (item, qty) VALUES ('cream', 1)")
+    since = answer["sequence"]
+    url = f"{changeserver}/changes?selector=bridge&since={since}&block=10"
+    after = _expect(*_http("GET", url), 200)["changes"]
+    if not after or after[0]["table"] != "public.demo_orders":
+        raise DemoError(f"expected the new demo_orders row after {since}, got {after}")
+    _say(f"GET /changes?since={since}: only what came after the snapshot:")
+    for change in after:
+        _say(f"  {change['sequence']} op {change['operation']} {change['table']}"
+             f" item={change['newRow']['item']['value']}")  # fmt: skip
+
+    _bridge_caught_up(running["bridge"]["url"], changeserver)
+    subscription = subscribe(broker, manifest, "changebroker-demo")
+    _say(f"subscription {subscription} (read_from: cursors = the snapshot's) streams:")
+    stream = f"{broker}/subscriptions/{subscription}/events?stream_timeout=3&batch_flush_timeout=1"
+    status, body = _http("GET", stream)
+    _expect(status, b"", 200)
+    events = [e for line in body.splitlines() for e in json.loads(line).get("events", [])]
+    if not events:
+        raise DemoError(f"subscription {subscription} sent no events after the snapshot")
+    for event in events:
+        _say(f"  {event['data_op']} {event['data_type']} {event['data']}")
+
+
 def run(stack: LocalStack) -> int:
     running = stack.status()
     try:
@@ -245,6 +334,8 @@ def run(stack: LocalStack) -> int:
             registry_tour(running["registry"]["url"])
         if "broker" in running:
             broker_tour(running["broker"]["url"])
+        if {"changeserver", "broker", "bridge"} <= running.keys():
+            snapshots_tour(stack, running)
     except (DemoError, OSError) as error:
         print(f"\ndemo failed: {error} (logs: {stack.state.logs})")
         return 1

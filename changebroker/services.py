@@ -9,3 +9,8 @@ SERVICE_MODULES: dict[str, tuple[str, str]] = {
     "bridge": ("broker.bridge.main", "publish every row change from /changes as data events"),
     "console": ("console.main", "the operator's web console over every service's HTTP API"),
 }
+
+# Commands that run once and end (not started by ``up``), with the same configure/run shape.
+JOB_MODULES: dict[str, tuple[str, str]] = {
+    "replay": ("replay.main", "replay the data events into a Parquet snapshot (Spark)"),
+}

@@ -73,7 +73,7 @@ def to_json(lsn: int, idx: int, txid: int, data: bytes, relations: Relations) ->
     return change
 
 
-def _value(text: str, oid: int) -> pb.ValuePb:
+def typed_value(text: str, oid: int) -> pb.ValuePb:
     """Typed as transicator's own output plugin typed it, falling back to the text."""
     try:
         if oid in _INTS:
@@ -94,7 +94,7 @@ def _pb_row(row: Row | None) -> list[pb.ColumnPb]:
     for name, value, oid in row or ():
         column = pb.ColumnPb(name=name, type=oid)
         if value is not None:  # NULL: a column without a value, as transicator sends it
-            column.value.CopyFrom(_value(value, oid))
+            column.value.CopyFrom(typed_value(value, oid))
         columns.append(column)
     return columns
 

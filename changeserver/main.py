@@ -14,6 +14,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from changebroker import config, http
+from changebroker.stack.state import default_state_dir
 from changeserver.server import ChangeServer, Settings
 
 SCOPE = "changeserver"
@@ -86,6 +87,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="column whose value is a change's selector",
     )
     add(parser, "--prefix", scope=SCOPE, default="", help="path prefix for /changes")
+    add(
+        parser,
+        "--snapshots-dir",
+        scope=SCOPE,
+        type=Path,
+        default=default_state_dir() / "snapshots",
+        help="the replay's snapshots, served at /snapshots",
+    )
 
 
 def _table_list(text: str) -> tuple[str, ...]:
@@ -129,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         selector_column=args.selector_column,
         max_age=args.max_age,
         prefix=args.prefix,
+        snapshots_dir=args.snapshots_dir,
     )
     changeserver = ChangeServer(settings, separate_management=args.mgmt_port is not None)
     asyncio.run(_serve(changeserver, args))

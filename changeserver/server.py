@@ -12,7 +12,7 @@ from pathlib import Path
 from starlette.applications import Starlette
 
 from changebroker import logs
-from changeserver import api
+from changeserver import api, snapshots
 from changeserver.changelog import ChangeLog, LogReader
 from changeserver.replication import Replicator, drop_slot
 
@@ -29,6 +29,7 @@ class Settings:
     selector_column: str = "_change_selector"
     max_age: float | None = None
     prefix: str = ""
+    snapshots_dir: Path | None = None  # where replay snapshots are; none: no /snapshots
 
 
 class ChangeServer:
@@ -54,6 +55,12 @@ class ChangeServer:
             api.changes_route(self.state, self.reader, settings.prefix),
             api.stack_route(settings.prefix),
         ]
+        if settings.snapshots_dir is not None:
+            routes.append(
+                snapshots.snapshots_route(
+                    self.state, settings.snapshots_dir, settings.selector_column, settings.prefix
+                )
+            )
         management = api.management_routes(self.state)
         if separate_management:
             management.append(api.stack_route(""))

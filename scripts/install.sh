@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 extras=""
 if [[ "${1:-}" == "--test" ]]; then
-  extras="[test]"
+  extras="[test,bench]"
 fi
 
 missing=()

@@ -66,9 +66,11 @@ def test_up_demo_runs_every_service_idempotently_and_down_stops_them(
         first = _changebroker(env, "up", "--demo")
         assert first.returncode == 0, first.stdout + first.stderr
         assert "demo failed" not in first.stdout and "== Done." in first.stdout, first.stdout
+        assert "GET /snapshots?selector=bridge: 2 demo_orders rows" in first.stdout, first.stdout
         status = _status(env)
         for name in SERVICE_MODULES:
             assert pid_alive(status[name]["pid"]), f"{name} is not running after up"
+        assert status["snapshot"]["rows"] >= 2, status["snapshot"]
         assert status["postgres"]["dsn"].endswith(f":{ports['PG_PORT']}/changebroker")
         assert status["kafka"]["bootstrap"] == f"127.0.0.1:{ports['KAFKA_PORT']}"
         with psycopg.connect(status["postgres"]["dsn"]) as conn:
@@ -84,6 +86,12 @@ def test_up_demo_runs_every_service_idempotently_and_down_stops_them(
         assert second.returncode == 0, second.stdout + second.stderr
         assert "== Done." in second.stdout, second.stdout
         assert _processes(_status(env)) == _processes(status)  # nothing restarted
+
+        # The replay as a service: started by up, its pid in status, stopped by down.
+        scheduled = _changebroker(env, "up", "--replay-every", "1h")
+        assert scheduled.returncode == 0, scheduled.stdout + scheduled.stderr
+        status = _status(env)
+        assert pid_alive(status["replay"]["pid"]), status
 
         stopped = _changebroker(env, "down")
         assert stopped.returncode == 0, stopped.stderr

@@ -4,12 +4,18 @@ The position is a record in a compacted topic keyed by the bridge's name. ``init
 under the bridge's ``transactional.id`` fences any earlier incarnation and aborts what it left
 open, so once it returns, the newest committed position record is exactly where the committed
 events end: a crash at any moment neither skips nor repeats a change.
+
+The record also names that end in Kafka's terms: ``offsets``, per topic and partition, the
+offset of the last event the bridge ever wrote there (from the delivery reports, which a flush
+inside the transaction collects before the record is produced). A reader of the newest
+committed record (the replay job) then knows exactly which events make up the changes up to
+its ``since``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -88,15 +94,32 @@ class Transactions:
             )
         )
         self._producer.init_transactions(60)
+        # As committed: init_transactions aborted whatever came after the newest record.
+        record = load_position(bootstrap, name) or {}
+        self._offsets: dict[str, dict[str, int]] = record.get("offsets", {})
 
     def commit(self, messages: Sequence[Message], position: dict[str, Any]) -> None:
         producer = self._producer
+        offsets = {topic: dict(partitions) for topic, partitions in self._offsets.items()}
+
+        def delivered(error: KafkaError | None, message: Any) -> None:
+            if error is None:
+                partitions = offsets.setdefault(message.topic(), {})
+                partition = str(message.partition())
+                partitions[partition] = max(partitions.get(partition, -1), message.offset())
+
         producer.begin_transaction()
         try:
             for message in messages:
-                self._produce(message.topic, message.partition, message.key, message.value)
-            self._produce(POSITIONS_TOPIC, 0, self._name, json.dumps(position).encode())
+                self._produce(
+                    message.topic, message.partition, message.key, message.value, delivered
+                )
+            if messages and producer.flush(60) > 0:
+                raise TimeoutError("the batch's events were not acknowledged within 60 s")
+            record = {**position, "offsets": offsets}
+            self._produce(POSITIONS_TOPIC, 0, self._name, json.dumps(record).encode())
             producer.commit_transaction(60)
+            self._offsets = offsets
         except KafkaException as exc:
             # Whatever went wrong, this transaction's records never become readable; the
             # caller starts over from the committed position with a fresh producer.
@@ -104,10 +127,19 @@ class Transactions:
                 producer.abort_transaction(30)
             raise
 
-    def _produce(self, topic: str, partition: int, key: bytes | None, value: bytes) -> None:
+    def _produce(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes,
+        on_delivery: Callable[[KafkaError | None, Any], None] | None = None,
+    ) -> None:
         while True:
             try:
-                self._producer.produce(topic, value, key, partition=partition)
+                self._producer.produce(
+                    topic, value, key, partition=partition, on_delivery=on_delivery
+                )
                 return
             except BufferError:
                 # The local queue is full: let deliveries drain it.

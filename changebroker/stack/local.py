@@ -8,6 +8,7 @@ services then start as child processes of their own (``changebroker
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from changebroker import config, logs
@@ -23,8 +25,11 @@ from changebroker.stack.kafka import LocalKafka
 from changebroker.stack.postgres import LocalPostgres
 from changebroker.stack.processes import answers, read_pid, start_detached, stop_pid, wait_until
 from changebroker.stack.state import StateDir
+from changeserver.sequence import Sequence
 
 log = logging.getLogger(__name__)
+
+REPLAY = "replay"  # the scheduled replay's service name (pid and log files)
 
 
 @dataclass
@@ -47,7 +52,7 @@ class Service:
     name: str
     args: list[str]
     base_url: str
-    ready_url: str
+    ready_url: str | None  # None: no HTTP port, started once its process runs
     # What ``status`` adds from the running service (the bridge's per-table progress).
     status_url: str | None = None
 
@@ -60,6 +65,7 @@ class LocalStack:
     external_kafka: str | None = None
     external_meta_dsn: str | None = None
     durable: bool = True
+    replay_every: float | None = None  # seconds: run the replay as a service on this schedule
 
     @classmethod
     def from_env(cls, state: StateDir, ports: Ports) -> LocalStack:
@@ -95,6 +101,11 @@ class LocalStack:
     def kafka_bootstrap(self) -> str:
         return self.external_kafka or self.kafka.bootstrap
 
+    @property
+    def snapshots_dir(self) -> Path:
+        """Where the replay writes snapshots and the changeserver serves them from."""
+        return self.state.root / "snapshots"
+
     def services(self) -> list[Service]:
         """Our services in start order: the registry before the broker that uses it."""
         p = self.ports
@@ -117,6 +128,8 @@ class LocalStack:
                     str(self.state.data("changeserver")),
                     "--slot",
                     "changebroker",
+                    "--snapshots-dir",
+                    str(self.snapshots_dir),
                 ],
                 f"{loopback}:{p.changeserver}",
                 f"{loopback}:{p.changeserver_mgmt}/ready",
@@ -171,7 +184,18 @@ class LocalStack:
                 f"{loopback}:{p.console}",
                 f"{loopback}:{p.console}/health",
             ),
+            *self._replay_service(),
         ]
+
+    def _replay_service(self) -> list[Service]:
+        """The replay on a schedule, when asked: last, it reads what the bridge writes."""
+        if not self.replay_every:
+            return []
+        args = [
+            *("--every", f"{self.replay_every:g}s", "--out", str(self.snapshots_dir)),
+            *("--broker-url", f"http://127.0.0.1:{self.ports.broker}"),
+        ]
+        return [Service(REPLAY, args, "", None)]
 
     def up(self, *, with_services: bool = True) -> dict[str, Any]:
         if not self.external_pg_dsn:
@@ -186,9 +210,9 @@ class LocalStack:
         return endpoints
 
     def down(self, *, purge: bool = False) -> list[str]:
-        stopped = [
-            s.name for s in reversed(self.services()) if stop_pid(self.state.pid_file(s.name))
-        ]
+        # The scheduled replay whether or not this ``down`` was told about it.
+        names = [REPLAY, *(s.name for s in reversed(self.services()) if s.name != REPLAY)]
+        stopped = [name for name in names if stop_pid(self.state.pid_file(name))]
         if not self.external_kafka and self.kafka.stop():
             stopped.append("kafka")
         if not self.external_pg_dsn and self.postgres.stop():
@@ -198,6 +222,7 @@ class LocalStack:
             self.postgres.purge()
             self.kafka.purge()
             shutil.rmtree(self.state.root / "data", ignore_errors=True)
+            shutil.rmtree(self.snapshots_dir, ignore_errors=True)
             shutil.rmtree(self.state.logs, ignore_errors=True)
         return stopped
 
@@ -221,6 +246,13 @@ class LocalStack:
                 result[service.name] = {"url": service.base_url, "pid": pid}
                 if service.status_url:
                     result[service.name]["status"] = _json(service.status_url)
+        replay_pid = read_pid(self.state.pid_file(REPLAY))
+        if replay_pid is not None:
+            result[REPLAY] = {"pid": replay_pid, "log": str(self.state.log_file(REPLAY))}
+        bridge_status = result.get("bridge", {}).get("status") or {}
+        snapshot = newest_snapshot(self.snapshots_dir, bridge_status.get("position"))
+        if snapshot is not None and result:  # beside a running stack: its data, not a process
+            result["snapshot"] = snapshot
         return result
 
     def _start_service(self, service: Service) -> None:
@@ -235,12 +267,41 @@ class LocalStack:
                     "CHANGEBROKER_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
                 },
             )
+        ready_url = service.ready_url
         wait_until(
-            lambda: answers(service.ready_url) and read_pid(pid_file) is not None,
+            lambda: (ready_url is None or answers(ready_url)) and read_pid(pid_file) is not None,
             timeout=120,
-            what=f"{service.name} at {service.ready_url} (see {self.state.log_file(service.name)})",
+            what=f"{service.name} at {ready_url} (see {self.state.log_file(service.name)})",
         )
         log.info("service ready", extra=logs.fields(service=service.name, url=service.base_url))
+
+
+def newest_snapshot(directory: Path, bridge_position: str | None) -> dict[str, Any] | None:
+    """The newest snapshot /snapshots serves: id, age, rows, and how far behind the bridge's
+    position its changeserver sequence is (bytes of WAL), or None when there is none."""
+    from changeserver.snapshots import find_newest
+
+    found = find_newest(directory)
+    if found is None:
+        return None
+    snapshot_id, manifest = found
+    created = datetime.datetime.fromisoformat(manifest["created_at"])
+    age = datetime.datetime.now(datetime.UTC) - created
+    sequence = Sequence.parse(manifest["changeserver_sequence"])
+    lag = None
+    if bridge_position:
+        lag = max(0, Sequence.parse(bridge_position).lsn - sequence.lsn)
+    return {
+        "id": snapshot_id,
+        "created_at": manifest["created_at"],
+        "age_seconds": round(age.total_seconds(), 1),
+        "rows": sum(int(table["rows"]) for table in manifest["tables"].values()),
+        "tables": len(manifest["tables"]),
+        "changeserver_sequence": str(sequence),
+        "bridge_position": bridge_position,
+        "lag_bytes_behind_bridge": lag,
+        "path": str(directory / snapshot_id),
+    }
 
 
 def _json(url: str) -> Any:

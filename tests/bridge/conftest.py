@@ -45,6 +45,7 @@ class Stack:
     registry_url: str
     prefix: str
     tmp: Path
+    snapshots_dir: Path  # where the changeserver's /snapshots reads
     publication: str = ""
     bridge_url: str = ""
     _bridge: Any = None
@@ -260,8 +261,11 @@ def make_stack(
         def make(kafka_bootstrap: str) -> Stack:
             meta_dsn = exits.enter_context(pg.scratch_database(pg_server_dsn, "t_meta"))
             slot = unique_name("bridge")
+            snapshots_dir = tmp_path / f"{slot}-snapshots"
             changeserver = ChangeServer(
-                ChangeServerSettings(dsn=pg_dsn, slot=slot, db_dir=tmp_path / slot)
+                ChangeServerSettings(
+                    dsn=pg_dsn, slot=slot, db_dir=tmp_path / slot, snapshots_dir=snapshots_dir
+                )
             )
             changeserver_url = exits.enter_context(serve_in_thread(changeserver.api_app))
             wait_until(changeserver.replicator.streaming.is_set, timeout=30, what="replication")
@@ -277,6 +281,7 @@ def make_stack(
                 registry_url=registry_url,
                 prefix=unique_name("cdc"),
                 tmp=tmp_path,
+                snapshots_dir=snapshots_dir,
                 publication=slot,
             )
             exits.callback(stack.stop_bridge)

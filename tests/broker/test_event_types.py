@@ -125,6 +125,18 @@ def test_partition_count_is_capped_and_defaulted(
     assert _topic_of(broker_dsn, plain)[1] == 1
 
 
+def test_timelines_name_the_topic(client: httpx.Client, broker_dsn: str, unique_name) -> None:
+    name = unique_name("order_received")
+    assert client.post("/event-types", json=business_event_type(name)).status_code == 201
+    response = client.get(f"/event-types/{name}/timelines")
+    assert response.status_code == 200, response.text
+    (timeline,) = response.json()
+    assert timeline["event_type"] == name
+    assert timeline["topic"] == _topic_of(broker_dsn, name)[0]
+    assert timeline["order"] == 1 and timeline["storage_id"] == "default"
+    assert_problem(client.get(f"/event-types/{name}-missing/timelines"), 404, "does not exist")
+
+
 def test_duplicate_name_is_409(client: httpx.Client, unique_name) -> None:
     name = unique_name("dup")
     assert client.post("/event-types", json=business_event_type(name)).status_code == 201

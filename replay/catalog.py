@@ -1,0 +1,141 @@
+"""Which event types the bridge writes, and what each holds, from the broker's Nakadi API.
+
+``GET /event-types``: the bridge's are category ``data`` and named by its pattern
+(``{prefix}.{schema}.{table}``); ``GET /event-types/{name}/schemas``: every schema version;
+``GET /event-types/{name}/timelines``: the Kafka topic the events are in;
+``GET /event-types/{name}/partitions``: how many partitions. Nothing here reads the
+broker's metadata database: the API is the contract.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from broker.offsets import parse_offset
+from replay.columns import Column, primary_key, union_columns
+
+
+class CatalogError(Exception):
+    """A table or event type that cannot be replayed; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One table's event type, where its events are, and what its rows look like."""
+
+    table: str  # schema.table
+    event_type: str
+    topic: str
+    partitions: int
+    timeline: int
+    key: tuple[str, ...]
+    columns: tuple[Column, ...]
+    schema_versions: tuple[str, ...]  # oldest first
+
+
+def pattern_regex(pattern: str, prefix: str) -> re.Pattern[str]:
+    """The bridge's ``--pattern`` as a regex with groups ``schema`` and ``table``."""
+    out = ""
+    for literal, field, _, _ in string.Formatter().parse(pattern):
+        out += re.escape(literal)
+        if field == "prefix":
+            out += re.escape(prefix)
+        elif field in ("schema", "table"):
+            out += f"(?P<{field}>[^.]+)"
+        elif field is not None:
+            raise CatalogError(f"pattern {pattern!r}: unknown field {{{field}}}")
+    return re.compile(out)
+
+
+def qualified(table: str) -> str:
+    return table if "." in table else f"public.{table}"
+
+
+class Catalog:
+    def __init__(self, broker: httpx.Client, pattern: str, prefix: str) -> None:
+        self._broker = broker
+        self._regex = pattern_regex(pattern, prefix)
+
+    def bridged(self) -> dict[str, str]:
+        """Event type name -> table, of every data event type named by the pattern."""
+        found: dict[str, str] = {}
+        for event_type in self._get("/event-types"):
+            if event_type.get("category") != "data":
+                continue
+            match = self._regex.fullmatch(event_type["name"])
+            if match is not None:
+                schema = match.groupdict().get("schema") or "public"
+                found[event_type["name"]] = f"{schema}.{match.group('table')}"
+        return found
+
+    def select(
+        self, tables: Sequence[str], event_types: Sequence[str], every: bool
+    ) -> dict[str, str]:
+        """Event type -> table of what was asked for (``every``: all the bridge writes)."""
+        bridged = self.bridged()
+        if every or not (tables or event_types):
+            return bridged
+        chosen: dict[str, str] = {}
+        by_table = {table: name for name, table in bridged.items()}
+        for table in tables:
+            name = by_table.get(qualified(table))
+            if name is None:
+                raise CatalogError(
+                    f"no event type of the bridge holds table {qualified(table)}: the bridge"
+                    " creates it on the table's first change, and refuses a table without a"
+                    " primary key (its /status lists those)"
+                    f" (tables it holds: {', '.join(sorted(by_table)) or 'none'})"
+                )
+            chosen[name] = qualified(table)
+        for name in event_types:
+            if name not in bridged:
+                raise CatalogError(
+                    f"event type {name} is not a data event type named by the bridge's pattern"
+                    f" (known: {', '.join(sorted(bridged)) or 'none'})"
+                )
+            chosen[name] = bridged[name]
+        return chosen
+
+    def describe(self, event_type: str, table: str) -> TableSpec:
+        """The table's event type, topic, key and columns over every schema version."""
+        body = self._get(f"/event-types/{event_type}")
+        key = primary_key(body, table)
+        versions = self._schema_versions(event_type)
+        schemas = [json.loads(v["schema"]) for v in versions]
+        timelines = self._get(f"/event-types/{event_type}/timelines")
+        current = timelines[-1]
+        partitions = self._get(f"/event-types/{event_type}/partitions")
+        timeline = parse_offset(partitions[0]["newest_available_offset"]).timeline
+        return TableSpec(
+            table=table,
+            event_type=event_type,
+            topic=current["topic"],
+            partitions=len(partitions),
+            timeline=timeline,
+            key=tuple(key),
+            columns=tuple(union_columns(schemas)),
+            schema_versions=tuple(v["version"] for v in versions),
+        )
+
+    def _schema_versions(self, event_type: str) -> list[dict[str, Any]]:
+        """Every schema version, oldest first (the API pages them newest first)."""
+        items: list[dict[str, Any]] = []
+        path: str | None = f"/event-types/{event_type}/schemas?limit=1000"
+        while path is not None:
+            page = self._get(path)
+            items.extend(page["items"])
+            path = page["_links"].get("next", {}).get("href")
+        return list(reversed(items))
+
+    def _get(self, path: str) -> Any:
+        response = self._broker.get(path)
+        if response.status_code != 200:
+            raise CatalogError(f"GET {path} on the broker: {response.status_code} {response.text}")
+        return response.json()

@@ -1,0 +1,179 @@
+"""A table's columns from its event type's schema versions, and each column's Parquet type.
+
+The bridge (broker/bridge/tables.py, values.py) declares each column as a property whose
+``description`` starts with the Postgres type (``format_type``: ``bigint``,
+``numeric(12,2)``, ``timestamp with time zone``; ``type <oid>`` when the change's type was
+not the catalog's) and whose ``type`` admits ``null`` when the column is nullable; the
+primary key is ``required``. Every version is read, oldest first: columns are the union,
+a later version's declaration of a column wins (a retype the mode allowed).
+
+What each Postgres type becomes (README "Snapshot format"): the value keeps its Postgres
+meaning. Integers stay integers of their width, ``real`` a 32-bit float (its value is the
+float4, not the decimal digits printed), ``double precision`` a double, NaN and infinities
+kept; ``numeric`` and ``money`` strings with every digit; ``timestamptz`` a timestamp (a UTC
+instant); ``bytea`` binary; ``json``/``jsonb`` their JSON text; everything else Postgres's
+text output.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Spark SQL type names (DDL spelling) by the replay's kind of column.
+SPARK_TYPES = {
+    "bool": "boolean",
+    "int2": "smallint",
+    "int4": "int",
+    "int8": "bigint",
+    "oid": "bigint",
+    "float4": "float",
+    "float8": "double",
+    "timestamptz": "timestamp",
+    "timestamp": "string",
+    "bytea": "binary",
+    "json": "string",
+    "text": "string",
+}
+
+# format_type() names of the built-in types a snapshot reader may want the OID of (the
+# transicator JSON of a row names each column's type OID).
+_OIDS = {
+    "boolean": 16,
+    "bytea": 17,
+    '"char"': 18,
+    "name": 19,
+    "bigint": 20,
+    "smallint": 21,
+    "integer": 23,
+    "text": 25,
+    "oid": 26,
+    "json": 114,
+    "xml": 142,
+    "point": 600,
+    "cidr": 650,
+    "real": 700,
+    "double precision": 701,
+    "money": 790,
+    "macaddr": 829,
+    "inet": 869,
+    "boolean[]": 1000,
+    "smallint[]": 1005,
+    "integer[]": 1007,
+    "text[]": 1009,
+    "character varying[]": 1015,
+    "bigint[]": 1016,
+    "real[]": 1021,
+    "double precision[]": 1022,
+    "character": 1042,
+    "character varying": 1043,
+    "date": 1082,
+    "time without time zone": 1083,
+    "timestamp without time zone": 1114,
+    "timestamp with time zone": 1184,
+    "interval": 1186,
+    "time with time zone": 1266,
+    "bit": 1560,
+    "bit varying": 1562,
+    "numeric": 1700,
+    "uuid": 2950,
+    "tsvector": 3614,
+    "jsonb": 3802,
+}
+
+# The replay's kind of each OID it treats specially (the rest is text output).
+_KINDS = {
+    16: "bool",
+    17: "bytea",
+    20: "int8",
+    21: "int2",
+    23: "int4",
+    26: "oid",
+    114: "json",
+    700: "float4",
+    701: "float8",
+    1114: "timestamp",
+    1184: "timestamptz",
+    3802: "json",
+}
+
+_TYPMOD = re.compile(r"\(\d+(?:,\d+)?\)")
+_OID_ONLY = re.compile(r"^type (\d+)$")
+
+
+class NoPrimaryKey(Exception):
+    """A table whose events carry no primary key: there is no "last state per key"."""
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    pg_type: str  # format_type() as the bridge declared it, e.g. "numeric(12,2)"
+    type_oid: int | None  # None for types whose OID is the database's own (enums, domains)
+    nullable: bool
+
+    @property
+    def kind(self) -> str:
+        """``bool``, ``int2`` .. ``timestamptz``, ``timestamp``, ``bytea``, ``json`` or
+        ``text``."""
+        return _KINDS.get(self.type_oid or 0, "text")
+
+    @property
+    def spark_type(self) -> str:
+        return SPARK_TYPES[self.kind]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "pg_type": self.pg_type,
+            "type_oid": self.type_oid,
+            "nullable": self.nullable,
+        }
+
+    @classmethod
+    def of(cls, item: Mapping[str, Any]) -> Column:
+        return cls(item["name"], item["pg_type"], item["type_oid"], item["nullable"])
+
+
+def pg_type_of(description: str) -> tuple[str, int | None]:
+    """``"numeric(12,2), as a string, every digit kept"`` -> ``("numeric(12,2)", 1700)``."""
+    name = description.split(", ", 1)[0].strip()
+    only_oid = _OID_ONLY.match(name)
+    if only_oid:
+        return name, int(only_oid.group(1))
+    bare = _TYPMOD.sub("", name)
+    return name, _OIDS.get(bare)
+
+
+def column_of(name: str, prop: Mapping[str, Any], required: Iterable[str]) -> Column:
+    pg_type, oid = pg_type_of(str(prop.get("description", "text")))
+    json_type = prop.get("type")
+    types = json_type if isinstance(json_type, list) else [json_type]
+    # A json/jsonb property has no "type" at all: any JSON value, null included.
+    nullable = name not in set(required) and (json_type is None or "null" in types)
+    return Column(name, pg_type, oid, nullable)
+
+
+def union_columns(schemas: Iterable[Mapping[str, Any]]) -> list[Column]:
+    """Columns of every version (oldest first), in order of first appearance; a later
+    version's declaration of a column replaces an earlier one."""
+    columns: dict[str, Column] = {}
+    for schema in schemas:
+        required = schema.get("required", [])
+        for name, prop in schema.get("properties", {}).items():
+            columns[name] = column_of(name, prop, required)
+    return list(columns.values())
+
+
+def primary_key(event_type: Mapping[str, Any], table: str) -> list[str]:
+    """The key the bridge partitions by; refused when the table has none."""
+    fields = event_type.get("partition_key_fields") or []
+    if event_type.get("partition_strategy") != "hash" or not fields:
+        raise NoPrimaryKey(
+            f"table {table} (event type {event_type['name']}) has no primary key, so a snapshot"
+            " cannot keep the last state of each row: give it one"
+            f" (ALTER TABLE {table} ADD PRIMARY KEY (...)) or leave it out of the replay"
+        )
+    return [str(f) for f in fields]

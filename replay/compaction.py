@@ -1,0 +1,187 @@
+"""The Spark plan of one table: its events from Kafka (and the base snapshot's rows) compacted
+to the last state of each primary key.
+
+Order: the bridge partitions by primary key, so one key's events are in one partition, in
+change order; within a key, the greater offset is the later change. Per key:
+
+* the last event decides whether the row exists (``D``: gone; ``C``, ``U``, ``S``: there);
+* each column takes its value from the last event that carries it. ``C`` and ``S`` events
+  (and the base snapshot's rows, which come before every event) carry the whole row: a
+  column the event lacks did not exist when it was written, so it is null. A ``U`` event
+  may omit a column (an unchanged TOASTed value the changeserver did not receive): the
+  column keeps the value of an earlier event. A ``D`` event sets no column.
+
+Everything runs in Spark (a grouped aggregation); nothing is collected into the driver.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import operator
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from replay.catalog import TableSpec
+from replay.columns import Column
+from replay.offsets import PartitionRange
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column as SparkColumn
+    from pyspark.sql import DataFrame, SparkSession
+
+# Offsets of the base snapshot's rows: before every event.
+BASE_OFFSET = -1
+# What ``from_json`` reads a column's JSON value as, before it becomes the column's type.
+_PARSE_TYPES = {
+    "bool": "boolean",
+    "int2": "smallint",
+    "int4": "int",
+    "int8": "bigint",
+    "oid": "bigint",
+    "json": "variant",
+}
+
+
+def _parse_type(column: Column) -> str:
+    return _PARSE_TYPES.get(column.kind, "string")
+
+
+def quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def event_schema(columns: Sequence[Column]) -> str:
+    fields = ", ".join(f"{quoted(c.name)}: {_parse_type(c)}" for c in columns)
+    return f"data_op string, data struct<{fields}>"
+
+
+def kafka_events(
+    spark: SparkSession, spec: TableSpec, ranges: Sequence[PartitionRange], bootstrap: str
+) -> DataFrame | None:
+    """The committed records of ``ranges`` (``None`` when there are none to read)."""
+    reading = [r for r in ranges if r.size > 0]
+    if not reading:
+        return None
+    topic = spec.topic
+    starts = {str(r.partition): r.start for r in reading}
+    ends = {str(r.partition): r.end for r in reading}
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("kafka.isolation.level", "read_committed")
+        .option("assign", json.dumps({topic: [r.partition for r in reading]}))
+        .option("startingOffsets", json.dumps({topic: starts}))
+        .option("endingOffsets", json.dumps({topic: ends}))
+        .load()
+    )
+
+
+def _converted(column: Column, raw: SparkColumn, table: str) -> SparkColumn:
+    """A column's JSON value (as parsed) as its snapshot type; a value the type cannot hold
+    fails the job, naming it, rather than turning into null."""
+    from pyspark.sql import functions as F
+
+    kind = column.kind
+    if kind in ("float4", "float8"):
+        # NaN and the infinities arrive as strings, the rest as numbers: both cast exactly.
+        converted = raw.try_cast(column.spark_type)
+    elif kind == "timestamptz":
+        converted = raw.try_cast("timestamp")
+    elif kind == "timestamp":
+        # Postgres prints "2026-11-23 02:37:49.5"; the event has RFC 3339's "T".
+        return F.regexp_replace(raw, r"^(\d+-\d\d-\d\d)T", "$1 ")
+    elif kind == "bytea":
+        converted = F.try_to_binary(raw, F.lit("base64"))
+    elif kind == "json":
+        text = F.to_json(raw)
+        # JSON null is SQL NULL in the events (the bridge writes both as null).
+        return F.when(text != F.lit("null"), text)
+    else:
+        return raw
+    message = F.concat(
+        F.lit(f"table {table} column {column.name}: value "),
+        raw.cast("string"),
+        F.lit(f" does not fit the snapshot's {column.spark_type} ({column.pg_type})"),
+    )
+    return F.when(raw.isNotNull() & converted.isNull(), F.raise_error(message)).otherwise(converted)
+
+
+def parsed_events(events: DataFrame, spec: TableSpec) -> DataFrame:
+    """One row per event: ``_op``, ``_offset``, ``_keys`` (the columns a ``U`` carries) and
+    every column in its snapshot type."""
+    from pyspark.sql import functions as F
+
+    parsed = events.select(
+        F.col("offset").alias("_offset"),
+        F.col("value").cast("string").alias("_value"),
+        F.from_json(F.col("value").cast("string"), event_schema(spec.columns)).alias("_e"),
+    )
+    op = F.col("_e.data_op")
+    # Only an update may omit a column, and an omitted column parses as null: an update
+    # with a null column has its data scanned once more for the keys it carries.
+    some_null = functools.reduce(
+        operator.or_,
+        (F.col("_e.data").getField(c.name).isNull() for c in spec.columns),
+        F.lit(False),
+    )
+    return parsed.select(
+        op.alias("_op"),
+        "_offset",
+        F.when(
+            (op == F.lit("U")) & some_null,
+            F.json_object_keys(F.get_json_object("_value", "$.data")),
+        ).alias("_keys"),
+        *(
+            _converted(c, F.col("_e.data").getField(c.name), spec.table).alias(c.name)
+            for c in spec.columns
+        ),
+    )
+
+
+def base_rows(spark: SparkSession, path: str, spec: TableSpec) -> DataFrame:
+    """The base snapshot's rows as ``S`` events before every offset, in today's columns."""
+    from pyspark.sql import functions as F
+
+    base = spark.read.parquet(path)
+    have = set(base.columns)
+    return base.select(
+        F.lit("S").alias("_op"),
+        F.lit(BASE_OFFSET).cast("bigint").alias("_offset"),
+        F.lit(None).cast("array<string>").alias("_keys"),
+        *(
+            (F.col(quoted(c.name)) if c.name in have else F.lit(None))
+            .cast(c.spark_type)
+            .alias(c.name)
+            for c in spec.columns
+        ),
+    )
+
+
+def compact(changes: DataFrame, spec: TableSpec) -> DataFrame:
+    """The last state of each key; deleted keys left out."""
+    from pyspark.sql import functions as F
+
+    op, offset = F.col("_op"), F.col("_offset")
+    key = set(spec.key)
+
+    def carried(name: str) -> SparkColumn:
+        keys = F.col("_keys")
+        present = (
+            F.when(op == F.lit("D"), F.lit(False))
+            .when(keys.isNotNull(), F.array_contains(keys, F.lit(name)))
+            .otherwise(F.lit(True))
+        )
+        return F.when(present, offset)
+
+    values = [
+        F.max_by(F.col(quoted(c.name)), carried(c.name)).alias(c.name)
+        for c in spec.columns
+        if c.name not in key
+    ]
+    grouped = changes.groupBy(*(F.col(quoted(k)) for k in spec.key)).agg(
+        F.max_by(op, offset).alias("_last_op"), *values
+    )
+    return grouped.where(F.col("_last_op") != F.lit("D")).select(
+        *(F.col(quoted(c.name)) for c in spec.columns)
+    )

@@ -1,0 +1,247 @@
+"""``run_replay``: the bridge's data-change event types -> one Parquet dataset per table and a
+manifest, from the base snapshot's cursors (or the beginning) up to ``--until``.
+
+Each table is read from Kafka (``read_committed``), unioned with the base snapshot's rows,
+compacted (replay/compaction.py) and written; the manifest is published last
+(replay/snapshots.py), so a failed or killed run leaves the previous snapshot the newest.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+
+from replay import compaction, offsets, positions, snapshots
+from replay.catalog import Catalog, TableSpec
+from replay.columns import NoPrimaryKey
+from replay.offsets import PartitionRange, Watermarks
+from replay.snapshots import Manifest, TableEntry
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+TABLES_DIR = "tables"
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    broker_url: str
+    kafka_bootstrap: str
+    out: Path
+    tables: tuple[str, ...] = ()  # schema.table (a bare name is public.<name>)
+    event_types: tuple[str, ...] = ()
+    every: bool = False  # every table the bridge writes (also when nothing is named)
+    until: str = "latest"
+    full: bool = False  # ignore the snapshots in ``out``: read from the beginning
+    base: str | None = None  # a snapshot id in ``out``; default the newest
+    master: str | None = None  # Spark master; default CHANGEBROKER_SPARK_MASTER or local[*]
+    prefix: str = "changebroker"  # the bridge's --prefix and --pattern name its event types
+    pattern: str = "{prefix}.{schema}.{table}"
+    bridge_name: str = "bridge"  # whose position record ends ``latest`` exactly
+    wait_seconds: float = 60.0  # for an --until end whose transaction is not committed yet
+
+
+@dataclass(frozen=True)
+class _Planned:
+    spec: TableSpec
+    ranges: list[PartitionRange]
+    base: Path | None
+
+
+def run_replay(
+    options: ReplayOptions,
+    spark: SparkSession | None = None,
+    say: Callable[[str], None] = print,
+) -> Manifest:
+    """Write a snapshot and return its manifest. ``spark``: a session to use (and leave
+    running); without one, a session on ``options.master`` is made and stopped."""
+    started = time.monotonic()
+    planned, base, skipped, sequence = _plan(options, say)
+    total = sum(r.size for p in planned for r in p.ranges)
+    say(
+        f"replay: {len(planned)} tables, {total:,} offsets to read, base "
+        f"{base.snapshot_id if base else 'none (from the beginning)'},"
+        f" until {offsets.parse_until(options.until).describe()}"
+    )
+    own_session = spark is None
+    if spark is None:
+        from changebroker.stack.spark import spark_session
+
+        spark = spark_session(options.master, app_name="changebroker-replay")
+        say(f"replay: Spark {spark.version} on {spark.sparkContext.master} ready")
+    snapshot_id = snapshots.new_snapshot_id()
+    directory = options.out / snapshot_id
+    (directory / TABLES_DIR).mkdir(parents=True)
+    try:
+        entries, rows, read = {}, 0, 0
+        with _Heartbeat(spark, say):
+            for item in planned:
+                entry = _write_table(spark, options, item, directory, say)
+                entries[item.spec.table] = entry
+                read += sum(r.size for r in item.ranges)
+                rows += entry.rows
+                say(
+                    f"replay: {item.spec.table}: {entry.rows:,} rows written;"
+                    f" offsets read {read:,} of {total:,}"
+                )
+        manifest = Manifest(
+            snapshot_id=snapshot_id,
+            created_at=snapshots.rfc3339(datetime.now(UTC)),
+            base_snapshot_id=base.snapshot_id if base else None,
+            changeserver_sequence=sequence,
+            tables=entries,
+            cursors={p.spec.event_type: offsets.cursors_of(p.spec, p.ranges) for p in planned},
+        )
+        published = snapshots.publish(directory, manifest)
+    except BaseException:
+        # Not a snapshot without a manifest anyway; removing it just saves the space.
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    finally:
+        if own_session:
+            spark.stop()
+    elapsed = time.monotonic() - started
+    rate = total / elapsed if elapsed > 0 else 0.0
+    note = f"; skipped {', '.join(skipped)}" if skipped else ""
+    say(
+        f"snapshot {snapshot_id}: {len(entries)} tables, {rows:,} rows, {total:,} changes read"
+        f" in {elapsed:.1f}s ({rate:,.0f}/s) -> {directory}{note}"
+    )
+    return published
+
+
+def _plan(
+    options: ReplayOptions, say: Callable[[str], None]
+) -> tuple[list[_Planned], Manifest | None, list[str], str | None]:
+    """What each table reads, the base, the tables skipped, and the changeserver sequence
+    the snapshot will be exact at (``None`` when that cannot be known)."""
+    base = _base(options)
+    until = offsets.parse_until(options.until)
+    watermarks = Watermarks(options.kafka_bootstrap)
+    bridge = positions.read(options.kafka_bootstrap, options.bridge_name) if until.latest else None
+    exact = bridge is not None
+    planned, skipped = [], []
+    with httpx.Client(base_url=options.broker_url, timeout=30) as broker:
+        catalog = Catalog(broker, options.pattern, options.prefix)
+        chosen = catalog.select(options.tables, options.event_types, options.every)
+        for event_type, table in sorted(chosen.items(), key=lambda item: item[1]):
+            try:
+                spec = catalog.describe(event_type, table)
+            except NoPrimaryKey as refused:
+                if options.tables or options.event_types:
+                    raise
+                say(f"replay: skipped: {refused}")
+                skipped.append(table)
+                continue
+            from_base = base is not None and table in base.tables
+            if from_base and base is not None and base.tables[table].topic != spec.topic:
+                say(f"replay: {table}: its event type was re-created; reading it from the start")
+                from_base = False
+            cursors = base.cursors.get(event_type) if from_base and base is not None else None
+            written = bridge.written(spec.topic) if bridge is not None else None
+            ranges = offsets.plan(spec, cursors, until, watermarks, options.wait_seconds, written)
+            # A partition with events the record does not name (written before the bridge
+            # kept offsets) ends at its last stable offset: then no sequence is exact.
+            exact = exact and all(r.partition in (written or {}) or r.end == 0 for r in ranges)
+            base_path = base.table_path(table) if from_base and base is not None else None
+            if bridge is not None and table in bridge.snapshotting:
+                say(
+                    f"replay: {table}: the bridge is still publishing its existing rows;"
+                    " this snapshot holds the ones published so far"
+                )
+                exact = False
+            planned.append(_Planned(spec, ranges, base_path))
+    sequence = bridge.sequence(p.spec.table for p in planned) if bridge and exact else None
+    return planned, base, skipped, sequence
+
+
+def _base(options: ReplayOptions) -> Manifest | None:
+    if options.full:
+        return None
+    if options.base is not None:
+        return snapshots.find(options.out, options.base)
+    return snapshots.newest(options.out)
+
+
+def _write_table(
+    spark: SparkSession,
+    options: ReplayOptions,
+    item: _Planned,
+    directory: Path,
+    say: Callable[[str], None],
+) -> TableEntry:
+    spec = item.spec
+    reading = sum(r.size for r in item.ranges)
+    say(
+        f"replay: {spec.table}: reading {reading:,} offsets of {spec.event_type}"
+        + (" onto the base snapshot" if item.base else "")
+    )
+    parts = []
+    events = compaction.kafka_events(spark, spec, item.ranges, options.kafka_bootstrap)
+    if events is not None:
+        parts.append(compaction.parsed_events(events, spec))
+    if item.base is not None:
+        parts.append(compaction.base_rows(spark, str(item.base), spec))
+    relative = f"{TABLES_DIR}/{spec.table}"
+    target = str(directory / relative)
+    if parts:
+        changes = parts[0]
+        for part in parts[1:]:
+            changes = changes.unionByName(part)
+        compaction.compact(changes, spec).write.parquet(target)
+    else:
+        _empty(spark, spec).write.parquet(target)
+    rows = spark.read.parquet(target).count()
+    return TableEntry(
+        event_type=spec.event_type,
+        topic=spec.topic,
+        path=relative,
+        rows=rows,
+        primary_key=spec.key,
+        schema_versions=spec.schema_versions,
+        columns=spec.columns,
+    )
+
+
+def _empty(spark: SparkSession, spec: TableSpec) -> DataFrame:
+    ddl = ", ".join(f"{compaction.quoted(c.name)} {c.spark_type}" for c in spec.columns)
+    return spark.createDataFrame([], ddl)
+
+
+class _Heartbeat:
+    """Every few seconds, the running Spark stages' task progress: a long table shows it is
+    moving."""
+
+    def __init__(self, spark: SparkSession, say: Callable[[str], None], every: float = 5.0):
+        self._tracker = spark.sparkContext.statusTracker()
+        self._say = say
+        self._every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="replay-progress", daemon=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            stages = [self._tracker.getStageInfo(s) for s in self._tracker.getActiveStageIds()]
+            shown = [
+                f"stage {s.stageId}: {s.numCompletedTasks}/{s.numTasks} tasks"
+                for s in stages
+                if s is not None
+            ]
+            if shown:
+                self._say("replay:   " + "; ".join(shown))
