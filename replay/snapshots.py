@@ -108,10 +108,11 @@ class Manifest:
 
 
 def new_snapshot_id(now: datetime | None = None) -> str:
-    """``20261123T140501Z-3f9a1c``: sorts by creation time; the suffix keeps two runs in the
-    same second apart."""
+    """``20261123T140501123Z-3f9a1c``: sorts by creation time to the millisecond (scheduled
+    runs may follow each other within a second); the suffix keeps two runs apart."""
     moment = (now or datetime.now(UTC)).astimezone(UTC)
-    return moment.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    millis = f"{moment.microsecond // 1000:03d}"
+    return moment.strftime("%Y%m%dT%H%M%S") + millis + "Z-" + secrets.token_hex(3)
 
 
 def rfc3339(moment: datetime) -> str:
