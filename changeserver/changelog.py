@@ -247,12 +247,7 @@ class LogReader:
         conn = self._conn
         conn.execute("BEGIN")
         try:
-            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-            bounds = Bounds(
-                Sequence(meta["first_lsn"], meta["first_idx"]),
-                Sequence(meta["last_lsn"], meta["last_idx"]),
-                Sequence(meta["purged_lsn"], meta["purged_idx"]),
-            )
+            bounds = _bounds(conn)
             rows: list[tuple[int, int, int, bytes]] = []
             if limit > 0 and selectors:
                 marks = ",".join("?" * len(selectors))
@@ -285,12 +280,7 @@ class LogReader:
         conn = self._conn
         conn.execute("BEGIN")
         try:
-            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-            bounds = Bounds(
-                Sequence(meta["first_lsn"], meta["first_idx"]),
-                Sequence(meta["last_lsn"], meta["last_idx"]),
-                Sequence(meta["purged_lsn"], meta["purged_idx"]),
-            )
+            bounds = _bounds(conn)
             if limit <= 0 or since >= bounds.last:
                 return bounds, []
             end, counted = bounds.last, 0
@@ -404,3 +394,13 @@ def _tuple_data(row: pgoutput.Row) -> bytes:
             encoded = value.encode()
             parts.append(b"t" + struct.pack("!i", len(encoded)) + encoded)
     return b"".join(parts)
+
+
+def _bounds(conn: sqlite3.Connection) -> Bounds:
+    """First, last and newest purged sequence, as the ``meta`` table holds them."""
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    return Bounds(
+        Sequence(meta["first_lsn"], meta["first_idx"]),
+        Sequence(meta["last_lsn"], meta["last_idx"]),
+        Sequence(meta["purged_lsn"], meta["purged_idx"]),
+    )
