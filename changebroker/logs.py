@@ -66,3 +66,6 @@ def configure(service: str, level: str = "INFO") -> None:
     for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
+    # httpx logs every request it makes at INFO (one line per long poll of the bridge, per
+    # call of the demo and the console); callers log their own failures.
+    logging.getLogger("httpx").setLevel(logging.WARNING)

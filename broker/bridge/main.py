@@ -265,8 +265,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"changebroker bridge: {flags} required", file=sys.stderr)
         return 2
     bridge = Bridge(settings_of(args))
-    # One line per long poll would drown the log; failures are logged by the bridge itself.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     log.info("bridge starting", extra=logs.fields(port=args.port, name=args.name))
     http.serve(create_app(bridge), args.host, args.port)
     return 0
