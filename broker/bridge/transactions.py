@@ -44,7 +44,12 @@ def ensure_positions_topic(bootstrap: str, replication_factor: int) -> None:
 
 
 def load_position(bootstrap: str, name: str) -> dict[str, Any] | None:
-    """The newest committed position record of bridge ``name``, ``None`` before the first."""
+    """The newest committed position record of bridge ``name``, ``None`` before the first.
+
+    Reads up to the end the partition had when the read began: other bridges (and this
+    one, for the replay) keep committing, and a transaction open at the tail keeps the
+    end-of-partition event from coming, so waiting for it alone may never end.
+    """
     consumer = Consumer(
         kafka.client_config(
             bootstrap,
@@ -58,7 +63,11 @@ def load_position(bootstrap: str, name: str) -> dict[str, Any] | None:
     )
     found: dict[str, Any] | None = None
     try:
-        consumer.assign([TopicPartition(POSITIONS_TOPIC, 0, 0)])
+        partition = TopicPartition(POSITIONS_TOPIC, 0, 0)
+        _, end = consumer.get_watermark_offsets(partition, timeout=30, cached=False)
+        if end == 0:
+            return None
+        consumer.assign([partition])
         while True:
             message = consumer.poll(30)
             if message is None:
@@ -71,6 +80,11 @@ def load_position(bootstrap: str, name: str) -> dict[str, Any] | None:
             if message.key() == name.encode():
                 value = message.value()
                 found = json.loads(value) if value is not None else None
+            # Past the last record there was (a commit marker, when it was the last): every
+            # record before it was decided when the read began, so nothing older can follow.
+            offset = message.offset()
+            if offset is not None and offset >= end - 1:
+                return found
     finally:
         consumer.close()
 
