@@ -151,24 +151,17 @@ def main() -> int:
         "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
     )
     bootstrap = os.environ.get("CHANGEBROKER_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-    token = uuid.uuid4().hex[:8]
-    app_db, meta_db = f"bench_{token}", f"bench_meta_{token}"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{app_db}"')
-        conn.execute(f'CREATE DATABASE "{meta_db}"')
-    app_dsn, meta_dsn = pg.with_database(server_dsn, app_db), pg.with_database(server_dsn, meta_db)
-    try:
+    with (
+        pg.scratch_database(server_dsn, "bench") as app_dsn,
+        pg.scratch_database(server_dsn, "bench_meta") as meta_dsn,
+    ):
         with psycopg.connect(app_dsn, autocommit=True) as conn:
             conn.execute(_SETUP)
         with tempfile.TemporaryDirectory() as tmp:
-            state = Path(tmp) / f"bench_{token}"
+            state = Path(tmp) / "bench"
             state.mkdir()
             with services(app_dsn, meta_dsn, bootstrap, state):
                 figures = _measure(app_dsn, meta_dsn, bootstrap)
-    finally:
-        with psycopg.connect(server_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE "{app_db}" WITH (FORCE)')
-            conn.execute(f'DROP DATABASE "{meta_db}" WITH (FORCE)')
     report(figures)
     return 0
 
