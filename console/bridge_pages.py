@@ -93,9 +93,8 @@ def routes(console: Console) -> list[BaseRoute]:
             json_body={"event_type": event_type} if event_type else {},
         )
         if not reply.ok:
-            return console.page(
+            return console.message(
                 request,
-                "message.html",
                 status_code=502,
                 title="Not resumed",
                 message=reply.problem,

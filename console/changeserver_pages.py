@@ -50,9 +50,8 @@ def routes(console: Console) -> list[BaseRoute]:
             return refused
         reply = await up.changeserver_mgmt("/markdown")
         if not reply.ok:
-            return console.page(
+            return console.message(
                 request,
-                "message.html",
                 status_code=502,
                 title="Not marked down",
                 message=reply.problem,

@@ -36,21 +36,27 @@ class Console:
         values.setdefault("read_only", self.read_only)
         return self.templates.TemplateResponse(request, template, values, status_code=status_code)
 
+    def message(
+        self, request: Request, *, status_code: int, title: str, message: str
+    ) -> HTMLResponse:
+        """A page that only says what happened: not found, refused, not done."""
+        return self.page(
+            request, "message.html", status_code=status_code, title=title, message=message
+        )
+
     def refuse_when_read_only(self, request: Request) -> Response | None:
         """The answer to an action in read-only mode, or to a form posted from another site."""
         if self.read_only:
-            return self.page(
+            return self.message(
                 request,
-                "message.html",
                 status_code=403,
                 title="Read-only",
                 message="This console runs with --read-only: it shows, it does not act.",
             )
         origin = request.headers.get("origin")
         if origin and urlsplit(origin).netloc != request.headers.get("host"):
-            return self.page(
+            return self.message(
                 request,
-                "message.html",
                 status_code=403,
                 title="Refused",
                 message="Actions are taken only from this console's own pages.",

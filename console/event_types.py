@@ -87,9 +87,8 @@ def routes(console: Console) -> list[BaseRoute]:
             up.broker("GET", base + "/schemas", params={"limit": SCHEMA_VERSIONS}),
         )
         if event_type.status == 404:
-            return console.page(
+            return console.message(
                 request,
-                "message.html",
                 status_code=404,
                 title="Not found",
                 message=f"The broker has no event type {name}.",

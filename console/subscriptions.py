@@ -71,9 +71,8 @@ def routes(console: Console) -> list[BaseRoute]:
             up.broker("GET", base + "/cursors"),
         )
         if subscription.status == 404:
-            return console.page(
+            return console.message(
                 request,
-                "message.html",
                 status_code=404,
                 title="Not found",
                 message=f"The broker has no subscription {sid}.",
@@ -128,9 +127,7 @@ def routes(console: Console) -> list[BaseRoute]:
         form = await request.form()
         resets, problem = await plan(console, sid, str(form.get("to", "begin")))
         if problem:
-            return console.page(
-                request, "message.html", status_code=502, title="Not reset", message=problem
-            )
+            return console.message(request, status_code=502, title="Not reset", message=problem)
         items = [
             {"event_type": r.event_type, "partition": r.partition, "offset": r.target}
             for r in resets
@@ -139,8 +136,8 @@ def routes(console: Console) -> list[BaseRoute]:
             "PATCH", f"/subscriptions/{quote(sid)}/cursors", json_body={"items": items}
         )
         if not reply.ok:
-            return console.page(
-                request, "message.html", status_code=502, title="Not reset", message=reply.problem
+            return console.message(
+                request, status_code=502, title="Not reset", message=reply.problem
             )
         return redirect(f"/subscriptions/{quote(sid)}?reset=done")
 
