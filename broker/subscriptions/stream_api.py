@@ -5,7 +5,7 @@ X-Nakadi-StreamId), the owner of every partition and its committed offset. Every
 change runs in a transaction that first locks the subscription's row, so changes
 to one subscription are serialised whichever process makes them, and ends with a
 NOTIFY that wakes the subscription's streams in every process
-(:mod:`broker.coordination`).
+(:mod:`broker.subscriptions.coordination`).
 
 A partition moves between streams (rebalance, direct request, a stream ending)
 only once what its owner sent is committed (``release_offset``) or at
@@ -40,13 +40,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from broker import bodies, rebalance
-from broker.coordination import ALIVE_SECONDS, Coordinator
-from broker.offsets import OffsetFormatError, format_offset, parse_offset
+from broker import bodies
+from broker.event_types.store import Store, StoreResolver
+from broker.event_types.topics import EventTypeTopic
 from broker.problems import problem
-from broker.reading import STREAM_MEDIA_TYPE, _gzipped, _wants_gzip
-from broker.store import Store, StoreResolver
-from broker.streaming import (
+from broker.streams.api import STREAM_MEDIA_TYPE, _gzipped, _wants_gzip
+from broker.streams.cursors import OffsetFormatError, format_offset, parse_offset
+from broker.streams.event_stream import (
     MESSAGES_PER_POLL,
     STREAM_CONSUMER_SETTINGS,
     Batcher,
@@ -56,7 +56,10 @@ from broker.streaming import (
     parse_limits,
     poll,
 )
-from broker.subscriptions import (
+from broker.streams.watermarks import Watermarks, consumer_config
+from broker.subscriptions import rebalance
+from broker.subscriptions.coordination import ALIVE_SECONDS, Coordinator
+from broker.subscriptions.store import (
     PartitionKey,
     Subscription,
     SubscriptionApi,
@@ -67,8 +70,6 @@ from broker.subscriptions import (
     valid_id,
     whole_number,
 )
-from broker.topics import EventTypeTopic
-from broker.watermarks import Watermarks, consumer_config
 from changebroker import logs
 
 log = logging.getLogger(__name__)

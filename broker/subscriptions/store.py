@@ -4,7 +4,7 @@ A subscription is identified by (owning_application, event_types, consumer_group
 creating it again answers 200 with the one that exists. Its cursors are set when it
 is first streamed or reset (``initialise``), from ``read_from``: ``begin``, ``end``
 or ``initial_cursors``. Streaming, commits, resets and stats are in
-:mod:`broker.subscription_streams`; both keep their state in the tables of
+:mod:`broker.subscriptions.stream_api`; both keep their state in the tables of
 ``sql/broker/002_subscriptions.sql``.
 """
 
@@ -24,12 +24,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from broker import bodies, coordination
-from broker.cursors import Cursor, CursorError, parse_cursor, position
+from broker import bodies
+from broker.event_types.store import Store, _utc
+from broker.event_types.topics import EventTypeTopic, TopicResolver
 from broker.problems import problem
-from broker.store import Store, _utc
-from broker.topics import EventTypeTopic, TopicResolver
-from broker.watermarks import Watermarks
+from broker.streams.cursors import Cursor, CursorError, parse_cursor, position
+from broker.streams.watermarks import Watermarks
+from broker.subscriptions import coordination
 
 READ_FROM = ("begin", "end", "cursors")
 DEFAULT_CONSUMER_GROUP = "default"
