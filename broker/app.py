@@ -39,7 +39,7 @@ from broker.publishing.producer import KafkaProducer
 from broker.settings import Settings
 from broker.streams import api as streams
 from broker.streams.watermarks import Watermarks
-from broker.subscriptions.stream_api import SubscriptionService
+from broker.subscriptions.service import SubscriptionService
 from changebroker import pg
 
 log = logging.getLogger(__name__)
