@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+import random
 import threading
 import time
 import uuid
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from confluent_kafka.admin import ConfigResource
 from pyspark.sql import SparkSession
@@ -31,7 +33,6 @@ from changebroker.stack.processes import wait_until
 from replay import ReplayOptions, run_replay
 from tests.bridge.conftest import rebuilding, table_rows
 from tests.bridge.test_crash import TABLES as SCHEMA
-from tests.bridge.test_crash import _workload as bank_workload
 from tests.broker.conftest import business_event_type
 from tests.broker.kafka_read import read_all, topic_of
 from tests.broker.subscription_support import create
@@ -39,7 +40,8 @@ from tests.cluster.conftest import ClusterStack
 from tests.replay.conftest import snapshot_tables
 from tests.support.cluster import kill_node, leader_of, restart_node
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+# The module's cluster and the session's Spark start inside the first test's time.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 TABLES = ["public.accounts", "public.transfers"]
 PartitionKey = tuple[str, str]  # (event type, partition)
@@ -175,6 +177,25 @@ class Publisher(threading.Thread):
                     self.refused += 1
 
 
+def _bank_writes(dsn: str, stop: threading.Event, done: list[int]) -> None:
+    """About ten transactions a second over both tables (updates, inserts, deletes): enough
+    to keep the bridge committing through every kill, little enough for a quick replay."""
+    rng = random.Random(11)
+    with psycopg.connect(dsn) as conn:
+        while not stop.wait(0.1):
+            src, dst = rng.sample(range(1, 51), 2)
+            amount = rng.randint(1, 50)
+            conn.execute("UPDATE accounts SET balance = balance - %s WHERE id = %s", (amount, src))
+            conn.execute("UPDATE accounts SET balance = balance + %s WHERE id = %s", (amount, dst))
+            conn.execute(
+                "INSERT INTO transfers (src, dst, amount) VALUES (%s, %s, %s)", (src, dst, amount)
+            )
+            if rng.random() < 0.1:
+                conn.execute("DELETE FROM transfers WHERE id %% 7 = %s", (rng.randint(0, 6),))
+            conn.commit()
+            done[0] += 1
+
+
 def _event_type(client: httpx.Client, name: str, partitions: int) -> None:
     statistic = {
         "messages_per_minute": 1000,
@@ -219,7 +240,7 @@ def test_a_kafka_node_killed_twice_under_load_loses_nothing(
     publishers = [Publisher(stack.broker_url, name) for _ in range(2)]
     reader = Reader(stack.broker_url, subscription["id"], ledger)
     stop_writing, written = threading.Event(), [0]
-    writer = threading.Thread(target=bank_workload, args=(stack.app_dsn, stop_writing, written))
+    writer = threading.Thread(target=_bank_writes, args=(stack.app_dsn, stop_writing, written))
     for thread in [*publishers, reader, writer]:
         thread.start()
 
