@@ -13,19 +13,28 @@ import pytest
 
 from changebroker import pg
 from changebroker.stack.kafka import LocalKafkaCluster
+from changebroker.stack.local import LocalStack
 from changebroker.stack.processes import wait_until
 from changeserver.server import ChangeServer
 from changeserver.server import Settings as ChangeServerSettings
 from registry.app import create_app as registry_app
 from tests.bridge.conftest import Stack
 from tests.support.apps import serve_in_thread
-from tests.support.cluster import BrokerFleet, broker_fleet, local_kafka_cluster
+from tests.support.cluster import BrokerFleet, broker_fleet, local_cluster_stack
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaCluster]:
-    with local_kafka_cluster(tmp_path_factory.mktemp("kafka-cluster")) as found:
-        yield found
+def cluster_up(
+    tmp_path_factory: pytest.TempPathFactory, pg_server_dsn: str
+) -> Iterator[LocalStack]:
+    """What ``changebroker up --kafka-nodes 3`` starts of Kafka, once for the module."""
+    with local_cluster_stack(tmp_path_factory.mktemp("kafka-cluster"), pg_server_dsn) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def cluster(cluster_up: LocalStack) -> LocalKafkaCluster:
+    return cluster_up.kafka
 
 
 @dataclass
@@ -33,10 +42,12 @@ class ClusterStack:
     stack: Stack  # the bridge's view: its broker_url is the load balancer
     fleet: BrokerFleet
     cluster: LocalKafkaCluster
+    up: LocalStack  # what started the cluster: its status lists the nodes
 
 
 @pytest.fixture
 def cluster_stack(
+    cluster_up: LocalStack,
     cluster: LocalKafkaCluster,
     pg_dsn: str,
     pg_server_dsn: str,
@@ -70,4 +81,4 @@ def cluster_stack(
             snapshots_dir=snapshots_dir,
             publication=slot,
         )
-        yield ClusterStack(stack, fleet, cluster)
+        yield ClusterStack(stack, fleet, cluster, cluster_up)

@@ -265,6 +265,8 @@ def test_a_kafka_node_killed_twice_under_load_loses_nothing(
         second = next((n for n in others if n != first), first % cluster.nodes + 1)
         for victim in (first, second):
             kill_node(cluster, victim)
+            nodes = cluster_stack.up.status()["kafka"]["nodes"]
+            assert [node["node_id"] for node in nodes if node["pid"] is None] == [victim]
             wait_until(progressed(), timeout=120, what=f"everything to go on without {victim}")
             restart_node(cluster, victim)
             wait_until(progressed(), timeout=60, what=f"everything to go on with {victim} back")

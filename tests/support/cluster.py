@@ -14,6 +14,7 @@ from pathlib import Path
 from changebroker import kafka
 from changebroker.stack.kafka import LocalKafkaCluster
 from changebroker.stack.loadbalancer import LoadBalancer
+from changebroker.stack.local import LocalStack, Ports
 from changebroker.stack.processes import free_port, free_port_run, pid_alive, wait_until
 from changebroker.stack.state import StateDir
 from tests.support.apps import CliProcess, broker_process
@@ -21,16 +22,21 @@ from tests.support.services import CACHE
 
 
 @contextlib.contextmanager
-def local_kafka_cluster(root: Path, nodes: int = 3) -> Iterator[LocalKafkaCluster]:
-    """``nodes`` KRaft nodes on free ports under ``root``; stopped and deleted afterwards."""
+def local_cluster_stack(root: Path, pg_dsn: str, nodes: int = 3) -> Iterator[LocalStack]:
+    """``up`` of a stack of ``nodes`` KRaft nodes on free ports under ``root`` (Postgres:
+    the session's, external to it), without services; ``down --purge`` afterwards."""
     base = free_port_run(2 * nodes)
-    cluster = LocalKafkaCluster(StateDir(root, cache_root=CACHE), base, base + 1, nodes)
-    cluster.start()
+    stack = LocalStack(
+        state=StateDir(root, cache_root=CACHE),
+        ports=Ports(kafka=base, kafka_controller=base + 1),
+        external_pg_dsn=pg_dsn,
+        kafka_nodes=nodes,
+    )
+    stack.up(with_services=False)
     try:
-        yield cluster
+        yield stack
     finally:
-        cluster.stop()
-        cluster.purge()
+        stack.down(purge=True)
 
 
 def kill_node(cluster: LocalKafkaCluster, node_id: int) -> None:
