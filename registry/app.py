@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from changebroker import logs, pg
+from changebroker.http import OneWriteResponse
 from registry import errors
 from registry.cache import Cache
 from registry.errors import RegistryError, violations_json
@@ -165,8 +166,8 @@ async def _kept_answer(
     if "id" in request.path_params:
         headers["cache-control"] = IMMUTABLE
     if _none_match(request.headers.get("if-none-match"), etag):
-        return Response(status_code=304, headers=headers)
-    return Response(body, media_type=media_type, headers=headers)
+        return OneWriteResponse(status_code=304, headers=headers)
+    return OneWriteResponse(body, media_type=media_type, headers=headers)
 
 
 def _none_match(header: str | None, etag: str) -> bool:
