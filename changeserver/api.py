@@ -28,7 +28,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from changeserver import changes, diagnostics
+from changeserver import changes, diagnostics, metrics
 from changeserver import transicator_pb2 as pb
 from changeserver.changelog import Bounds, LogReader, Snapshot
 from changeserver.pgoutput import NO_SELECTOR
@@ -49,6 +49,7 @@ class Waiters:
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.by_selector: dict[str, set[asyncio.Future[None]]] = {}
+        self.waiting = 0  # long polls registered now (one may wait on several selectors)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -59,24 +60,34 @@ class Waiters:
             self.loop.call_soon_threadsafe(self._wake, selectors)
 
     def _wake(self, selectors: set[str]) -> None:
+        woken = 0
         for selector in (*selectors, ANY_SELECTOR):
             for future in self.by_selector.pop(selector, ()):
                 if not future.done():
                     future.set_result(None)
+                    woken += 1
+        metrics.longpoll_wakeups.inc(woken)
 
     def register(self, selectors: list[str]) -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         for selector in selectors:
             self.by_selector.setdefault(selector, set()).add(future)
+        self.waiting += 1
         return future
 
     def unregister(self, selectors: list[str], future: asyncio.Future[None]) -> None:
+        self.waiting -= 1
         for selector in selectors:
             waiting = self.by_selector.get(selector)
             if waiting is not None:
                 waiting.discard(future)
                 if not waiting:
                     del self.by_selector[selector]
+
+    def by_selector_counts(self, limit: int) -> dict[str, int]:
+        """The ``limit`` selectors most long polls wait on now, with how many wait."""
+        counts = sorted(((len(f), s) for s, f in self.by_selector.items()), reverse=True)
+        return {selector: count for count, selector in counts[:limit]}
 
 
 @dataclass
@@ -234,6 +245,7 @@ class ChangesEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.state.marked_down:
+            metrics.refusals.labels("MARKED_DOWN").inc()
             response = error_response(503, "MARKED_DOWN", "the server is marked down")
             await response(scope, receive, send)
             return
@@ -242,6 +254,7 @@ class ChangesEndpoint:
             query = parse_query(request)
             _, body, headers = await self._changes(query)
         except BadRequest as bad:
+            metrics.refusals.labels(bad.code).inc()
             response = error_response(bad.status, bad.code, bad.error, bad.description)
             await response(scope, receive, send)
             return
