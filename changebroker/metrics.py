@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import os
 import shutil
 import time
@@ -38,6 +39,8 @@ from prometheus_client.registry import CollectorRegistry
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+
+log = logging.getLogger(__name__)
 
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -121,23 +124,36 @@ def route(collectors: Iterable[Collector] = (), refresh: Iterable[Refresh] = ())
 
 
 class Interval:
-    """Runs an expensive refresh at most once per ``seconds``, however often it is asked:
-    scrapes in between get the values of the last refresh."""
+    """Runs an expensive refresh at most once per ``seconds``, however often it is asked, and
+    never makes a scrape wait for it but the first: a stale scrape starts the refresh in the
+    background and answers with the last values, so scraping cost does not grow with what
+    the refresh reads (a thousand subscriptions' lag)."""
 
     def __init__(self, seconds: float, refresh: Refresh) -> None:
         self.seconds = seconds
         self._refresh = refresh
-        self._done_at = float("-inf")
-        self._lock = asyncio.Lock()
+        self._done_at: float | None = None
+        self._running: asyncio.Task[None] | None = None
 
     async def __call__(self) -> None:
-        if time.monotonic() - self._done_at < self.seconds:
-            return
-        async with self._lock:
-            if time.monotonic() - self._done_at < self.seconds:
-                return  # another scrape refreshed while this one waited
+        if self._done_at is None:
+            await self._start()
+        elif time.monotonic() - self._done_at >= self.seconds and self._running is None:
+            self._running = asyncio.create_task(self._run())
+
+    async def _start(self) -> None:
+        if self._running is None:
+            self._running = asyncio.create_task(self._run())
+        await asyncio.shield(self._running)
+
+    async def _run(self) -> None:
+        try:
             await self._refresh()
+        except Exception:  # the last values stay; the next interval tries again
+            log.exception("metrics refresh failed")
+        finally:
             self._done_at = time.monotonic()
+            self._running = None
 
 
 class _ServiceProcesses:
