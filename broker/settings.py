@@ -21,3 +21,6 @@ class Settings:
     replication_factor: int = 1
     registry_url: str | None = None
     pool_size: int = 10
+    # The longest the per-subscription lag in /metrics may be old (read from Postgres and
+    # Kafka in the background, never per scrape).
+    lag_interval: float = 15.0

@@ -34,7 +34,7 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.metrics_core import Metric
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import CollectorRegistry
 from starlette.requests import Request
 from starlette.responses import Response
@@ -61,6 +61,12 @@ def use_multiprocess_dir(directory: Path) -> None:
 
 def multiprocess() -> bool:
     return bool(os.environ.get(MULTIPROCESS_ENV))
+
+
+def worker_exiting() -> None:
+    """A worker process's end: its live gauges (open streams, queue depth) stop counting."""
+    if multiprocess():
+        mark_process_dead(os.getpid())
 
 
 http_request_duration = Histogram(
@@ -170,7 +176,7 @@ class _ServiceProcesses:
                     merged[metric.name] = metric
                     continue
                 for mine, theirs in zip(found.samples, metric.samples, strict=False):
-                    if metric.name == "process_start_time":
+                    if metric.name == "process_start_time_seconds":
                         value = min(mine.value, theirs.value)
                     elif metric.name == "process_max_fds":
                         value = mine.value
