@@ -37,6 +37,7 @@ def metric_names(expr: str) -> set[str]:
     text = re.sub(r'"[^"]*"', '""', expr)
     text = re.sub(r"\{[^}]*\}", "", text)  # label matchers
     text = re.sub(r"\[[^\]]*\]", "", text)  # range durations
+    text = re.sub(r"(?<![\w:])\d+(\.\d+)?([eE][+-]?\d+)?", "", text)  # numbers: 0.99, 1e9
     text = re.sub(r"\b(by|without|on|ignoring)\s*\([^)]*\)", "", text)  # grouping labels
     names = set()
     for match in _IDENTIFIER.finditer(text):
@@ -135,6 +136,6 @@ def test_the_dashboard_is_well_formed_and_provisioned() -> None:
 def test_metric_names_are_read_from_promql() -> None:
     expr = (
         "histogram_quantile(0.99, sum by (job, le) (rate(http_server_request_duration_seconds"
-        '_bucket{status=~"5.."}[5m]))) / on (job) group_left max(up) > 0.5'
+        '_bucket{status=~"5.."}[5m]))) / on (job) group_left max(up) > 0.5 or x_2 > 1e9'
     )
-    assert metric_names(expr) == {"http_server_request_duration_seconds_bucket", "up"}
+    assert metric_names(expr) == {"http_server_request_duration_seconds_bucket", "up", "x_2"}

@@ -13,7 +13,7 @@ import httpx
 import psycopg
 from confluent_kafka import Producer
 
-from broker.offsets import format_offset
+from broker.streams.cursors import format_offset
 from changebroker import kafka
 from tests.broker.subscription_support import Stream, commit, create, stats
 

@@ -22,6 +22,15 @@ class Scrape:
         wanted = set(labels.items())
         return sum(v for (n, found), v in self.samples.items() if n == name and wanted <= found)
 
+    def names(self) -> set[str]:
+        """Every sample name the families declare, with or without samples yet (a labelled
+        counter has none until its first increment)."""
+        suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}
+        found = {sample for sample, _ in self.samples}
+        for family, kind in self.families.items():
+            found |= {family + suffix for suffix in suffixes.get(kind, ("",))}
+        return found
+
     def has(self, name: str) -> bool:
         """A sample named ``name`` exists (any labels)."""
         return any(n == name for n, _ in self.samples)
