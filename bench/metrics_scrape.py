@@ -90,10 +90,13 @@ def main() -> int:
         names, ids = _fill(url, broker.event_type)
 
         def publish_one(name: str) -> None:
-            event = [{"n": 1, "id": str(uuid.uuid4())}]
-            httpx.post(
-                f"{url}/event-types/{name}/events", json=event, timeout=60
-            ).raise_for_status()
+            # Business events (what _fill creates) need metadata; the undefined first type
+            # takes anything.
+            metadata = {"eid": str(uuid.uuid4()), "occurred_at": "2026-11-23T10:00:00Z"}
+            answer = httpx.post(
+                f"{url}/event-types/{name}/events", json=[{"metadata": metadata}], timeout=60
+            )
+            answer.raise_for_status()
 
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             list(pool.map(publish_one, names))

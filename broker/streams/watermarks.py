@@ -87,7 +87,8 @@ def _last_event(consumer: Consumer, topic: str, partition: int, mark: Watermark)
             deadline = time.monotonic() + WATERMARK_TIMEOUT_SECONDS
             while time.monotonic() < deadline:
                 message = consumer.poll(RETRY_PAUSE_SECONDS)
-                if message is None:
+                # Only this assignment's: what was fetched for an earlier one may still come.
+                if message is None or (message.topic(), message.partition()) != (topic, partition):
                     continue
                 error = message.error()
                 if error is not None:
