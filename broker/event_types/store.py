@@ -117,7 +117,7 @@ def _without_schema(event_type: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in event_type.items() if k not in ("schema", "created_at", "updated_at")}
 
 
-# What sql/broker/004's trigger notifies on every write to broker_event_types.
+# What sql/broker/005's trigger notifies on every write to broker_event_types.
 CHANGES_CHANNEL = "broker_event_types_changed"
 
 
