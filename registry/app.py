@@ -28,10 +28,10 @@ from starlette.routing import Route
 from changebroker import logs, pg
 from changebroker import metrics as service_metrics
 from changebroker.http import OneWriteResponse
+from changebroker.notified import NotifiedCache
 from registry import errors, metrics
-from registry.cache import Cache
 from registry.errors import RegistryError, violations_json
-from registry.store import Store, SubjectKey, parse_version
+from registry.store import CHANGES_CHANNEL, Store, SubjectKey, parse_version
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def endpoint(
 
     async def run(request: Request) -> Response:
         media_type = OPENSCHEMA_JSON
-        cache: Cache = request.app.state.cache
+        cache: NotifiedCache = request.app.state.cache
         try:
             if auth_token is not None:
                 supplied = request.headers.get("authorization", "")
@@ -152,7 +152,7 @@ IMMUTABLE = "max-age=31536000, immutable"
 
 
 async def _kept_answer(
-    request: Request, handler: Handler, cache: Cache, media_type: str
+    request: Request, handler: Handler, cache: NotifiedCache, media_type: str
 ) -> Response:
     """A GET's answer from memory, else from the handler (then kept); with an ETag, and 304
     when the client's If-None-Match has it."""
@@ -317,7 +317,7 @@ def create_app(
     pool_size: int = 10,
 ) -> Starlette:
     """The registry on the database ``dsn`` (migrated at start)."""
-    cache = Cache(dsn)
+    cache = NotifiedCache(dsn, CHANGES_CHANNEL)
     store = Store(dsn, pool_size=pool_size, statement_timeout_ms=statement_timeout_ms, cache=cache)
 
     @contextlib.asynccontextmanager

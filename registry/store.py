@@ -22,8 +22,8 @@ from psycopg.types.json import Json
 from psycopg_pool import AsyncConnectionPool
 
 from changebroker import logs
+from changebroker.notified import NotifiedCache
 from registry import errors, metrics
-from registry.cache import Cache
 from registry.compat import Mode, Violation, check_labelled
 from registry.definitions import (
     canonical,
@@ -36,6 +36,9 @@ from registry.definitions import (
 from registry.errors import RegistryError
 
 log = logging.getLogger(__name__)
+
+# What sql/registry/003's trigger notifies on every write to subjects or schemas.
+CHANGES_CHANNEL = "registry_changed"
 
 SUBJECT_COLUMNS = (
     "id, tenant, namespace, subject, app, description, status, compatibility, coordinate,"
@@ -130,9 +133,9 @@ class Store:
         *,
         pool_size: int = 10,
         statement_timeout_ms: int = 10_000,
-        cache: Cache | None = None,
+        cache: NotifiedCache | None = None,
     ):
-        self.cache = cache or Cache(dsn)  # one that never listens keeps nothing
+        self.cache = cache or NotifiedCache(dsn, CHANGES_CHANNEL)  # never started: keeps nothing
         self.pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             dsn,
             connection_class=Conn,
