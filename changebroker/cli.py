@@ -77,13 +77,25 @@ def _print_endpoints(endpoints: dict[str, dict[str, object]]) -> None:
 def cmd_up(args: argparse.Namespace) -> int:
     stack = _stack(args)
     print(f"starting the local stack (state: {stack.state.root})", flush=True)
-    endpoints = stack.up()
+    endpoints = stack.up(supervise=not args.no_supervise)
     print("running:")
     _print_endpoints(endpoints)
     if args.demo:
         from changebroker import demo
 
         return demo.run(stack)
+    return 0
+
+
+def cmd_supervise(args: argparse.Namespace) -> int:
+    import signal
+
+    from changebroker.stack.supervisor import Supervisor
+
+    supervisor = Supervisor(LocalStack.load(StateDir(args.state_dir)))
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: supervisor.stopping.set())
+    supervisor.run()
     return 0
 
 
@@ -116,6 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _stack_options(up)
     up.add_argument("--demo", action="store_true", help="then run a short demo against it")
+    up.add_argument(
+        "--no-supervise",
+        action="store_true",
+        help="start no supervisor (by default one restarts whatever part of the stack dies)",
+    )
     config.add_option(
         up,
         "--replay-every",
@@ -125,6 +142,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="also run `changebroker replay` on this schedule (e.g. 10m), as a service",
     )
     up.set_defaults(handler=cmd_up)
+
+    supervise = commands.add_parser(
+        "supervise", help="restart whatever part of the stack `up` started dies (`up` runs it)"
+    )
+    supervise.add_argument(
+        "--state-dir",
+        type=Path,
+        default=default_state_dir(),
+        help="the stack's state folder [env CHANGEBROKER_STATE_DIR; default .state/]",
+    )
+    supervise.set_defaults(handler=cmd_supervise)
 
     down = commands.add_parser("down", help="stop what `up` started; data is kept")
     _stack_options(down)

@@ -8,6 +8,7 @@ services then start as child processes of their own (``changebroker
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import logging
@@ -30,6 +31,7 @@ from changeserver.sequence import Sequence
 log = logging.getLogger(__name__)
 
 REPLAY = "replay"  # the scheduled replay's service name (pid and log files)
+SUPERVISOR = "supervisor"  # ``changebroker supervise``'s pid and log files
 
 
 @dataclass
@@ -197,22 +199,69 @@ class LocalStack:
         ]
         return [Service(REPLAY, args, "", None)]
 
-    def up(self, *, with_services: bool = True) -> dict[str, Any]:
+    def up(self, *, with_services: bool = True, supervise: bool = False) -> dict[str, Any]:
         if not self.external_pg_dsn:
             self.postgres.start()
         if not self.external_kafka:
             self.kafka.start()
         if with_services:
             for service in self.services():
-                self._start_service(service)
+                self.start_service(service)
+        if supervise:
+            self._start_supervisor()
         endpoints = self.status()
         (self.state.run / "stack.json").write_text(json.dumps(endpoints, indent=2))
         return endpoints
 
+    def save(self) -> None:
+        """What ``supervise`` needs to start the same parts again: ``load`` reads it."""
+        spec = {
+            "root": str(self.state.root),
+            "cache_root": str(self.state.cache_root) if self.state.cache_root else None,
+            "ports": dataclasses.asdict(self.ports),
+            "external_pg_dsn": self.external_pg_dsn,
+            "external_kafka": self.external_kafka,
+            "external_meta_dsn": self.external_meta_dsn,
+            "durable": self.durable,
+            "replay_every": self.replay_every,
+        }
+        (self.state.run / "stack-spec.json").write_text(json.dumps(spec, indent=2))
+
+    @classmethod
+    def load(cls, state: StateDir) -> LocalStack:
+        """The stack ``up`` last started in ``state`` (its ``save``)."""
+        path = state.run / "stack-spec.json"
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: start the stack with `changebroker up`")
+        spec = json.loads(path.read_text())
+        cache_root = spec["cache_root"]
+        return cls(
+            state=StateDir(Path(spec["root"]), Path(cache_root) if cache_root else None),
+            ports=Ports(**spec["ports"]),
+            external_pg_dsn=spec["external_pg_dsn"],
+            external_kafka=spec["external_kafka"],
+            external_meta_dsn=spec["external_meta_dsn"],
+            durable=spec["durable"],
+            replay_every=spec["replay_every"],
+        )
+
+    def _start_supervisor(self) -> None:
+        self.save()
+        pid_file = self.state.pid_file(SUPERVISOR)
+        if read_pid(pid_file) is None:
+            command = ["supervise", "--state-dir", str(self.state.root)]
+            start_detached(
+                [sys.executable, "-m", "changebroker.cli", *command],
+                log_file=self.state.log_file(SUPERVISOR),
+                pid_file=pid_file,
+            )
+
     def down(self, *, purge: bool = False) -> list[str]:
+        # First the supervisor, or it would start again what this stops.
+        stopped = [SUPERVISOR] if stop_pid(self.state.pid_file(SUPERVISOR)) else []
         # The scheduled replay whether or not this ``down`` was told about it.
         names = [REPLAY, *(s.name for s in reversed(self.services()) if s.name != REPLAY)]
-        stopped = [name for name in names if stop_pid(self.state.pid_file(name))]
+        stopped += [name for name in names if stop_pid(self.state.pid_file(name))]
         if not self.external_kafka and self.kafka.stop():
             stopped.append("kafka")
         if not self.external_pg_dsn and self.postgres.stop():
@@ -244,18 +293,27 @@ class LocalStack:
             pid = read_pid(self.state.pid_file(service.name))
             if pid is not None:
                 result[service.name] = {"url": service.base_url, "pid": pid}
+                if service.ready_url:
+                    # Running is not serving: a frozen or cut-off service is not ready.
+                    result[service.name]["ready"] = answers(service.ready_url)
                 if service.status_url:
                     result[service.name]["status"] = _json(service.status_url)
         replay_pid = read_pid(self.state.pid_file(REPLAY))
         if replay_pid is not None:
             result[REPLAY] = {"pid": replay_pid, "log": str(self.state.log_file(REPLAY))}
+        supervisor_pid = read_pid(self.state.pid_file(SUPERVISOR))
+        if supervisor_pid is not None:
+            from changebroker.stack.supervisor import load_records
+
+            result[SUPERVISOR] = {"pid": supervisor_pid, "parts": load_records(self) or {}}
         bridge_status = result.get("bridge", {}).get("status") or {}
         snapshot = newest_snapshot(self.snapshots_dir, bridge_status.get("position"))
         if snapshot is not None and result:  # beside a running stack: its data, not a process
             result["snapshot"] = snapshot
         return result
 
-    def _start_service(self, service: Service) -> None:
+    def start_service(self, service: Service, *, wait: bool = True) -> None:
+        """Start ``service`` unless it runs; with ``wait``, until it answers its ready URL."""
         pid_file = self.state.pid_file(service.name)
         if read_pid(pid_file) is None:
             start_detached(
@@ -267,6 +325,8 @@ class LocalStack:
                     "CHANGEBROKER_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
                 },
             )
+        if not wait:
+            return
         ready_url = service.ready_url
         wait_until(
             lambda: (ready_url is None or answers(ready_url)) and read_pid(pid_file) is not None,
