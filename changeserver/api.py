@@ -18,7 +18,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +84,8 @@ class State:
     """What /ready and /markdown report and change."""
 
     streaming: threading.Event  # set while the replication stream is up
+    # Why replication stopped for good (a lost slot under the "fail" policy), if it did.
+    failure: Callable[[], str | None] = lambda: None
     marked_down: bool = False
     waiters: Waiters = field(default_factory=Waiters)
 
@@ -389,9 +391,15 @@ def stack_route(prefix: str) -> Route:
 
 def management_routes(state: State) -> list[Route]:
     async def health(request: Request) -> Response:
+        failure = state.failure()
+        if failure is not None:
+            return _status(request, "Down", failure)
         return PlainTextResponse("OK")
 
     async def ready(request: Request) -> Response:
+        failure = state.failure()
+        if failure is not None:
+            return _status(request, "NotReady", failure)
         if state.marked_down:
             return _status(request, "NotReady", "marked down")
         if not state.streaming.is_set():

@@ -86,6 +86,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default="_change_selector",
         help="column whose value is a change's selector",
     )
+    add(
+        parser,
+        "--on-slot-loss",
+        scope=SCOPE,
+        type=_slot_loss_policy,
+        default="fail",
+        help="when the replication slot is dropped or invalidated: fail (stop, /health 503)"
+        " or recreate (a new slot; readers of older positions get SNAPSHOT_TOO_OLD)",
+    )
     add(parser, "--prefix", scope=SCOPE, default="", help="path prefix for /changes")
     add(
         parser,
@@ -95,6 +104,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=default_state_dir() / "snapshots",
         help="the replay's snapshots, served at /snapshots",
     )
+
+
+def _slot_loss_policy(text: str) -> str:
+    if text not in ("fail", "recreate"):
+        raise argparse.ArgumentTypeError(f"invalid policy {text!r}: use fail or recreate")
+    return text
 
 
 def _table_list(text: str) -> tuple[str, ...]:
@@ -139,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
         max_age=args.max_age,
         prefix=args.prefix,
         snapshots_dir=args.snapshots_dir,
+        on_slot_loss=args.on_slot_loss,
     )
     changeserver = ChangeServer(settings, separate_management=args.mgmt_port is not None)
     asyncio.run(_serve(changeserver, args))
