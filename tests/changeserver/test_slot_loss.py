@@ -11,38 +11,16 @@ import psycopg
 
 from changebroker.stack.processes import wait_until
 from changeserver.server import ChangeServer, Settings
-from tests.changeserver.conftest import Harness, MakeServer
+from tests.changeserver.conftest import MakeServer
 from tests.support.apps import serve_in_thread
-
-
-def _drop_behind_its_back(dsn: str, slot: str) -> None:
-    """End the slot's walsender and drop the slot before the changeserver reconnects."""
-
-    def dropped() -> bool:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(
-                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
-                " WHERE slot_name = %s AND active_pid IS NOT NULL",
-                (slot,),
-            )
-            try:
-                conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            except psycopg.errors.ObjectInUse:
-                return False  # it reconnected first: end it again
-            return True
-
-    wait_until(dropped, timeout=30, what=f"slot {slot} dropped")
-
-
-def _last(cs: Harness) -> str:
-    return str(cs.changes(scope="s", limit=0)["lastSequence"])
+from tests.support.slots import drop_behind_its_back
 
 
 def test_a_dropped_slot_is_reported_by_health_and_ready_under_fail(make_server: MakeServer) -> None:
     cs = make_server(separate_management=True)
     cs.sql("INSERT INTO items VALUES (1, 'a', 's')")
     cs.wait_for(1, scope="s")
-    _drop_behind_its_back(cs.dsn, cs.server.settings.slot)
+    drop_behind_its_back(cs.dsn, cs.server.settings.slot)
 
     def reported() -> bool:
         return httpx.get(f"{cs.mgmt_url}/health", timeout=10).status_code == 503
@@ -67,7 +45,7 @@ def test_a_dropped_slot_is_recreated_and_older_positions_are_too_old(
     cs = make_server(on_slot_loss="recreate")
     cs.sql("INSERT INTO items VALUES (1, 'before', 's')")
     before = cs.wait_for(1, scope="s")["changes"][-1]["sequence"]
-    _drop_behind_its_back(cs.dsn, cs.server.settings.slot)
+    drop_behind_its_back(cs.dsn, cs.server.settings.slot)
     wait_until(
         lambda: cs.server.replicator.slot_losses == 1 and cs.server.replicator.streaming.is_set(),
         timeout=30,
