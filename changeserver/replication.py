@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import select
+import sqlite3
 import struct
 import threading
 import time
@@ -182,9 +183,17 @@ class Replicator(threading.Thread):
                     return
             except Exception as error:  # any failure: reconnect, the log keeps our place
                 self.streaming.clear()
-                log.warning(
-                    "replication interrupted, reconnecting",
-                    extra=logs.fields(error=str(error).strip(), backoff_s=backoff),
+                # A full disk under the change log rolls the batch back whole; nothing is
+                # confirmed to Postgres, so the batch streams again once space returns.
+                full = isinstance(error, sqlite3.OperationalError) and "full" in str(error)
+                log.log(
+                    logging.ERROR if full else logging.WARNING,
+                    "the change log's disk is full: ingest stops until space returns"
+                    if full
+                    else "replication interrupted, reconnecting",
+                    extra=logs.fields(
+                        error=str(error).strip(), backoff_s=backoff, path=self.changelog.path
+                    ),
                 )
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
