@@ -99,6 +99,12 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from changebroker.chaos import campaign
+
+    return campaign.run(args.minutes, args.seed, args.state_dir)
+
+
 def cmd_down(args: argparse.Namespace) -> int:
     stack = _stack(args)
     stopped = stack.down(purge=args.purge)
@@ -153,6 +159,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="the stack's state folder [env CHANGEBROKER_STATE_DIR; default .state/]",
     )
     supervise.set_defaults(handler=cmd_supervise)
+
+    chaos = commands.add_parser(
+        "chaos",
+        help="a fault campaign: a private stack under load, faults on a seeded schedule,"
+        " invariants checked; exit 1 on any violation",
+    )
+    chaos.add_argument("--minutes", type=float, default=2.0, help="how long faults are injected")
+    chaos.add_argument("--seed", type=int, default=1, help="the schedule's random seed")
+    chaos.add_argument(
+        "--state-dir", type=Path, default=None, help="keep the stack here (default: a temp dir)"
+    )
+    chaos.set_defaults(handler=cmd_chaos)
 
     down = commands.add_parser("down", help="stop what `up` started; data is kept")
     _stack_options(down)

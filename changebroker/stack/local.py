@@ -57,6 +57,11 @@ class Service:
     ready_url: str | None  # None: no HTTP port, started once its process runs
     # What ``status`` adds from the running service (the bridge's per-table progress).
     status_url: str | None = None
+    command: str = ""  # the ``changebroker`` command it runs; default its name
+
+    @property
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "changebroker.cli", self.command or self.name, *self.args]
 
 
 @dataclass
@@ -68,6 +73,11 @@ class LocalStack:
     external_meta_dsn: str | None = None
     durable: bool = True
     replay_every: float | None = None  # seconds: run the replay as a service on this schedule
+    # More broker processes, one per port (``broker-2``, ...), beside the one on ports.broker.
+    more_brokers: list[int] = field(default_factory=list)
+    # Ports our services reach Postgres, the registry, the changeserver and the broker at,
+    # when something sits in between (the fault campaign's proxies); else their own ports.
+    links: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, state: StateDir, ports: Ports) -> LocalStack:
@@ -108,14 +118,39 @@ class LocalStack:
         """Where the replay writes snapshots and the changeserver serves them from."""
         return self.state.root / "snapshots"
 
+    def _reach(self, name: str, port: int) -> str:
+        """How a service reaches another service ``name`` listening on ``port``."""
+        return f"http://127.0.0.1:{self.links.get(name, port)}"
+
+    def _linked_dsn(self, dsn: str) -> str:
+        """``dsn`` as our services reach it (through the Postgres link, if there is one)."""
+        link = self.links.get("postgres")
+        if link is None or self.external_pg_dsn:
+            return dsn
+        return dsn.replace(f":{self.ports.postgres}/", f":{link}/")
+
+    def _broker(self, name: str, port: int) -> Service:
+        loopback = "http://127.0.0.1"
+        return Service(
+            name,
+            [
+                *("--port", str(port), "--pg-url", self._linked_dsn(self.meta_dsn)),
+                *("--registry-url", self._reach("registry", self.ports.registry)),
+            ],
+            f"{loopback}:{port}",
+            f"{loopback}:{port}/health",
+            command="broker",
+        )
+
     def services(self) -> list[Service]:
         """Our services in start order: the registry before the broker that uses it."""
         p = self.ports
         loopback = "http://127.0.0.1"
+        meta_dsn = self._linked_dsn(self.meta_dsn)
         return [
             Service(
                 "registry",
-                ["--port", str(p.registry), "--pg-url", self.meta_dsn],
+                ["--port", str(p.registry), "--pg-url", meta_dsn],
                 f"{loopback}:{p.registry}",
                 f"{loopback}:{p.registry}/health",
             ),
@@ -136,19 +171,8 @@ class LocalStack:
                 f"{loopback}:{p.changeserver}",
                 f"{loopback}:{p.changeserver_mgmt}/ready",
             ),
-            Service(
-                "broker",
-                [
-                    "--port",
-                    str(p.broker),
-                    "--pg-url",
-                    self.meta_dsn,
-                    "--registry-url",
-                    f"{loopback}:{p.registry}",
-                ],
-                f"{loopback}:{p.broker}",
-                f"{loopback}:{p.broker}/health",
-            ),
+            self._broker("broker", p.broker),
+            *(self._broker(f"broker-{n}", port) for n, port in enumerate(self.more_brokers, 2)),
             # Last: it reads the changeserver, and creates event types on the broker.
             Service(
                 "bridge",
@@ -156,11 +180,11 @@ class LocalStack:
                     "--port",
                     str(p.bridge),
                     "--meta-pg-url",
-                    self.meta_dsn,
+                    meta_dsn,
                     "--changeserver-url",
-                    f"{loopback}:{p.changeserver}",
+                    self._reach("changeserver", p.changeserver),
                     "--broker-url",
-                    f"{loopback}:{p.broker}",
+                    self._reach("broker", p.broker),
                 ],
                 f"{loopback}:{p.bridge}",
                 f"{loopback}:{p.bridge}/health",
@@ -224,6 +248,8 @@ class LocalStack:
             "external_meta_dsn": self.external_meta_dsn,
             "durable": self.durable,
             "replay_every": self.replay_every,
+            "more_brokers": self.more_brokers,
+            "links": self.links,
         }
         (self.state.run / "stack-spec.json").write_text(json.dumps(spec, indent=2))
 
@@ -243,6 +269,8 @@ class LocalStack:
             external_meta_dsn=spec["external_meta_dsn"],
             durable=spec["durable"],
             replay_every=spec["replay_every"],
+            more_brokers=spec["more_brokers"],
+            links=spec["links"],
         )
 
     def _start_supervisor(self) -> None:
@@ -317,11 +345,11 @@ class LocalStack:
         pid_file = self.state.pid_file(service.name)
         if read_pid(pid_file) is None:
             start_detached(
-                [sys.executable, "-m", "changebroker.cli", service.name, *service.args],
+                service.argv,
                 log_file=self.state.log_file(service.name),
                 pid_file=pid_file,
                 env={
-                    "CHANGEBROKER_PG_DSN": self.pg_dsn,
+                    "CHANGEBROKER_PG_DSN": self._linked_dsn(self.pg_dsn),
                     "CHANGEBROKER_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
                 },
             )

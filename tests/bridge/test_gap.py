@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 import psycopg
 
+from changebroker.chaos.faults import drop_slot_behind
 from changebroker.stack.processes import wait_until
 from tests.bridge.conftest import Stack, rebuilding
 from tests.bridge.test_snapshot import s_events, snapshot_of
-from tests.support.slots import drop_behind_its_back
 
 TABLE = "public.accounts"
 
@@ -35,7 +35,7 @@ def test_a_gap_upstream_is_healed_by_a_new_snapshot(
 
         # Writes right after the drop, while no slot exists: they are in no change log.
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            drop_behind_its_back(pg_dsn, stack.publication)
+            drop_slot_behind(pg_dsn, stack.publication)
             conn.execute("UPDATE accounts SET balance = 2 WHERE id > 90")
             conn.execute("INSERT INTO accounts VALUES (102, 2)")
         wait_until(

@@ -9,18 +9,18 @@ import contextlib
 import httpx
 import psycopg
 
+from changebroker.chaos.faults import drop_slot_behind
 from changebroker.stack.processes import wait_until
 from changeserver.server import ChangeServer, Settings
 from tests.changeserver.conftest import MakeServer
 from tests.support.apps import serve_in_thread
-from tests.support.slots import drop_behind_its_back
 
 
 def test_a_dropped_slot_is_reported_by_health_and_ready_under_fail(make_server: MakeServer) -> None:
     cs = make_server(separate_management=True)
     cs.sql("INSERT INTO items VALUES (1, 'a', 's')")
     cs.wait_for(1, scope="s")
-    drop_behind_its_back(cs.dsn, cs.server.settings.slot)
+    drop_slot_behind(cs.dsn, cs.server.settings.slot)
 
     def reported() -> bool:
         return httpx.get(f"{cs.mgmt_url}/health", timeout=10).status_code == 503
@@ -45,7 +45,7 @@ def test_a_dropped_slot_is_recreated_and_older_positions_are_too_old(
     cs = make_server(on_slot_loss="recreate")
     cs.sql("INSERT INTO items VALUES (1, 'before', 's')")
     before = cs.wait_for(1, scope="s")["changes"][-1]["sequence"]
-    drop_behind_its_back(cs.dsn, cs.server.settings.slot)
+    drop_slot_behind(cs.dsn, cs.server.settings.slot)
     wait_until(
         lambda: cs.server.replicator.slot_losses == 1 and cs.server.replicator.streaming.is_set(),
         timeout=30,
