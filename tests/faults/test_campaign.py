@@ -21,6 +21,6 @@ def test_a_short_campaign_finds_no_violation() -> None:
     assert done.returncode == 0, done.stdout[-20000:] + done.stderr[-5000:]
     assert "violations: 0" in report, report
     injected = sum(int(n) for n in re.findall(r"^\S+\s+(\d+)$", report, re.MULTILINE))
-    assert injected >= 5, report  # faults did happen
+    assert injected >= 3, report  # faults did happen
     checked = re.search(r"^changes checked in /changes\s+(\d+)$", report, re.MULTILINE)
     assert checked is not None and int(checked.group(1)) > 0, report
