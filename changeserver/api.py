@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from changebroker import http
 from changeserver import changes, diagnostics
 from changeserver import transicator_pb2 as pb
 from changeserver.changelog import Bounds, LogReader, Snapshot
@@ -63,6 +64,10 @@ class Waiters:
             for future in self.by_selector.pop(selector, ()):
                 if not future.done():
                     future.set_result(None)
+
+    def wake_all(self) -> None:
+        """Every waiter answers now (the server is stopping)."""
+        self._wake(set(self.by_selector))
 
     def register(self, selectors: list[str]) -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -309,7 +314,7 @@ class ChangesEndpoint:
         waiters = self.state.waiters
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or http.draining.is_set():
                 return answer
             future = waiters.register(query.selectors)
             try:

@@ -134,6 +134,10 @@ async def _serve(changeserver: ChangeServer, args: argparse.Namespace) -> None:
         servers.append(_server(changeserver.management_app, args.host, args.mgmt_port, "off"))
 
     def stop() -> None:
+        # Long polls answer now with what they have, rather than be cut at the graceful
+        # timeout: a client's next request (elsewhere, or after a restart) goes on from there.
+        http.draining.set()
+        changeserver.state.waiters.wake_all()
         for server in servers:
             server.should_exit = True
 
