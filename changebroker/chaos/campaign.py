@@ -44,6 +44,7 @@ LINKS = ("postgres", "changeserver", "broker", "registry")
 RECOVERY_BOUND = 180.0  # seconds every part has to be healthy again after a fault ends
 DRAIN_BOUND = 15.0  # seconds a service has to exit after SIGTERM (its graceful timeout + 5)
 DISK_SIZE = "256m"  # the change log's filesystem
+LONG_HOLD = 60.0  # seconds a fault lasts, one time in ten
 
 
 @dataclass
@@ -213,8 +214,9 @@ class Campaign:
             return "changeserver", faults.fill_disk(self.disk)
         raise ValueError(kind)
 
-    def one_fault(self, kind: str, max_hold: float) -> None:
-        hold = self.rng.uniform(2.0, max_hold)
+    def one_fault(self, kind: str) -> None:
+        # Mostly short, now and then a long one (a process frozen for a minute).
+        hold = self.rng.uniform(1.0, 10.0) if self.rng.random() < 0.9 else LONG_HOLD
         print(f"{time.strftime('%H:%M:%S')} fault {kind} for {hold:.0f}s", flush=True)
         try:
             component, heal = self.inject(kind, hold)
@@ -274,12 +276,15 @@ class Campaign:
             for worker in (*writers, *publishers, *readers):
                 worker.start()
 
-            kinds = self.kinds()
-            max_hold = min(90.0, max(8.0, self.minutes * 3))
+            by_category: dict[str, list[str]] = {}
+            for kind in self.kinds():
+                by_category.setdefault(kind.split(":")[0], []).append(kind)
             deadline = time.monotonic() + self.minutes * 60
             while time.monotonic() < deadline:
-                self.one_fault(self.rng.choice(kinds), max_hold)
-                time.sleep(self.rng.uniform(1.0, 4.0))  # the stack under load, between faults
+                # A category first, then its target: every category comes about as often.
+                category = self.rng.choice(sorted(by_category))
+                self.one_fault(self.rng.choice(by_category[category]))
+                time.sleep(self.rng.uniform(0.5, 2.0))  # the stack under load, between faults
 
             print(f"{time.strftime('%H:%M:%S')} faults over: settling", flush=True)
             for worker in (*writers, *publishers):
