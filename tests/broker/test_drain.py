@@ -89,33 +89,40 @@ def test_sigterm_answers_publishes_and_ends_streams_whole(
 ) -> None:
     process, url = broker_process(pg_dsn, kafka_bootstrap, tmp_path / "broker.log")
     process.start()
-    name = unique_name("drain")
-    with httpx.Client(base_url=url, timeout=30) as client:
-        assert client.post("/event-types", json=business_event_type(name)).status_code == 201
-        subscription = create(client, [name], read_from="begin")["id"]
-    endless = {"batch_flush_timeout": 1, "stream_timeout": 3600, "max_uncommitted_events": 10**5}
-    readers = [
-        Reader(url, f"/event-types/{name}/events", **endless),
-        Reader(url, f"/subscriptions/{subscription}/events", **endless),
-    ]
-    for reader in readers:
-        reader.start()
-        wait_until(reader.opened.is_set, timeout=30, what="the stream to open")
-    publisher = Publisher(url, name)
-    publisher.start()
-    wait_until(lambda: publisher.answered >= 5, timeout=30, what="publishes")
-    wait_until(lambda: all(r.events > 0 for r in readers), timeout=30, what="events streamed")
+    try:
+        name = unique_name("drain")
+        with httpx.Client(base_url=url, timeout=30) as client:
+            assert client.post("/event-types", json=business_event_type(name)).status_code == 201
+            subscription = create(client, [name], read_from="begin")["id"]
+        endless = {
+            "batch_flush_timeout": 1,
+            "stream_timeout": 3600,
+            "max_uncommitted_events": 10**5,
+        }
+        readers = [
+            Reader(url, f"/event-types/{name}/events", **endless),
+            Reader(url, f"/subscriptions/{subscription}/events", **endless),
+        ]
+        for reader in readers:
+            reader.start()
+            wait_until(reader.opened.is_set, timeout=30, what="the stream to open")
+        publisher = Publisher(url, name)
+        publisher.start()
+        wait_until(lambda: publisher.answered >= 5, timeout=30, what="publishes")
+        wait_until(lambda: all(r.events > 0 for r in readers), timeout=30, what="events streamed")
 
-    assert process.process is not None
-    started = time.monotonic()
-    process.process.send_signal(signal.SIGTERM)
-    process.process.wait(timeout=BOUND + 10)
-    took = time.monotonic() - started
-    publisher.join(timeout=30)
-    for reader in readers:
-        reader.join(timeout=30)
-    assert took < BOUND, f"the broker took {took:.1f}s to drain"
-    assert publisher.cut == [], publisher.cut
-    for reader in readers:
-        assert reader.ended.is_set()
-        assert reader.error is None, f"{reader.path} was cut: {reader.error!r}"
+        assert process.process is not None
+        started = time.monotonic()
+        process.process.send_signal(signal.SIGTERM)
+        process.process.wait(timeout=BOUND + 10)
+        took = time.monotonic() - started
+        publisher.join(timeout=30)
+        for reader in readers:
+            reader.join(timeout=30)
+        assert took < BOUND, f"the broker took {took:.1f}s to drain"
+        assert publisher.cut == [], publisher.cut
+        for reader in readers:
+            assert reader.ended.is_set()
+            assert reader.error is None, f"{reader.path} was cut: {reader.error!r}"
+    finally:
+        process.stop()  # a no-op once it exited

@@ -32,32 +32,35 @@ def test_sigterm_answers_long_polls_and_exits_promptly(
         "--db-dir", str(tmp_path / "log"), "--port", str(port), "--mgmt-port", str(mgmt),
     ]  # fmt: skip
     server = CliProcess(args, f"http://127.0.0.1:{mgmt}/ready", tmp_path / "cs.log").start()
-    answers: list[int] = []
-    errors: list[str] = []
+    try:
+        answers: list[int] = []
+        errors: list[str] = []
 
-    def poll() -> None:
-        try:
-            params: dict[str, str | int] = {"scope": "nobody", "block": 60}
-            answers.append(httpx.get(f"{url}/changes", params=params, timeout=90).status_code)
-        except httpx.HTTPError as error:
-            errors.append(repr(error))
+        def poll() -> None:
+            try:
+                params: dict[str, str | int] = {"scope": "nobody", "block": 60}
+                answers.append(httpx.get(f"{url}/changes", params=params, timeout=90).status_code)
+            except httpx.HTTPError as error:
+                errors.append(repr(error))
 
-    polls = [threading.Thread(target=poll) for _ in range(3)]
-    for each in polls:
-        each.start()
-    # Parked: the task dump shows one task per request under way (the dump's own included).
-    wait_until(
-        lambda: httpx.get(f"{url}/diagnostics/stack").text.count(_REQUEST_TASK) >= 4,
-        timeout=30,
-        what="three parked long polls",
-    )
-    assert server.process is not None
-    started = time.monotonic()
-    server.process.send_signal(signal.SIGTERM)
-    server.process.wait(timeout=30)
-    took = time.monotonic() - started
-    for each in polls:
-        each.join(timeout=30)
-    assert errors == [], errors
-    assert answers == [200, 200, 200]
-    assert took < BOUND, f"took {took:.1f}s to stop"
+        polls = [threading.Thread(target=poll) for _ in range(3)]
+        for each in polls:
+            each.start()
+        # Parked: the task dump shows one task per request under way (the dump's own included).
+        wait_until(
+            lambda: httpx.get(f"{url}/diagnostics/stack").text.count(_REQUEST_TASK) >= 4,
+            timeout=30,
+            what="three parked long polls",
+        )
+        assert server.process is not None
+        started = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        server.process.wait(timeout=30)
+        took = time.monotonic() - started
+        for each in polls:
+            each.join(timeout=30)
+        assert errors == [], errors
+        assert answers == [200, 200, 200]
+        assert took < BOUND, f"took {took:.1f}s to stop"
+    finally:
+        server.stop()  # a no-op once it exited
