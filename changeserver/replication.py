@@ -34,6 +34,7 @@ _BATCH_CHANGES = 20_000  # bounds memory and SQLite transaction size under a bur
 # "can no longer get changes from replication slot": Postgres removed WAL the slot needed.
 _SLOT_UNUSABLE = b"55000"
 _STATUS_INTERVAL = 5.0  # seconds between unsolicited standby status updates
+_SILENCE_LIMIT = 3 * _STATUS_INTERVAL  # seconds without a message before the stream is dead
 # Fixed text output, whatever the server's defaults: the served values never drift.
 SESSION_OPTIONS = "-c datestyle=ISO -c timezone=UTC -c extra_float_digits=3 -c bytea_output=hex"
 
@@ -274,6 +275,7 @@ class _Stream:
         self.records: list[Record] = []
         self.commits: list[Commit] = []
         self.last_status = 0.0
+        self.last_heard = time.monotonic()  # any message from Postgres, keepalives included
 
     def pump(self) -> None:
         pgconn = self.pgconn
@@ -285,6 +287,7 @@ class _Stream:
                 pgconn.consume_input()
                 size, data = pgconn.get_copy_data(1)
             if size > 0:
+                self.last_heard = time.monotonic()
                 self._handle(bytes(data))
                 if len(self.records) >= _BATCH_CHANGES:
                     self._flush()
@@ -295,7 +298,12 @@ class _Stream:
             self._flush()
             self._purge_when_due()
             if time.monotonic() - self.last_status > _STATUS_INTERVAL:
-                self._send_status()
+                self._send_status(reply=True)
+            silent = time.monotonic() - self.last_heard
+            if silent > _SILENCE_LIMIT:
+                # Each status asks for a keepalive: silence this long is a dead path (a
+                # black-holed network), not an idle server. Not streaming: reconnect.
+                raise RuntimeError(f"no message from Postgres for {silent:.0f}s")
             select.select([pgconn.socket], [], [], 1.0)
             pgconn.consume_input()
 
@@ -351,10 +359,12 @@ class _Stream:
         if dropped:
             log.info("retention purge", extra=logs.fields(changes=dropped))
 
-    def _send_status(self) -> None:
+    def _send_status(self, reply: bool = False) -> None:
         now_us = int((time.time() - _PG_EPOCH) * 1_000_000)
         lsn = self.confirmed
-        message = b"r" + struct.pack("!QQQqB", lsn, lsn, lsn, now_us, 0)
+        # replyRequested (the periodic ones): Postgres answers with a keepalive, our proof
+        # that the path is alive when no change comes.
+        message = b"r" + struct.pack("!QQQqB", lsn, lsn, lsn, now_us, int(reply))
         if self.pgconn.put_copy_data(message) != 1 or self.pgconn.flush() != 0:
             raise RuntimeError("could not send standby status")
         self.last_status = time.monotonic()
