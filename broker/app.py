@@ -49,7 +49,9 @@ PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 def create_app(settings: Settings) -> Starlette:
     store = Store(settings.pg_dsn, settings.pool_size)
-    topics = Topics(settings.kafka_bootstrap, settings.replication_factor)
+    topics = Topics(
+        settings.kafka_bootstrap, settings.replication_factor, settings.min_insync_replicas
+    )
     event_type_api = EventTypeApi(store, topics, settings)
     producer = KafkaProducer(settings.kafka_bootstrap)
     publisher = Publisher(store, producer)

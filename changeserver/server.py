@@ -54,10 +54,8 @@ class ChangeServer:
         )
         replicator = self.replicator
         self.state = api.State(streaming=replicator.streaming, failure=lambda: replicator.failure)
-        routes = [
-            api.changes_route(self.state, self.reader, settings.prefix),
-            api.stack_route(settings.prefix),
-        ]
+        changes = api.changes_route(self.state, self.reader, settings.prefix)
+        routes = [changes, api.stack_route(settings.prefix)]
         if settings.snapshots_dir is not None:
             routes.append(
                 snapshots.snapshots_route(
@@ -70,8 +68,9 @@ class ChangeServer:
         else:
             routes += management
         handlers = api.EXCEPTION_HANDLERS
-        self.api_app = Starlette(
-            routes=routes, lifespan=self._lifespan, exception_handlers=handlers
+        self.api_app = api.ChangesFirst(
+            changes,
+            Starlette(routes=routes, lifespan=self._lifespan, exception_handlers=handlers),
         )
         self.management_app = (
             Starlette(routes=management, exception_handlers=handlers)

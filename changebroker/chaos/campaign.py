@@ -38,7 +38,7 @@ from changebroker.stack.local import LocalStack, Ports
 from changebroker.stack.processes import answers, free_port, read_pid, wait_until
 from changebroker.stack.state import REPO_ROOT, StateDir
 
-SERVICES = ("changeserver", "broker", "broker-2", "bridge", "registry")
+SERVICES = ("changeserver", "broker-1", "broker-2", "bridge", "registry")
 PROCESSES = (*SERVICES, "kafka", "postgres")
 LINKS = ("postgres", "changeserver", "broker", "registry")
 RECOVERY_BOUND = 180.0  # seconds every part has to be healthy again after a fault ends
@@ -100,7 +100,7 @@ class Campaign:
         self.stack = LocalStack(
             StateDir(root, cache_root=REPO_ROOT / ".state" / "cache"),
             ports,
-            more_brokers=[free_port()],
+            broker_processes=2,  # behind the load balancer on the broker port
             links=self.links,
         )
         self.disk: Path | None = None
@@ -259,7 +259,7 @@ class Campaign:
         with self.running_stack():
             app_dsn = self.stack.pg_dsn
             workload.setup_tables(app_dsn)
-            brokers = [self.url("broker"), self.url("broker-2")]
+            brokers = [self.url("broker-1"), self.url("broker-2")]
             created = httpx.post(
                 f"{brokers[0]}/event-types", json=workload.event_type_body(), timeout=60
             )
@@ -367,7 +367,7 @@ class Campaign:
 
     def bridge_matches(self, app_dsn: str, problems: list[str]) -> bool:
         """The bridge's committed events, applied in order, equal the tables; no eid twice."""
-        broker = self.url("broker")
+        broker = self.url("broker-1")
         with psycopg.connect(app_dsn) as conn:
             tables: dict[str, dict[int, int]] = {
                 t: dict(conn.execute(f"SELECT id, v FROM {t}").fetchall()) for t in workload.TABLES

@@ -69,13 +69,17 @@ def parts(stack: LocalStack) -> list[Part]:
         postgres = stack.postgres
         found.append(Part("postgres", postgres.pid, postgres.start))
     if not stack.external_kafka:
-        kafka = stack.kafka
-        found.append(Part("kafka", lambda: read_pid(kafka.pid_file), kafka.start))
+        found += [Part(node.name, node.pid, node.start) for node in stack.kafka.all_nodes()]
     for service in stack.services():
         pid_file = stack.state.pid_file(service.name)
         # Started, not waited for: one part not getting ready must not hold up the others.
         start = functools.partial(stack.start_service, service, wait=False)
         found.append(Part(service.name, functools.partial(read_pid, pid_file), start))
+    if stack.layout().broker_processes > 1:
+        balancer = stack.load_balancer
+        found.append(
+            Part("loadbalancer", functools.partial(read_pid, balancer.pid_file), balancer.start)
+        )
     return found
 
 
