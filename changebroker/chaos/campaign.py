@@ -297,7 +297,7 @@ class Campaign:
                 timeout=120,
                 what=None,
             )
-            wait_until(lambda: acked <= subscription.seen, timeout=120, what=None)
+            wait_until(lambda: acked <= subscription.seen, timeout=300, what=None)
             wait_until(lambda: self.bridge_matches(app_dsn, []), timeout=180, what=None)
             for worker in readers:
                 worker.stop()

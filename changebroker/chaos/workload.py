@@ -286,6 +286,7 @@ class SubscriptionReader(Worker):
         self.subscription: str | None = None
         self.seen: set[str] = set()
         self.committed: dict[str, int] = {}  # partition -> offset the server last showed
+        self._checked_at = 0.0
         self.client = httpx.Client(base_url=url, timeout=30)
 
     def step(self) -> None:
@@ -299,7 +300,7 @@ class SubscriptionReader(Worker):
             response = self.client.post("/subscriptions", json=body)
             response.raise_for_status()
             self.subscription = response.json()["id"]
-        params = {"batch_limit": 50, "batch_flush_timeout": 1, "stream_timeout": 20}
+        params = {"batch_limit": 500, "batch_flush_timeout": 1, "stream_timeout": 20}
         path = f"/subscriptions/{self.subscription}/events"
         with self.client.stream("GET", path, params=params) as response:
             response.raise_for_status()
@@ -318,7 +319,9 @@ class SubscriptionReader(Worker):
                         json={"items": [batch["cursor"]]},
                         headers={"X-Nakadi-StreamId": stream_id},
                     ).raise_for_status()
-                    self.check_cursors()
+                    if time.monotonic() - self._checked_at > 5:
+                        self._checked_at = time.monotonic()
+                        self.check_cursors()
 
     def check_cursors(self) -> None:
         response = self.client.get(f"/subscriptions/{self.subscription}/cursors")
@@ -379,16 +382,23 @@ class StreamReader(Worker):
 
 
 def read_events(url: str, event_type: str) -> list[dict[str, Any]]:
-    """Every event of ``event_type`` from the beginning (each partition in offset order),
-    read until a batch comes without events: the stream has caught up."""
+    """Every event of ``event_type`` from the beginning up to each partition's newest offset
+    when the read began (each partition in offset order)."""
     events: list[dict[str, Any]] = []
-    params = {"batch_limit": 1000, "batch_flush_timeout": 1, "stream_timeout": 120}
+    params = {"batch_limit": 1000, "batch_flush_timeout": 1, "stream_timeout": 600}
     with httpx.Client(base_url=url, timeout=60) as client:
         partitions = client.get(f"/event-types/{event_type}/partitions")
         if partitions.status_code == 404:
             return []
         partitions.raise_for_status()
-        cursors = [{"partition": p["partition"], "offset": "BEGIN"} for p in partitions.json()]
+        ends = {
+            p["partition"]: _offset({"offset": p["newest_available_offset"]})
+            for p in partitions.json()
+        }
+        pending = {partition for partition, end in ends.items() if end >= 0}
+        if not pending:
+            return []
+        cursors = [{"partition": p, "offset": "BEGIN"} for p in ends]
         headers = {"X-Nakadi-Cursors": json.dumps(cursors)}
         path = f"/event-types/{event_type}/events"
         with client.stream("GET", path, params=params, headers=headers) as response:
@@ -396,8 +406,11 @@ def read_events(url: str, event_type: str) -> list[dict[str, Any]]:
             for line in response.iter_lines():
                 if not line:
                     continue
-                batch = json.loads(line).get("events") or []
-                if not batch:
+                batch = json.loads(line)
+                events += batch.get("events") or []
+                partition = batch["cursor"]["partition"]
+                if _offset(batch["cursor"]) >= ends[partition]:
+                    pending.discard(partition)
+                if not pending:
                     break
-                events += batch
     return events
