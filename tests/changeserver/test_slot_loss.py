@@ -31,6 +31,8 @@ def test_a_dropped_slot_is_reported_by_health_and_ready_under_fail(make_server: 
     assert "was dropped" in health.json()["reason"], health.text
     ready = httpx.get(f"{cs.mgmt_url}/ready")
     assert ready.status_code == 503 and "was dropped" in ready.text, ready.text
+    metrics = httpx.get(f"{cs.mgmt_url}/metrics").text
+    assert 'changebroker_changeserver_slot_losses_total{policy="fail"}' in metrics
     with psycopg.connect(cs.dsn) as conn:  # not silently created again
         slots = conn.execute(
             "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s",
