@@ -250,7 +250,9 @@ class Campaign:
                 f"{sorted(pending)} not",
             )
             return
-        self.report.recovery.setdefault(component, []).append(first[component])
+        # A link's fault (the broker link ends at the load balancer) counts the whole stack's.
+        took = first.get(component, max(first.values()))
+        self.report.recovery.setdefault(component, []).append(took)
         self.report.recovery.setdefault("whole stack", []).append(max(first.values()))
 
     # -- the run --------------------------------------------------------------------------
