@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import httptools
@@ -28,6 +30,10 @@ from changebroker import logs, metrics
 
 FLOW_ID_HEADER = "x-flow-id"
 access_log = logging.getLogger("changebroker.access")
+
+# Set once the process is asked to stop (SIGTERM, SIGINT): endless responses (event streams)
+# end after the batch they are on, so they end whole within the graceful shutdown's time.
+draining = threading.Event()
 
 # scope["extensions"][RESPOND]: ``respond(status, headers, body) -> bool`` writes a whole
 # response at once, from any callback on the server's event loop, without the request's own
@@ -228,6 +234,13 @@ def config(app: ASGIApp, host: str, port: int, **options: Any) -> uvicorn.Config
     )
 
 
+class _DrainingServer(uvicorn.Server):
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        draining.set()
+        super().handle_exit(sig, frame)
+
+
 def serve(app: ASGIApp, host: str, port: int) -> None:
-    """Run ``app`` with uvicorn until SIGTERM/SIGINT (graceful: open requests finish)."""
-    uvicorn.Server(config(app, host, port, timeout_graceful_shutdown=10)).run()
+    """Run ``app`` with uvicorn until SIGTERM/SIGINT (graceful: open requests finish, streams
+    end after their current batch: ``draining``)."""
+    _DrainingServer(config(app, host, port, timeout_graceful_shutdown=10)).run()

@@ -77,6 +77,10 @@ class Waiters:
             wake()
         metrics.longpoll_wakeups.inc(len(woken))
 
+    def wake_all(self) -> None:
+        """Every waiter answers now (the server is stopping)."""
+        self._wake(set(self.by_selector))
+
     def register(self, selectors: list[str], wake: Callable[[], None]) -> None:
         for selector in selectors:
             self.by_selector.setdefault(selector, set()).add(wake)
@@ -102,6 +106,8 @@ class State:
     """What /ready and /markdown report and change."""
 
     streaming: threading.Event  # set while the replication stream is up
+    # Why replication stopped for good (a lost slot under the "fail" policy), if it did.
+    failure: Callable[[], str | None] = lambda: None
     marked_down: bool = False
     waiters: Waiters = field(default_factory=Waiters)
 
@@ -336,7 +342,7 @@ class ChangesEndpoint:
         loop = asyncio.get_running_loop()
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or http.draining.is_set():
                 return answer
             # True once the wake has written the answer.
             future: asyncio.Future[bool] = loop.create_future()
@@ -437,9 +443,15 @@ def stack_route(prefix: str) -> Route:
 
 def management_routes(state: State) -> list[Route]:
     async def health(request: Request) -> Response:
+        failure = state.failure()
+        if failure is not None:
+            return _status(request, "Down", failure)
         return PlainTextResponse("OK")
 
     async def ready(request: Request) -> Response:
+        failure = state.failure()
+        if failure is not None:
+            return _status(request, "NotReady", failure)
         if state.marked_down:
             return _status(request, "NotReady", "marked down")
         if not state.streaming.is_set():

@@ -86,6 +86,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default="_change_selector",
         help="column whose value is a change's selector",
     )
+    add(
+        parser,
+        "--on-slot-loss",
+        scope=SCOPE,
+        type=_slot_loss_policy,
+        default="fail",
+        help="when the replication slot is dropped or invalidated: fail (stop, /health 503)"
+        " or recreate (a new slot; readers of older positions get SNAPSHOT_TOO_OLD)",
+    )
     add(parser, "--prefix", scope=SCOPE, default="", help="path prefix for /changes")
     add(
         parser,
@@ -103,6 +112,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=default_state_dir() / "snapshots",
         help="the replay's snapshots, served at /snapshots",
     )
+
+
+def _slot_loss_policy(text: str) -> str:
+    if text not in ("fail", "recreate"):
+        raise argparse.ArgumentTypeError(f"invalid policy {text!r}: use fail or recreate")
+    return text
 
 
 def _table_list(text: str) -> tuple[str, ...]:
@@ -127,6 +142,10 @@ async def _serve(changeserver: ChangeServer, args: argparse.Namespace) -> None:
         servers.append(_server(changeserver.management_app, args.host, args.mgmt_port, "off"))
 
     def stop() -> None:
+        # Long polls answer now with what they have, rather than be cut at the graceful
+        # timeout: a client's next request (elsewhere, or after a restart) goes on from there.
+        http.draining.set()
+        changeserver.state.waiters.wake_all()
         for server in servers:
             server.should_exit = True
 
@@ -147,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         max_age=args.max_age,
         prefix=args.prefix,
         snapshots_dir=args.snapshots_dir,
+        on_slot_loss=args.on_slot_loss,
         metrics_interval=args.metrics_interval,
     )
     changeserver = ChangeServer(settings, separate_management=args.mgmt_port is not None)

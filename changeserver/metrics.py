@@ -26,3 +26,8 @@ refusals = Counter(
     "Requests answered with an error, by code (SNAPSHOT_TOO_OLD, PARAMETER_INVALID, ...).",
     ["code"],
 )
+slot_losses = Counter(
+    f"{PREFIX}_slot_losses_total",
+    "Replication slots found dropped or invalidated, by the policy applied (fail, recreate).",
+    ["policy"],
+)

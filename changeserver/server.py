@@ -34,6 +34,7 @@ class Settings:
     max_age: float | None = None
     prefix: str = ""
     snapshots_dir: Path | None = None  # where replay snapshots are; none: no /snapshots
+    on_slot_loss: str = "fail"  # or "recreate": a new slot, readers told SNAPSHOT_TOO_OLD
     # The longest the slot's and the change log's numbers in /metrics and /status may be old.
     metrics_interval: float = 10.0
 
@@ -56,8 +57,10 @@ class ChangeServer:
             on_durable=lambda selectors: self.state.waiters.notify_threadsafe(selectors),
             max_age=settings.max_age,
             tables=settings.tables,
+            on_slot_loss=settings.on_slot_loss,
         )
-        self.state = api.State(streaming=self.replicator.streaming)
+        replicator = self.replicator
+        self.state = api.State(streaming=replicator.streaming, failure=lambda: replicator.failure)
         changes = api.changes_route(self.state, self.reader, settings.prefix)
         routes = [changes, api.stack_route(settings.prefix)]
         if settings.snapshots_dir is not None:

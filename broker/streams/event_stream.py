@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from broker.streams.cursors import format_offset
 from broker.streams.watermarks import consumer_config
+from changebroker import http
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +289,8 @@ class EventStream:
                 messages = await loop.run_in_executor(self._executor, self._poll, wait)
                 out, limit_reached = batcher.take(messages)
                 now = time.monotonic()
-                stream_over = limit_reached or now >= ends_at
+                # Asked to stop: what is batched goes out, then the stream ends whole.
+                stream_over = limit_reached or now >= ends_at or http.draining.is_set()
                 out += batcher.due(now, stream_over)
                 if out:
                     yield b"".join(out)
