@@ -1,4 +1,5 @@
-"""ASGI plumbing every HTTP service shares: X-Flow-Id, access lines, serving.
+"""ASGI plumbing every HTTP service shares: X-Flow-Id, access lines, request durations,
+serving.
 
 Error bodies are not here on purpose: each API has its own error format
 (transicator, Nakadi Problem, OpenSchema), and each service owns its own.
@@ -23,7 +24,7 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
-from changebroker import logs
+from changebroker import logs, metrics
 
 FLOW_ID_HEADER = "x-flow-id"
 access_log = logging.getLogger("changebroker.access")
@@ -48,7 +49,9 @@ class OneWriteResponse(Response):
 
 
 class FlowIdMiddleware:
-    """Take X-Flow-Id from the request (or make one), log it, echo it on the response."""
+    """Take X-Flow-Id from the request (or make one), log it, echo it on the response; log
+    the request and observe its duration (by route template: after routing, the scope names
+    the route that served it)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -92,12 +95,14 @@ class FlowIdMiddleware:
         try:
             await self.app(scope, receive, send_with_flow_id)
         finally:
+            seconds = time.perf_counter() - started
+            metrics.observe_request(scope, status, seconds)
             if access_log.isEnabledFor(logging.INFO):
                 fields = logs.fields(
                     method=scope["method"],
                     path=scope["path"],
                     status=status,
-                    ms=round((time.perf_counter() - started) * 1000, 2),
+                    ms=round(seconds * 1000, 2),
                 )
                 # makeRecord, not info(): the caller's file and line, which no line shows,
                 # cost a stack walk per request (a tenth of a woken long poll's CPU).

@@ -32,7 +32,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from changebroker import http
-from changeserver import changes, diagnostics
+from changeserver import changes, diagnostics, metrics
 from changeserver import transicator_pb2 as pb
 from changeserver.changelog import Bounds, LogReader, Snapshot
 from changeserver.pgoutput import NO_SELECTOR
@@ -57,6 +57,7 @@ class Waiters:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.by_selector: dict[str, set[Callable[[], None]]] = {}
         self.wakes = 0  # how many batches have woken waiters so far
+        self.waiting = 0  # long polls registered now (one may wait on several selectors)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -68,21 +69,32 @@ class Waiters:
 
     def _wake(self, selectors: set[str]) -> None:
         self.wakes += 1
+        # A set: a long poll waiting on several of these selectors is woken (and counted) once.
+        woken: set[Callable[[], None]] = set()
         for selector in (*selectors, ANY_SELECTOR):
-            for wake in self.by_selector.pop(selector, ()):
-                wake()
+            woken |= self.by_selector.pop(selector, set())
+        for wake in woken:
+            wake()
+        metrics.longpoll_wakeups.inc(len(woken))
 
     def register(self, selectors: list[str], wake: Callable[[], None]) -> None:
         for selector in selectors:
             self.by_selector.setdefault(selector, set()).add(wake)
+        self.waiting += 1
 
     def unregister(self, selectors: list[str], wake: Callable[[], None]) -> None:
+        self.waiting -= 1
         for selector in selectors:
             waiting = self.by_selector.get(selector)
             if waiting is not None:
                 waiting.discard(wake)
                 if not waiting:
                     del self.by_selector[selector]
+
+    def by_selector_counts(self, limit: int) -> dict[str, int]:
+        """The ``limit`` selectors most long polls wait on now, with how many wait."""
+        counts = sorted(((len(f), s) for s, f in self.by_selector.items()), reverse=True)
+        return {selector: count for count, selector in counts[:limit]}
 
 
 @dataclass
@@ -241,6 +253,7 @@ class ChangesEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.state.marked_down:
+            metrics.refusals.labels("MARKED_DOWN").inc()
             response = error_response(503, "MARKED_DOWN", "the server is marked down")
             await response(scope, receive, send)
             return
@@ -250,6 +263,7 @@ class ChangesEndpoint:
             respond = (scope.get("extensions") or {}).get(http.RESPOND)
             answer = await self._changes(query, respond)
         except BadRequest as bad:
+            metrics.refusals.labels(bad.code).inc()
             response = error_response(bad.status, bad.code, bad.error, bad.description)
             await response(scope, receive, send)
             return

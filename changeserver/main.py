@@ -54,7 +54,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         scope=SCOPE,
         type=int,
         default=None,
-        help="port for /health /ready /markdown (default: the API port)",
+        help="port for /health /ready /markdown /metrics /status (default: the API port)",
     )
     add(
         parser,
@@ -87,6 +87,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="column whose value is a change's selector",
     )
     add(parser, "--prefix", scope=SCOPE, default="", help="path prefix for /changes")
+    add(
+        parser,
+        "--metrics-interval",
+        scope=SCOPE,
+        type=config.parse_duration,
+        default=10.0,
+        help="longest the slot's and change log's numbers in /metrics and /status may be old",
+    )
     add(
         parser,
         "--snapshots-dir",
@@ -139,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         max_age=args.max_age,
         prefix=args.prefix,
         snapshots_dir=args.snapshots_dir,
+        metrics_interval=args.metrics_interval,
     )
     changeserver = ChangeServer(settings, separate_management=args.mgmt_port is not None)
     asyncio.run(_serve(changeserver, args))

@@ -26,8 +26,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from changebroker import logs, pg
+from changebroker import metrics as service_metrics
 from changebroker.http import OneWriteResponse
-from registry import errors
+from registry import errors, metrics
 from registry.cache import Cache
 from registry.errors import RegistryError, violations_json
 from registry.store import Store, SubjectKey, parse_version
@@ -98,6 +99,7 @@ def subject_key(request: Request) -> SubjectKey:
 
 
 def _error_response(error: RegistryError, media_type: str) -> JSONResponse:
+    metrics.refusals.labels(str(error.code)).inc()
     return JSONResponse(error.body(), status_code=error.status, media_type=media_type)
 
 
@@ -187,19 +189,23 @@ async def health(request: Request, store: Store) -> Any:
 
 
 async def get_schema(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("schema").inc()
     return await store.schema(request.path_params["id"])
 
 
 async def get_schema_subject(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("schema").inc()
     return await store.schema_subject(request.path_params["id"])
 
 
 async def list_subjects(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("subjects").inc()
     query = request.query_params
     return {"name": await store.list_subjects(query.get("tenant"), query.get("namespace"))}
 
 
 async def get_subject(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("subject").inc()
     return await store.subject(subject_key(request))
 
 
@@ -219,10 +225,12 @@ async def delete_subject(request: Request, store: Store) -> Any:
 
 
 async def list_versions(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("versions").inc()
     return {"version": await store.versions(subject_key(request))}
 
 
 async def get_version_schema(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("version").inc()
     version = parse_version(request.path_params["version"])
     return await store.version(subject_key(request), version)
 
@@ -250,10 +258,12 @@ async def test_compatibility(request: Request, store: Store) -> Any:
     else:
         raise RegistryError(errors.INVALID_INPUT, 'send the schema to test as {"schema": ...}')
     found = await store.test_compatibility(subject_key(request), version, definition)
+    metrics.compatibility_checks.labels("incompatible" if found else "compatible").inc()
     return {"isCompatible": not found, "violations": violations_json(found)}
 
 
 async def get_config(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("config").inc()
     return {"compatibility": await store.compatibility(subject_key(request))}
 
 
@@ -322,7 +332,10 @@ def create_app(
             await cache.close()
             await store.close()
 
-    routes = [Route("/health", endpoint(health, None), methods=["GET"])]
+    routes = [
+        Route("/health", endpoint(health, None), methods=["GET"]),
+        service_metrics.route(),
+    ]
     routes += [
         Route(path, endpoint(handler, auth_token, kept=methods == ["GET"]), methods=methods)
         for path, methods, handler in ROUTES

@@ -22,7 +22,7 @@ from psycopg.types.json import Json
 from psycopg_pool import AsyncConnectionPool
 
 from changebroker import logs
-from registry import errors
+from registry import errors, metrics
 from registry.cache import Cache
 from registry.compat import Mode, Violation, check_labelled
 from registry.definitions import (
@@ -257,8 +257,16 @@ class Store:
 
     async def register(self, key: SubjectKey, body: Mapping[str, Any]) -> str:
         """The id of ``body``'s definition in the subject: existing, or a new version."""
-        async with self.pool.connection() as conn, conn.transaction():
-            registered = await register_in(conn, key, body)
+        try:
+            async with self.pool.connection() as conn, conn.transaction():
+                registered = await register_in(conn, key, body)
+        except RegistryError as error:
+            if error.code == errors.INCOMPATIBLE:
+                metrics.compatibility_checks.labels("incompatible").inc()
+            raise
+        metrics.registrations.labels("new" if registered.new else "existing").inc()
+        if registered.new and registered.version > 1:  # checked against the versions before
+            metrics.compatibility_checks.labels("compatible").inc()
         if registered.new:
             log.info(
                 "schema registered",
