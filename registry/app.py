@@ -1,4 +1,4 @@
-"""The OpenSchema REST API (seed 004) over ``Store``.
+"""The OpenSchema REST API (docs/specs/openschema-spec-cn.txt) over ``Store``.
 
 Requests and responses are JSON, as ``application/vnd.openschema.v1+json``
 (the default) or ``application/json``; every error is
@@ -193,7 +193,7 @@ async def delete_version(request: Request, store: Store) -> Any:
 async def test_compatibility(request: Request, store: Store) -> Any:
     version = parse_version(request.path_params["version"])
     body = await read_json(request)
-    # {"schema": <definition>} as the seed shows; a full schema object works too.
+    # {"schema": <definition>} as the spec shows; a full schema object works too.
     if "schema" in body:
         schema = body["schema"]
         wrapped = isinstance(schema, dict) and "schemaDefinition" in schema
@@ -223,7 +223,7 @@ async def put_config(request: Request, store: Store) -> Any:
 
 ROUTES: list[tuple[str, list[str], Handler]] = [
     ("/schemas/{id}", ["GET"], get_schema),
-    ("/schema/{id}", ["GET"], get_schema),  # as seed 004's 7.1.1 example spells it
+    ("/schema/{id}", ["GET"], get_schema),  # as the spec's 7.1.1 example spells it
     ("/schemas/{id}/subject", ["GET"], get_schema_subject),
     ("/subjects", ["GET"], list_subjects),
     ("/subjects/{subject}", ["GET"], get_subject),

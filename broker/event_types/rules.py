@@ -1,4 +1,6 @@
-"""The rules of an EventType body (seed 000 ``EventType``, manual chapter "Event Types").
+"""The rules of an EventType body: ``EventType`` in the API spec, and the event types guide.
+
+Both are in docs/specs/ (nakadi-event-bus-api-0.10.1.yaml, nakadi-event-types.txt).
 
 :func:`validate_new` checks a POST body, :func:`validate_update` a PUT body
 against the stored event type; both return the normalised EventType (defaults

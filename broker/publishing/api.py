@@ -34,7 +34,8 @@ from changebroker import logs
 
 log = logging.getLogger(__name__)
 
-# Seed 000: "The maximum size per Event is 999,000 bytes", measured as sent.
+# "The maximum size per Event is 999,000 bytes" (docs/specs/nakadi-event-bus-api-0.10.1.yaml),
+# measured as sent.
 MAX_EVENT_BYTES = 999_000
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 
 class Mode(enum.StrEnum):
-    """OpenSchema compatibility settings (seed 004, chapter 2)."""
+    """OpenSchema compatibility settings (docs/specs/openschema-spec-cn.txt, chapter 2)."""
 
     BACKWARD = "BACKWARD"
     BACKWARD_TRANSITIVE = "BACKWARD_TRANSITIVE"

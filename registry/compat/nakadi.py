@@ -1,9 +1,9 @@
 """Nakadi's compatibility modes and semantic schema versions, through the engine.
 
-Nakadi (seeds 001 and 003): title/description changes are PATCH, added
-properties MINOR (in forward mode also narrowings old consumers survive), all
-else MAJOR; ``compatible`` and ``forward`` reject MAJOR changes, ``none``
-accepts anything.
+Nakadi (docs/specs/nakadi-manual.txt, nakadi-event-types.txt): title/description
+changes are PATCH, added properties MINOR (in forward mode also narrowings old
+consumers survive), all else MAJOR; ``compatible`` and ``forward`` reject MAJOR
+changes, ``none`` accepts anything.
 
 * forward: consumers on the old schema read events of the new one, ignoring
   undeclared attributes: the old schema as written reads the new one.
@@ -26,7 +26,8 @@ from registry.compat.model import Evolution, Level, Violation
 
 NakadiMode = Literal["compatible", "forward", "none"]
 
-# Seed 001: "the following json-schema attributes are not supported" in compatible mode.
+# "the following json-schema attributes are not supported" in compatible mode
+# (docs/specs/nakadi-manual.txt).
 COMPATIBLE_UNSUPPORTED = ("additionalProperties", "additionalItems", "not", "patternProperties")
 
 _SCHEMA_MAPS = ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas")

@@ -2,9 +2,8 @@
 registry and a broker on a metadata database of the test's own, and a bridge; plus a
 consumer that rebuilds every table from the committed events.
 
-Subscriptions (issue 6) had not landed when these tests were written, so the consumer reads
-committed data straight from Kafka (``isolation.level=read_committed``), which is what a
-subscription stream serves.
+The consumer reads committed data straight from Kafka (``isolation.level=read_committed``),
+which is what a subscription stream serves.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def client(broker_url: str) -> Iterator[httpx.Client]:
 
 
 def business_event_type(name: str, **overrides: Any) -> dict[str, Any]:
-    """The manual's order_received event type (seed 001), renamed."""
+    """The manual's order_received event type (docs/specs/nakadi-manual.txt), renamed."""
     return {
         "name": name,
         "owning_application": "acme-order-service",

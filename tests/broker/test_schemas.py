@@ -38,7 +38,7 @@ CHANGES: dict[str, dict[str, Any]] = {
     },
 }
 
-# (mode, change) -> the new version, or the (JSON path, rule) the 422 names. Seed 001:
+# (mode, change) -> the new version, or the (JSON path, rule) the 422 names. The manual:
 # PATCH for title/description, MINOR for added properties (forward: also required ones and
 # marking required), MAJOR otherwise; compatible and forward refuse MAJOR, none takes it.
 MATRIX: list[tuple[str, str, str | tuple[str, str]]] = [
