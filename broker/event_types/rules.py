@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema
 from jsonschema.validators import Draft4Validator
 
+from broker.errors import Unprocessable
 from broker.event_types import effective_schema
 from registry.compat.nakadi import unsupported_keywords
 
@@ -43,7 +44,7 @@ MODE_UPGRADES = {("none", "forward"), ("forward", "compatible")}
 READ_ONLY = ("created_at", "updated_at")
 
 
-class InvalidEventType(ValueError):
+class InvalidEventType(Unprocessable):
     """The body breaks a rule; the message says which and how to fix it."""
 
 

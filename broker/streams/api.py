@@ -12,6 +12,7 @@ import json
 import logging
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from confluent_kafka import KafkaException
 from starlette.requests import Request
@@ -20,8 +21,15 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from broker import bodies
+from broker.errors import (
+    BadRequest,
+    EventTypeNotFound,
+    NotFound,
+    PreconditionFailed,
+    Unavailable,
+    Unprocessable,
+)
 from broker.event_types.topics import EventTypeTopic, TopicResolver
-from broker.problems import problem
 from broker.streams.cursors import (
     Cursor,
     CursorError,
@@ -33,7 +41,7 @@ from broker.streams.cursors import (
     position,
     shift,
 )
-from broker.streams.event_stream import EventStream, LimitError, parse_limits
+from broker.streams.event_stream import EventStream, parse_limits
 from broker.streams.watermarks import Watermark, Watermarks
 
 log = logging.getLogger(__name__)
@@ -76,10 +84,6 @@ def _wants_gzip(request: Request) -> bool:
     return False
 
 
-def _not_found(name: str) -> Response:
-    return problem(404, f'EventType "{name}" does not exist.')
-
-
 class Reading:
     def __init__(
         self, resolve: TopicResolver, kafka_bootstrap: str, watermarks: Watermarks
@@ -91,26 +95,27 @@ class Reading:
     async def _marks(self, topic: EventTypeTopic) -> dict[int, Watermark]:
         return await self._watermarks.of(topic.topic, range(topic.partitions))
 
-    async def stream(self, request: Request) -> Response:
-        name = request.path_params["name"]
+    async def _topic(self, name: str) -> EventTypeTopic:
         topic = await self._resolve(name)
         if topic is None:
-            return _not_found(name)
-        try:
-            limits = parse_limits(request.query_params)
-        except LimitError as error:
-            return problem(422, str(error))
+            raise EventTypeNotFound(name)
+        return topic
+
+    async def stream(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        topic = await self._topic(name)
+        limits = parse_limits(request.query_params)
         header = request.headers.get("x-nakadi-cursors")
         cursors: list[Cursor] | None = None
         if header is not None:
             try:
                 items = json.loads(header)
             except ValueError:
-                return problem(400, "incorrect syntax of X-nakadi-cursors header")
+                raise BadRequest("incorrect syntax of X-nakadi-cursors header") from None
             try:
                 cursors = parse_cursors(items, topic)
             except CursorError as error:
-                return problem(412, str(error))
+                raise PreconditionFailed(str(error)) from None
         marks = await self._marks(topic)
         try:
             positions = (
@@ -119,7 +124,7 @@ class Reading:
                 else {p: mark.newest_position for p, mark in marks.items()}
             )
         except CursorError as error:
-            return problem(412, str(error))
+            raise PreconditionFailed(str(error)) from None
         stream = EventStream(self._bootstrap, topic.topic, positions, limits, topic.timeline)
         gzip = _wants_gzip(request)
         body = _gzipped(stream.batches()) if gzip else stream.batches()
@@ -127,19 +132,17 @@ class Reading:
 
     async def partitions(self, request: Request) -> Response:
         name = request.path_params["name"]
-        topic = await self._resolve(name)
-        if topic is None:
-            return _not_found(name)
+        topic = await self._topic(name)
         consumed: dict[int, Cursor] = {}
         if "cursors" in request.query_params:
             try:
                 items = json.loads(request.query_params["cursors"])
             except ValueError:
-                return problem(400, "cursors must be a URL-encoded JSON array of cursors")
+                raise BadRequest("cursors must be a URL-encoded JSON array of cursors") from None
             try:
                 consumed = {c.partition: c for c in parse_cursors(items, topic)}
             except CursorError as error:
-                return problem(422, str(error))
+                raise Unprocessable(str(error)) from None
         marks = await self._marks(topic)
         try:
             views = [
@@ -149,16 +152,14 @@ class Reading:
                 for p, mark in marks.items()
             ]
         except CursorError as error:
-            return problem(422, str(error))
+            raise Unprocessable(str(error)) from None
         return JSONResponse(views)
 
     async def partition(self, request: Request) -> Response:
         name, partition_text = request.path_params["name"], request.path_params["partition"]
-        topic = await self._resolve(name)
-        if topic is None:
-            return _not_found(name)
+        topic = await self._topic(name)
         if not partition_text.isdigit() or int(partition_text) >= topic.partitions:
-            return problem(404, f"partition {partition_text} not found in {name}")
+            raise NotFound(f"partition {partition_text} not found in {name}")
         partition = int(partition_text)
         mark = (await self._watermarks.of(topic.topic, [partition]))[partition]
         consumed_offset = request.query_params.get("consumed_offset")
@@ -168,28 +169,18 @@ class Reading:
             cursor = parse_cursor({"partition": partition_text, "offset": consumed_offset}, topic)
             return JSONResponse(lag(cursor, mark, topic.timeline, name))
         except CursorError as error:
-            return problem(422, str(error))
+            raise Unprocessable(str(error)) from None
 
-    async def _cursor_request(self, request: Request) -> tuple[EventTypeTopic, object] | Response:
-        """The event type and the JSON body of a cursor operation, or the Problem to answer."""
-        name = request.path_params["name"]
-        topic = await self._resolve(name)
-        if topic is None:
-            return _not_found(name)
-        try:
-            body = await bodies.json_body(request)
-        except bodies.BadBody as bad:
-            return bad.response
+    async def _cursor_request(self, request: Request) -> tuple[EventTypeTopic, list[Any]]:
+        """The event type and the JSON array body of a cursor operation."""
+        topic = await self._topic(request.path_params["name"])
+        body = await bodies.json_body(request)
         if not isinstance(body, list):
-            return problem(422, "the body must be a JSON array")
+            raise Unprocessable("the body must be a JSON array")
         return topic, body
 
     async def distances(self, request: Request) -> Response:
-        parsed = await self._cursor_request(request)
-        if isinstance(parsed, Response):
-            return parsed
-        topic, queries = parsed
-        assert isinstance(queries, list)
+        topic, queries = await self._cursor_request(request)
         try:
             pairs = []
             for query in queries:
@@ -216,28 +207,21 @@ class Reading:
                 for a, b in pairs
             ]
         except CursorError as error:
-            return problem(422, str(error))
+            raise Unprocessable(str(error)) from None
         return JSONResponse(results)
 
     async def lags(self, request: Request) -> Response:
-        parsed = await self._cursor_request(request)
-        if isinstance(parsed, Response):
-            return parsed
-        topic, items = parsed
+        topic, items = await self._cursor_request(request)
         try:
             cursors = parse_cursors(items, topic)
             marks = await self._marks(topic)
             views = [lag(c, marks[c.partition], topic.timeline, topic.event_type) for c in cursors]
         except CursorError as error:
-            return problem(422, str(error))
+            raise Unprocessable(str(error)) from None
         return JSONResponse(views)
 
     async def shifts(self, request: Request) -> Response:
-        parsed = await self._cursor_request(request)
-        if isinstance(parsed, Response):
-            return parsed
-        topic, items = parsed
-        assert isinstance(items, list)
+        topic, items = await self._cursor_request(request)
         try:
             shifted = []
             for item in items:
@@ -254,7 +238,7 @@ class Reading:
                 for c, by in shifted
             ]
         except CursorError as error:
-            return problem(422, str(error))
+            raise Unprocessable(str(error)) from None
         return JSONResponse(cursors)
 
 
@@ -264,7 +248,7 @@ def _kafka_unavailable_is_503(endpoint: Endpoint) -> Endpoint:
             return await endpoint(request)
         except KafkaException as error:
             log.warning("Kafka unavailable", extra={"error": str(error)})
-            return problem(503, f"Kafka did not answer ({error}); retry in a moment")
+            raise Unavailable(f"Kafka did not answer ({error}); retry in a moment") from None
 
     return guarded
 
