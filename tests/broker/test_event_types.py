@@ -11,8 +11,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from changebroker import kafka
-from tests.broker.conftest import business_event_type
 from tests.broker.swagger import assert_problem, validate
+from tests.support.event_types import business_event_type
 
 
 def _topic_of(broker_dsn: str, name: str) -> tuple[str, int]:

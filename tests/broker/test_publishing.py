@@ -14,9 +14,9 @@ import pytest
 import zstandard
 
 from broker.publishing.partitioning import java_string_hash
-from tests.broker.conftest import business_event_type
 from tests.broker.kafka_read import read_all, topic_of
 from tests.broker.swagger import assert_problem, validate
+from tests.support.event_types import business_event_type
 
 MANUAL_EVENTS: list[dict[str, Any]] = [
     {

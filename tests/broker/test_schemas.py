@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.broker.conftest import business_event_type
 from tests.broker.kafka_read import read_all, topic_of
 from tests.broker.swagger import assert_problem, validate
+from tests.support.event_types import business_event_type
 
 BASE: dict[str, Any] = {
     "properties": {"order_number": {"type": "string"}, "note": {"type": "string"}},

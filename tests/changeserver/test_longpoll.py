@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 
 from changebroker.stack.processes import wait_until
-from tests.changeserver.conftest import Harness
+from tests.support.changeserver import Harness
 
 
 def _waiting(cs: Harness, *selectors: str) -> bool:

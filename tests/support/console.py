@@ -19,10 +19,8 @@ from playwright.sync_api import BrowserContext, Page, sync_playwright
 from changebroker.stack.state import REPO_ROOT
 from console.app import create_app
 from console.upstream import Endpoints
-from tests.bridge.conftest import Stack, make_stack, rebuilt, stack
 from tests.support.apps import serve_in_thread
-
-__all__ = ["make_stack", "rebuilt", "stack"]  # the bridge tests' fixtures, reused here
+from tests.support.bridge_stack import Stack
 
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = REPO_ROOT / ".state" / "test" / "screenshots"

@@ -1,5 +1,5 @@
-"""The bridge's whole stack (tests/bridge/conftest.py) for the replay tests, and reading a
-snapshot back in the form the events have, to compare with ``SELECT *`` and apply events to."""
+"""Reading a replay snapshot back in the form the events have, to compare with ``SELECT *``
+and apply events to."""
 
 from __future__ import annotations
 
@@ -13,9 +13,6 @@ from pyspark.sql import SparkSession
 
 from replay.columns import Column
 from replay.snapshots import Manifest
-from tests.bridge.conftest import make_stack, stack  # the fixtures, not copies
-
-__all__ = ["make_stack", "snapshot_tables", "stack"]
 
 Rows = dict[tuple[Any, ...], dict[str, Any]]
 
