@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 from changebroker import logs
 from registry import errors
 from registry.compat import Mode, Violation, check_labelled
+from registry.compat.rules import Rule
 from registry.definitions import (
     engine_format,
     format_of_serialization,
@@ -542,7 +543,7 @@ def _violations(
         return [
             Violation(
                 "#",
-                "format-not-checkable",
+                Rule.FORMAT_NOT_CHECKABLE,
                 f"there are no compatibility rules for format {fmt or 'unset'}; set the subject's"
                 " compatibility to NONE to register new versions",
             )

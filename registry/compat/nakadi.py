@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from registry.compat.json_schema import json_schema_violations, strip_annotations
 from registry.compat.model import Evolution, Level, Violation
+from registry.compat.rules import Rule
 
 NakadiMode = Literal["compatible", "forward", "none"]
 
@@ -103,7 +104,7 @@ def unsupported_keywords(schema: Mapping[str, Any]) -> list[Violation]:
     return [
         Violation(
             f"{path}/{keyword}",
-            "keyword-not-supported",
+            Rule.KEYWORD_NOT_SUPPORTED,
             f"{keyword!r} is not supported in compatible mode; remove it (undeclared"
             " attributes are already rejected)",
         )
