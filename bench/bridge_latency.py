@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import psycopg
 from confluent_kafka import Consumer, TopicPartition
 
 from bench.report import Figure, report
+from bench.services import kafka_bootstrap, pg_server_dsn
 from changebroker import kafka, pg
 from changebroker.stack.processes import answers, free_port, wait_until
 
@@ -147,10 +147,8 @@ def services(
 
 
 def main() -> int:
-    server_dsn = os.environ.get(
-        "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
-    )
-    bootstrap = os.environ.get("CHANGEBROKER_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    server_dsn = pg_server_dsn()
+    bootstrap = kafka_bootstrap()
     with (
         pg.scratch_database(server_dsn, "bench") as app_dsn,
         pg.scratch_database(server_dsn, "bench_meta") as meta_dsn,

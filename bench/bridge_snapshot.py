@@ -33,6 +33,7 @@ import psycopg
 
 from bench.bridge_latency import services
 from bench.report import Figure, report
+from bench.services import kafka_bootstrap, pg_server_dsn
 from changebroker import pg
 from changebroker.stack.processes import wait_until
 
@@ -127,10 +128,8 @@ def _wait_done(bridge_url: str, run: str | None = None) -> float:
 
 
 def main() -> int:
-    server_dsn = os.environ.get(
-        "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
-    )
-    bootstrap = os.environ.get("CHANGEBROKER_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    server_dsn = pg_server_dsn()
+    bootstrap = kafka_bootstrap()
     with (
         pg.scratch_database(server_dsn, "bench") as app_dsn,
         pg.scratch_database(server_dsn, "bench_meta") as meta_dsn,

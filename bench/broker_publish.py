@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -23,13 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-import psycopg
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
 from bench.report import Figure, report
+from bench.services import kafka_bootstrap, pg_server_dsn
 from changebroker import kafka, pg
-from changebroker.stack.processes import free_port, wait_until
+from changebroker.stack.run import CliProcess, broker_process
 
 BATCH_SIZES = (1, 100, 1000)
 THREADS = 4
@@ -102,42 +101,17 @@ def _raw(bootstrap: str, topic: str, events: list[bytes]) -> float:
 
 
 def main() -> int:
-    server_dsn = os.environ.get(
-        "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
-    )
-    bootstrap = os.environ.get("CHANGEBROKER_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-    database = f"bench_broker_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{database}"')
-    meta_dsn = pg.with_database(server_dsn, database)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    bootstrap = kafka_bootstrap()
     log = Path(tempfile.mkstemp(prefix="bench-broker-", suffix=".log")[1])
-    broker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "changebroker.cli",
-            "broker",
-            "--port",
-            str(port),
-            "--pg-url",
-            meta_dsn,
-            "--workers",
-            str(WORKERS),
-        ],
-        env={**os.environ, "CHANGEBROKER_KAFKA_BOOTSTRAP": bootstrap},
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
+    with pg.scratch_database(pg_server_dsn(), "bench_broker") as meta_dsn:
+        broker, url = broker_process(meta_dsn, bootstrap, log, "--workers", str(WORKERS))
+        return _measure(broker.start(), url, bootstrap)
+
+
+def _measure(broker: CliProcess, url: str, bootstrap: str) -> int:
     raw_topic = f"bench-raw-{uuid.uuid4().hex[:8]}"
     admin = kafka.admin(bootstrap)
     try:
-        wait_until(
-            lambda: _healthy(url) or broker.poll() is not None, timeout=60, what="the broker"
-        )
-        if broker.poll() is not None:
-            raise RuntimeError(f"the broker exited: {log.read_text()[-2000:]}")
         admin.create_topics([NewTopic(raw_topic, num_partitions=PARTITIONS, replication_factor=1)])[
             raw_topic
         ].result(30)
@@ -194,18 +168,8 @@ def main() -> int:
         report(figures)
         return 0
     finally:
-        broker.terminate()
-        broker.wait(30)
+        broker.stop()
         admin.delete_topics([raw_topic])
-        with psycopg.connect(server_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE "{database}" WITH (FORCE)')
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 if __name__ == "__main__":

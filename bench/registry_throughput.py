@@ -33,6 +33,7 @@ import jsonschema
 import psycopg
 
 from bench.report import Figure, report
+from bench.services import pg_server_dsn
 from changebroker import pg
 from changebroker.stack.processes import answers, free_port, wait_until
 from registry.compat import Mode, check
@@ -122,9 +123,7 @@ def registry_process(dsn: str) -> Iterator[str]:
 
 
 def main() -> int:
-    server_dsn = os.environ.get(
-        "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
-    )
+    server_dsn = pg_server_dsn()
     figures: list[Figure] = []
     with pg.scratch_database(server_dsn, "bench_registry") as dsn, registry_process(dsn) as url:
         clients = [httpx.Client(base_url=url, timeout=60) for _ in range(CLIENTS)]

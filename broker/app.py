@@ -4,7 +4,7 @@ Build it for tests (Postgres metadata database, Kafka bootstrap)::
 
     from broker.app import create_app
     from broker.settings import Settings
-    from tests.support.apps import serve_in_thread
+    from changebroker.stack.run import serve_in_thread
 
     settings = Settings(pg_dsn=pg_dsn, kafka_bootstrap=kafka_bootstrap)
     with serve_in_thread(create_app(settings)) as url:

@@ -15,7 +15,7 @@ import pytest
 from broker.app import create_app
 from broker.settings import Settings
 from changebroker import pg
-from tests.support.apps import serve_in_thread
+from changebroker.stack.run import serve_in_thread
 from tests.support.event_types import business_event_type
 
 

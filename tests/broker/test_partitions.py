@@ -10,9 +10,9 @@ import httpx
 
 from broker.app import create_app
 from broker.settings import Settings
+from changebroker.stack.run import serve_in_thread
 from tests.broker.stream_support import order, publish, two_partition_type
 from tests.broker.swagger import assert_problem, validate
-from tests.support.apps import serve_in_thread
 from tests.support.event_types import business_event_type
 
 

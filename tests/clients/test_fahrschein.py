@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from changebroker.stack.maven import resolve_jars
-from tests.support.apps import broker_process
+from changebroker.stack.run import broker_process
 from tests.support.event_types import business_event_type
 from tests.support.services import CACHE
 

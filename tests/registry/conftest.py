@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from changebroker import pg
+from changebroker.stack.run import serve_in_thread
 from registry.app import create_app
-from tests.support.apps import serve_in_thread
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import httpx
 import psycopg
 import pytest
 
+from changebroker.stack.run import serve_in_thread
 from registry.app import create_app
-from tests.support.apps import serve_in_thread
 
 OPENSCHEMA = "application/vnd.openschema.v1+json"
 PERSON: dict[str, Any] = {

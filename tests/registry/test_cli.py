@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.apps import CliProcess
+from changebroker.stack.run import CliProcess
 
 
 def free_port() -> int:

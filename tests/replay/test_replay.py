@@ -31,10 +31,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from changebroker.stack.processes import wait_until
+from changebroker.stack.run import CliProcess
 from replay import ReplayOptions, run_replay, snapshots
 from replay.snapshots import Manifest
 from tests.broker.subscription_support import Stream, commit
-from tests.support.apps import CliProcess
 from tests.support.bridge_stack import Rebuilt, Stack, rebuilding, table_rows
 from tests.support.replay_snapshots import Rows, snapshot_tables
 

@@ -28,10 +28,10 @@ from broker.bridge.main import create_app as bridge_app
 from broker.settings import Settings as BrokerSettings
 from changebroker import kafka, pg
 from changebroker.stack.processes import free_port, wait_until
+from changebroker.stack.run import CliProcess, serve_in_thread
 from changeserver.server import ChangeServer
 from changeserver.server import Settings as ChangeServerSettings
 from registry.app import create_app as registry_app
-from tests.support.apps import CliProcess, serve_in_thread
 
 
 @dataclass

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from changebroker.stack.processes import wait_until
+from changebroker.stack.run import serve_in_thread
 from changeserver.server import ChangeServer, Settings
 from tests.support import SPECS
-from tests.support.apps import serve_in_thread
 
 TABLE = "CREATE TABLE items (id int PRIMARY KEY, name text, _change_selector text)"
 SPEC = SPECS / "changeserver-api.yaml"

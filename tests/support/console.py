@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import BrowserContext, Page, sync_playwright
 
+from changebroker.stack.run import serve_in_thread
 from changebroker.stack.state import REPO_ROOT
 from console.app import create_app
 from console.upstream import Endpoints
-from tests.support.apps import serve_in_thread
 from tests.support.bridge_stack import Stack
 
 CHROMIUM = "/usr/bin/chromium"
