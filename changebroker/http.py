@@ -1,4 +1,4 @@
-"""ASGI plumbing every HTTP service shares: X-Flow-Id, access lines, serving.
+"""ASGI plumbing every HTTP service shares: X-Flow-Id, access lines, serving, Accept.
 
 Error bodies are not here on purpose: each API has its own error format
 (transicator, Nakadi Problem, OpenSchema), and each service owns its own.
@@ -20,6 +20,24 @@ from changebroker import logs
 
 FLOW_ID_HEADER = "x-flow-id"
 access_log = logging.getLogger("changebroker.access")
+
+
+def accepted(accept: str) -> list[tuple[float, str]]:
+    """An Accept header's media types (lower case) with their q values, the preferred first
+    (equal q in the header's order); each service decides what it serves of them."""
+    offers = []
+    for position, part in enumerate(accept.split(",")):
+        media, *params = (piece.strip() for piece in part.split(";"))
+        quality = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        offers.append((-quality, position, media.lower()))
+    return [(-negated, media) for negated, _, media in sorted(offers)]
 
 
 class FlowIdMiddleware:

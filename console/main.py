@@ -15,8 +15,7 @@ SCOPE = "console"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    def option(flag: str, **kwargs: object) -> None:
-        config.add_option(parser, flag, scope=SCOPE, **kwargs)  # type: ignore[arg-type]
+    option = config.options(parser, SCOPE)
 
     loopback = "http://127.0.0.1"
     option("--host", default="127.0.0.1", help="address to listen on")

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from changebroker import logs, pg
+from changebroker import http, logs, pg
 from registry import errors
 from registry.errors import RegistryError, violations_json
 from registry.store import Store, SubjectKey, parse_version
@@ -41,20 +41,9 @@ def negotiate(accept: str | None) -> str:
     """The response media type the Accept header prefers; 406 when it takes neither."""
     if not accept or not accept.strip():
         return OPENSCHEMA_JSON
-    offers: list[tuple[float, int, str]] = []
-    for position, part in enumerate(accept.split(",")):
-        media, *params = (p.strip() for p in part.split(";"))
-        weight = 1.0
-        for param in params:
-            name, _, value = param.partition("=")
-            if name.strip() == "q":
-                try:
-                    weight = float(value)
-                except ValueError:
-                    weight = 0.0
-        if weight > 0:
-            offers.append((-weight, position, media.lower()))
-    for _, _, media in sorted(offers):
+    for weight, media in http.accepted(accept):
+        if not weight > 0:
+            continue
         if media in MEDIA_TYPES:
             return media
         if media in ("*/*", "application/*"):

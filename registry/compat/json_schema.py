@@ -140,6 +140,22 @@ def json_schema_violations(reader: Mapping[str, Any], writer: Mapping[str, Any])
     return list(unique.values())
 
 
+# Where a schema holds subschemas: maps of them, lists of them, and one subschema.
+SCHEMA_MAPS = ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas")
+SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+SCHEMA_VALUES = (
+    "items",
+    "additionalItems",
+    "additionalProperties",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "propertyNames",
+)
+
+
 def strip_annotations(schema: Any) -> Any:
     """``schema`` without titles, descriptions and other annotations, at schema positions only."""
     if not isinstance(schema, Mapping):
@@ -150,27 +166,15 @@ def strip_annotations(schema: Any) -> Any:
             continue
         if key.startswith("x-"):
             continue
-        if key in ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas"):
+        if key in SCHEMA_MAPS:
             out[key] = (
                 {k: strip_annotations(v) for k, v in value.items()}
                 if isinstance(value, Mapping)
                 else value
             )
-        elif key in ("allOf", "anyOf", "oneOf", "prefixItems") or (
-            key == "items" and isinstance(value, list)
-        ):
+        elif key in SCHEMA_LISTS or (key == "items" and isinstance(value, list)):
             out[key] = [strip_annotations(v) for v in value] if isinstance(value, list) else value
-        elif key in (
-            "items",
-            "additionalItems",
-            "additionalProperties",
-            "not",
-            "if",
-            "then",
-            "else",
-            "contains",
-            "propertyNames",
-        ):
+        elif key in SCHEMA_VALUES:
             out[key] = strip_annotations(value)
         else:
             out[key] = value

@@ -21,7 +21,13 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
-from registry.compat.json_schema import json_schema_violations, strip_annotations
+from registry.compat.json_schema import (
+    SCHEMA_LISTS,
+    SCHEMA_MAPS,
+    SCHEMA_VALUES,
+    json_schema_violations,
+    strip_annotations,
+)
 from registry.compat.model import Evolution, Level, Violation
 from registry.compat.rules import Rule
 
@@ -31,36 +37,22 @@ NakadiMode = Literal["compatible", "forward", "none"]
 # (docs/specs/nakadi-manual.txt).
 COMPATIBLE_UNSUPPORTED = ("additionalProperties", "additionalItems", "not", "patternProperties")
 
-_SCHEMA_MAPS = ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas")
-_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
-_SCHEMA_VALUES = (
-    "items",
-    "additionalItems",
-    "additionalProperties",
-    "not",
-    "if",
-    "then",
-    "else",
-    "contains",
-    "propertyNames",
-)
-
 
 def subschemas(schema: Any, path: str = "#") -> Iterator[tuple[str, Mapping[str, Any]]]:
     """Every schema object inside ``schema`` (itself included) with its JSON pointer."""
     if not isinstance(schema, Mapping):
         return
     yield path, schema
-    for key in _SCHEMA_MAPS:
+    for key in SCHEMA_MAPS:
         if isinstance(schema.get(key), Mapping):
             for name, child in schema[key].items():
                 escaped = name.replace("~", "~0").replace("/", "~1")
                 yield from subschemas(child, f"{path}/{key}/{escaped}")
-    for key in _SCHEMA_LISTS:
+    for key in SCHEMA_LISTS:
         if isinstance(schema.get(key), list):
             for index, child in enumerate(schema[key]):
                 yield from subschemas(child, f"{path}/{key}/{index}")
-    for key in _SCHEMA_VALUES:
+    for key in SCHEMA_VALUES:
         child = schema.get(key)
         if isinstance(child, list):
             for index, item in enumerate(child):
@@ -75,11 +67,11 @@ def closed(schema: Any) -> Any:
         return schema
     out: dict[str, Any] = {}
     for key, value in schema.items():
-        if key in _SCHEMA_MAPS and isinstance(value, Mapping):
+        if key in SCHEMA_MAPS and isinstance(value, Mapping):
             out[key] = {name: closed(child) for name, child in value.items()}
-        elif key in _SCHEMA_LISTS and isinstance(value, list):
+        elif key in SCHEMA_LISTS and isinstance(value, list):
             out[key] = [closed(child) for child in value]
-        elif key in _SCHEMA_VALUES:
+        elif key in SCHEMA_VALUES:
             out[key] = [closed(v) for v in value] if isinstance(value, list) else closed(value)
         else:
             out[key] = value
