@@ -36,8 +36,8 @@ import psycopg
 from confluent_kafka import Consumer, TopicPartition
 
 from bench.report import Figure, report
-from bench.services import kafka_bootstrap, pg_server_dsn
-from changebroker import kafka, pg
+from bench.services import app_and_meta_databases, kafka_bootstrap
+from changebroker import kafka
 from changebroker.stack.processes import answers, free_port, wait_until
 
 NAME = "bridge_latency"
@@ -147,12 +147,8 @@ def services(
 
 
 def main() -> int:
-    server_dsn = pg_server_dsn()
     bootstrap = kafka_bootstrap()
-    with (
-        pg.scratch_database(server_dsn, "bench") as app_dsn,
-        pg.scratch_database(server_dsn, "bench_meta") as meta_dsn,
-    ):
+    with app_and_meta_databases() as (app_dsn, meta_dsn):
         with psycopg.connect(app_dsn, autocommit=True) as conn:
             conn.execute(_SETUP)
         with tempfile.TemporaryDirectory() as tmp:

@@ -33,8 +33,7 @@ import psycopg
 
 from bench.bridge_latency import services
 from bench.report import Figure, report
-from bench.services import kafka_bootstrap, pg_server_dsn
-from changebroker import pg
+from bench.services import app_and_meta_databases, kafka_bootstrap
 from changebroker.stack.processes import wait_until
 
 NAME = "bridge_snapshot"
@@ -128,12 +127,8 @@ def _wait_done(bridge_url: str, run: str | None = None) -> float:
 
 
 def main() -> int:
-    server_dsn = pg_server_dsn()
     bootstrap = kafka_bootstrap()
-    with (
-        pg.scratch_database(server_dsn, "bench") as app_dsn,
-        pg.scratch_database(server_dsn, "bench_meta") as meta_dsn,
-    ):
+    with app_and_meta_databases() as (app_dsn, meta_dsn):
         with psycopg.connect(app_dsn, autocommit=True) as conn:
             conn.execute(_SETUP.format(rows=ROWS))
         copy_rate = _copy_rows_per_second(app_dsn)

@@ -14,21 +14,18 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 import httpx
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
+from bench import services
 from bench.report import Figure, report
-from bench.services import kafka_bootstrap, pg_server_dsn
-from changebroker import kafka, pg
-from changebroker.stack.run import CliProcess, broker_process
+from changebroker import kafka
 
 BATCH_SIZES = (1, 100, 1000)
 THREADS = 4
@@ -101,75 +98,68 @@ def _raw(bootstrap: str, topic: str, events: list[bytes]) -> float:
 
 
 def main() -> int:
-    bootstrap = kafka_bootstrap()
-    log = Path(tempfile.mkstemp(prefix="bench-broker-", suffix=".log")[1])
-    with pg.scratch_database(pg_server_dsn(), "bench_broker") as meta_dsn:
-        broker, url = broker_process(meta_dsn, bootstrap, log, "--workers", str(WORKERS))
-        return _measure(broker.start(), url, bootstrap)
-
-
-def _measure(broker: CliProcess, url: str, bootstrap: str) -> int:
+    bootstrap = services.kafka_bootstrap()
     raw_topic = f"bench-raw-{uuid.uuid4().hex[:8]}"
     admin = kafka.admin(bootstrap)
-    try:
-        admin.create_topics([NewTopic(raw_topic, num_partitions=PARTITIONS, replication_factor=1)])[
-            raw_topic
-        ].result(30)
-        name = f"bench.orders_{uuid.uuid4().hex[:8]}"
-        statistic = {
-            "messages_per_minute": 1,
-            "message_size": 1,
-            "read_parallelism": PARTITIONS,
-            "write_parallelism": 1,
-        }
-        created = httpx.post(
-            f"{url}/event-types",
-            json={
-                "name": name,
-                "owning_application": "bench",
-                "category": "business",
-                "enrichment_strategies": ["metadata_enrichment"],
-                "partition_strategy": "hash",
-                "partition_key_fields": ["order_number"],
-                "default_statistic": statistic,
-                "schema": {
-                    "type": "json_schema",
-                    "schema": json.dumps(
-                        {
-                            "properties": {
-                                "order_number": {"type": "string"},
-                                "payload": {"type": "string"},
-                            },
-                            "required": ["order_number"],
-                        }
-                    ),
+    with services.broker("broker", "--workers", str(WORKERS)) as (url, _):
+        try:
+            admin.create_topics(
+                [NewTopic(raw_topic, num_partitions=PARTITIONS, replication_factor=1)]
+            )[raw_topic].result(30)
+            name = f"bench.orders_{uuid.uuid4().hex[:8]}"
+            statistic = {
+                "messages_per_minute": 1,
+                "message_size": 1,
+                "read_parallelism": PARTITIONS,
+                "write_parallelism": 1,
+            }
+            created = httpx.post(
+                f"{url}/event-types",
+                json={
+                    "name": name,
+                    "owning_application": "bench",
+                    "category": "business",
+                    "enrichment_strategies": ["metadata_enrichment"],
+                    "partition_strategy": "hash",
+                    "partition_key_fields": ["order_number"],
+                    "default_statistic": statistic,
+                    "schema": {
+                        "type": "json_schema",
+                        "schema": json.dumps(
+                            {
+                                "properties": {
+                                    "order_number": {"type": "string"},
+                                    "payload": {"type": "string"},
+                                },
+                                "required": ["order_number"],
+                            }
+                        ),
+                    },
                 },
-            },
-            timeout=60,
-        )
-        created.raise_for_status()
-        figures = []
-        for size in BATCH_SIZES:
-            events = [_event(i) for i in range(size)]
-            encoded = [json.dumps(e, separators=(",", ":")).encode() for e in events]
-            body = b"[" + b",".join(encoded) + b"]"
-            api = _through_api(url, name, body, size)
-            raw = _raw(bootstrap, raw_topic, encoded)
-            figures.append(
-                Figure(
-                    "broker_publish",
-                    f"1 KB events/s, batches of {size}, {WORKERS} workers",
-                    api,
-                    "events/s",
-                    baseline=raw,
-                    baseline_name="raw confluent-kafka producer",
-                )
+                timeout=60,
             )
-        report(figures)
-        return 0
-    finally:
-        broker.stop()
-        admin.delete_topics([raw_topic])
+            created.raise_for_status()
+            figures = []
+            for size in BATCH_SIZES:
+                events = [_event(i) for i in range(size)]
+                encoded = [json.dumps(e, separators=(",", ":")).encode() for e in events]
+                body = b"[" + b",".join(encoded) + b"]"
+                api = _through_api(url, name, body, size)
+                raw = _raw(bootstrap, raw_topic, encoded)
+                figures.append(
+                    Figure(
+                        "broker_publish",
+                        f"1 KB events/s, batches of {size}, {WORKERS} workers",
+                        api,
+                        "events/s",
+                        baseline=raw,
+                        baseline_name="raw confluent-kafka producer",
+                    )
+                )
+            report(figures)
+            return 0
+        finally:
+            admin.delete_topics([raw_topic])
 
 
 if __name__ == "__main__":

@@ -17,23 +17,20 @@ import contextlib
 import json
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from bench import services
 from bench.report import Figure, report
-from bench.services import kafka_bootstrap, pg_server_dsn
 from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS
 from broker.streams.watermarks import consumer_config
-from changebroker import kafka, pg
-from changebroker.stack.run import CliProcess, broker_process
+from changebroker import kafka
 
 PARTITIONS = 4
 EVENTS = 200_000
@@ -124,13 +121,14 @@ def broker_with_event_type(label: str) -> Iterator[BenchBroker]:
     """A broker process on a metadata database of its own, with an undefined event type of
     ``PARTITIONS`` partitions; the event type (and so its topic), the process and the
     database are removed afterwards."""
-    bootstrap = kafka_bootstrap()
-    log = Path(tempfile.mkstemp(prefix=f"bench-{label}-", suffix=".log")[1])
     name = f"bench.{label}_{uuid.uuid4().hex[:8]}"
-    with pg.scratch_database(pg_server_dsn(), f"bench_{label}") as meta_dsn:
-        process, url = broker_process(meta_dsn, bootstrap, log, "--workers", "1")
-        with _deleting(process.start(), url, name):
-            yield BenchBroker(url, name, _create(url, name, meta_dsn), bootstrap)
+    with services.broker(label, "--workers", "1") as (url, meta_dsn):
+        try:
+            yield BenchBroker(url, name, _create(url, name, meta_dsn), services.kafka_bootstrap())
+        finally:
+            # Deleting the event type deletes its topic: the filled data does not linger.
+            with contextlib.suppress(httpx.HTTPError):
+                httpx.delete(f"{url}/event-types/{name}", timeout=60)
 
 
 def _create(url: str, name: str, meta_dsn: str) -> str:
@@ -159,17 +157,6 @@ def _create(url: str, name: str, meta_dsn: str) -> str:
         ).fetchone()
     assert row is not None, f"{name} has no topic"
     return str(row[0])
-
-
-@contextlib.contextmanager
-def _deleting(broker: CliProcess, url: str, name: str) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        if broker.process is not None and broker.process.poll() is None:
-            # Deleting the event type deletes its topic: the filled data does not linger.
-            httpx.delete(f"{url}/event-types/{name}", timeout=60)
-        broker.stop()
 
 
 def main() -> int:

@@ -3,7 +3,14 @@ starts; ``CHANGEBROKER_PG_DSN`` and ``CHANGEBROKER_KAFKA_BOOTSTRAP`` name others
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from changebroker import pg
 from changebroker.stack.local import LocalStack, Ports
+from changebroker.stack.run import broker_process
 from changebroker.stack.state import StateDir, default_state_dir
 
 
@@ -18,3 +25,29 @@ def pg_server_dsn() -> str:
 
 def kafka_bootstrap() -> str:
     return local_stack().kafka_bootstrap
+
+
+@contextlib.contextmanager
+def app_and_meta_databases() -> Iterator[tuple[str, str]]:
+    """Scratch databases for application tables and for broker and registry metadata (kept
+    apart, as the stack keeps them), dropped afterwards."""
+    server_dsn = pg_server_dsn()
+    with (
+        pg.scratch_database(server_dsn, "bench") as app_dsn,
+        pg.scratch_database(server_dsn, "bench_meta") as meta_dsn,
+    ):
+        yield app_dsn, meta_dsn
+
+
+@contextlib.contextmanager
+def broker(label: str, *args: str) -> Iterator[tuple[str, str]]:
+    """A ``changebroker broker`` process on a metadata database of its own; its URL and that
+    database's DSN. The process and the database are gone afterwards."""
+    log = Path(tempfile.mkstemp(prefix=f"bench-{label}-", suffix=".log")[1])
+    with pg.scratch_database(pg_server_dsn(), f"bench_{label}") as meta_dsn:
+        process, url = broker_process(meta_dsn, kafka_bootstrap(), log, *args)
+        process.start()
+        try:
+            yield url, meta_dsn
+        finally:
+            process.stop()

@@ -25,8 +25,7 @@ log = logging.getLogger(__name__)
 def configure(parser: argparse.ArgumentParser) -> None:
     option = config.options(parser, "broker")
 
-    option("--host", default="127.0.0.1", help="address to listen on")
-    option("--port", type=int, default=config.DEFAULT_BROKER_PORT, help="port to listen on")
+    config.listen_options(option, config.DEFAULT_BROKER_PORT)
     option("--pg-url", required=True, help="Postgres DSN of the broker's metadata database")
     option(
         "--kafka-bootstrap",

@@ -75,6 +75,12 @@ def options(parser: argparse.ArgumentParser, scope: str) -> Callable[..., None]:
     return option
 
 
+def listen_options(option: Callable[..., None], port: int) -> None:
+    """``--host`` and ``--port`` of a service's HTTP listener (``option``: :func:`options`)."""
+    option("--host", default="127.0.0.1", help="address to listen on")
+    option("--port", type=int, default=port, help="port to listen on")
+
+
 def from_args(cls: type[SettingsT], args: argparse.Namespace, **given: Any) -> SettingsT:
     """The settings dataclass ``cls``: the fields in ``given``, each other one from the option
     of its name (a field no option names keeps its default)."""

@@ -18,8 +18,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     option = config.options(parser, SCOPE)
 
     loopback = "http://127.0.0.1"
-    option("--host", default="127.0.0.1", help="address to listen on")
-    option("--port", type=int, default=config.DEFAULT_CONSOLE_PORT, help="port to listen on")
+    config.listen_options(option, config.DEFAULT_CONSOLE_PORT)
     option("--broker-url", default=f"{loopback}:{config.DEFAULT_BROKER_PORT}", help="the broker")
     option(
         "--registry-url",

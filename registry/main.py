@@ -14,8 +14,7 @@ log = logging.getLogger(__name__)
 def configure(parser: argparse.ArgumentParser) -> None:
     option = config.options(parser, "registry")
 
-    option("--host", default="127.0.0.1", help="address to listen on")
-    option("--port", type=int, default=config.DEFAULT_REGISTRY_PORT, help="port to listen on")
+    config.listen_options(option, config.DEFAULT_REGISTRY_PORT)
     option("--pg-url", required=True, help="Postgres DSN of the registry's metadata database")
     option(
         "--auth-token",
