@@ -23,9 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    option = config.options(parser, "broker")
-
-    config.listen_options(option, config.DEFAULT_BROKER_PORT)
+    option = config.service_options(parser, "broker", config.DEFAULT_BROKER_PORT)
     option("--pg-url", required=True, help="Postgres DSN of the broker's metadata database")
     option(
         "--kafka-bootstrap",

@@ -75,10 +75,12 @@ def options(parser: argparse.ArgumentParser, scope: str) -> Callable[..., None]:
     return option
 
 
-def listen_options(option: Callable[..., None], port: int) -> None:
-    """``--host`` and ``--port`` of a service's HTTP listener (``option``: :func:`options`)."""
+def service_options(parser: argparse.ArgumentParser, scope: str, port: int) -> Callable[..., None]:
+    """:func:`options` for an HTTP service, with its ``--host`` and ``--port`` added."""
+    option = options(parser, scope)
     option("--host", default="127.0.0.1", help="address to listen on")
     option("--port", type=int, default=port, help="port to listen on")
+    return option
 
 
 def from_args(cls: type[SettingsT], args: argparse.Namespace, **given: Any) -> SettingsT:

@@ -93,12 +93,7 @@ def routes(console: Console) -> list[BaseRoute]:
             json_body={"event_type": event_type} if event_type else {},
         )
         if not reply.ok:
-            return console.message(
-                request,
-                status_code=502,
-                title="Not resumed",
-                message=reply.problem,
-            )
+            return console.not_done(request, "Not resumed", reply.problem)
         return redirect(f"/bridge?resumed={quote(unit)}")
 
     return [

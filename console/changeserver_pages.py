@@ -50,12 +50,7 @@ def routes(console: Console) -> list[BaseRoute]:
             return refused
         reply = await up.changeserver_mgmt("/markdown")
         if not reply.ok:
-            return console.message(
-                request,
-                status_code=502,
-                title="Not marked down",
-                message=reply.problem,
-            )
+            return console.not_done(request, "Not marked down", reply.problem)
         return redirect("/changeserver?markdown=done")
 
     return [

@@ -44,6 +44,16 @@ class Console:
             request, "message.html", status_code=status_code, title=title, message=message
         )
 
+    def not_found(self, request: Request, what: str) -> HTMLResponse:
+        """404: the broker has no ``what`` ("event type order.created")."""
+        return self.message(
+            request, status_code=404, title="Not found", message=f"The broker has no {what}."
+        )
+
+    def not_done(self, request: Request, title: str, problem: str) -> HTMLResponse:
+        """502: the service refused an action (``title``: "Not reset"); ``problem`` says why."""
+        return self.message(request, status_code=502, title=title, message=problem)
+
     def refuse_when_read_only(self, request: Request) -> Response | None:
         """The answer to an action in read-only mode, or to a form posted from another site."""
         if self.read_only:

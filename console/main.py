@@ -15,10 +15,8 @@ SCOPE = "console"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    option = config.options(parser, SCOPE)
-
+    option = config.service_options(parser, SCOPE, config.DEFAULT_CONSOLE_PORT)
     loopback = "http://127.0.0.1"
-    config.listen_options(option, config.DEFAULT_CONSOLE_PORT)
     option("--broker-url", default=f"{loopback}:{config.DEFAULT_BROKER_PORT}", help="the broker")
     option(
         "--registry-url",

@@ -12,9 +12,7 @@ log = logging.getLogger(__name__)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    option = config.options(parser, "registry")
-
-    config.listen_options(option, config.DEFAULT_REGISTRY_PORT)
+    option = config.service_options(parser, "registry", config.DEFAULT_REGISTRY_PORT)
     option("--pg-url", required=True, help="Postgres DSN of the registry's metadata database")
     option(
         "--auth-token",

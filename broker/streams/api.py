@@ -8,10 +8,11 @@ any cursor they cannot use. Nothing here writes: bad input changes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -23,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 from broker import bodies
 from broker.errors import (
     BadRequest,
+    BrokerError,
     EventTypeNotFound,
     NotFound,
     PreconditionFailed,
@@ -84,6 +86,16 @@ def _wants_gzip(request: Request) -> bool:
     return False
 
 
+@contextlib.contextmanager
+def cursor_errors_as(error: type[BrokerError]) -> Iterator[None]:
+    """A :class:`CursorError` in the block answers as ``error``: the stream refuses a cursor
+    with 412, cursor operations with 422, as Nakadi does."""
+    try:
+        yield
+    except CursorError as exc:
+        raise error(str(exc)) from None
+
+
 class Reading:
     def __init__(
         self, resolve: TopicResolver, kafka_bootstrap: str, watermarks: Watermarks
@@ -112,19 +124,15 @@ class Reading:
                 items = json.loads(header)
             except ValueError:
                 raise BadRequest("incorrect syntax of X-nakadi-cursors header") from None
-            try:
+            with cursor_errors_as(PreconditionFailed):
                 cursors = parse_cursors(items, topic)
-            except CursorError as error:
-                raise PreconditionFailed(str(error)) from None
         marks = await self._marks(topic)
-        try:
+        with cursor_errors_as(PreconditionFailed):
             positions = (
                 {c.partition: position(c, marks[c.partition], name) for c in cursors}
                 if cursors
                 else {p: mark.newest_position for p, mark in marks.items()}
             )
-        except CursorError as error:
-            raise PreconditionFailed(str(error)) from None
         stream = EventStream(self._bootstrap, topic.topic, positions, limits, topic.timeline)
         gzip = _wants_gzip(request)
         body = _gzipped(stream.batches()) if gzip else stream.batches()
@@ -139,20 +147,16 @@ class Reading:
                 items = json.loads(request.query_params["cursors"])
             except ValueError:
                 raise BadRequest("cursors must be a URL-encoded JSON array of cursors") from None
-            try:
+            with cursor_errors_as(Unprocessable):
                 consumed = {c.partition: c for c in parse_cursors(items, topic)}
-            except CursorError as error:
-                raise Unprocessable(str(error)) from None
         marks = await self._marks(topic)
-        try:
+        with cursor_errors_as(Unprocessable):
             views = [
                 lag(consumed[p], mark, topic.timeline, name)
                 if p in consumed
                 else partition_view(p, mark, topic.timeline)
                 for p, mark in marks.items()
             ]
-        except CursorError as error:
-            raise Unprocessable(str(error)) from None
         return JSONResponse(views)
 
     async def partition(self, request: Request) -> Response:
@@ -165,11 +169,9 @@ class Reading:
         consumed_offset = request.query_params.get("consumed_offset")
         if consumed_offset is None:
             return JSONResponse(partition_view(partition, mark, topic.timeline))
-        try:
+        with cursor_errors_as(Unprocessable):
             cursor = parse_cursor({"partition": partition_text, "offset": consumed_offset}, topic)
             return JSONResponse(lag(cursor, mark, topic.timeline, name))
-        except CursorError as error:
-            raise Unprocessable(str(error)) from None
 
     async def _cursor_request(self, request: Request) -> tuple[EventTypeTopic, list[Any]]:
         """The event type and the JSON array body of a cursor operation."""
@@ -181,7 +183,7 @@ class Reading:
 
     async def distances(self, request: Request) -> Response:
         topic, queries = await self._cursor_request(request)
-        try:
+        with cursor_errors_as(Unprocessable):
             pairs = []
             for query in queries:
                 if not isinstance(query, dict):
@@ -206,23 +208,19 @@ class Reading:
                 }
                 for a, b in pairs
             ]
-        except CursorError as error:
-            raise Unprocessable(str(error)) from None
         return JSONResponse(results)
 
     async def lags(self, request: Request) -> Response:
         topic, items = await self._cursor_request(request)
-        try:
+        with cursor_errors_as(Unprocessable):
             cursors = parse_cursors(items, topic)
             marks = await self._marks(topic)
             views = [lag(c, marks[c.partition], topic.timeline, topic.event_type) for c in cursors]
-        except CursorError as error:
-            raise Unprocessable(str(error)) from None
         return JSONResponse(views)
 
     async def shifts(self, request: Request) -> Response:
         topic, items = await self._cursor_request(request)
-        try:
+        with cursor_errors_as(Unprocessable):
             shifted = []
             for item in items:
                 by = item.get("shift") if isinstance(item, dict) else None
@@ -237,8 +235,6 @@ class Reading:
                 }
                 for c, by in shifted
             ]
-        except CursorError as error:
-            raise Unprocessable(str(error)) from None
         return JSONResponse(cursors)
 
 
