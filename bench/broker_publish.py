@@ -107,38 +107,23 @@ def main() -> int:
                 [NewTopic(raw_topic, num_partitions=PARTITIONS, replication_factor=1)]
             )[raw_topic].result(30)
             name = f"bench.orders_{uuid.uuid4().hex[:8]}"
-            statistic = {
-                "messages_per_minute": 1,
-                "message_size": 1,
-                "read_parallelism": PARTITIONS,
-                "write_parallelism": 1,
-            }
-            created = httpx.post(
-                f"{url}/event-types",
-                json={
-                    "name": name,
-                    "owning_application": "bench",
-                    "category": "business",
-                    "enrichment_strategies": ["metadata_enrichment"],
-                    "partition_strategy": "hash",
-                    "partition_key_fields": ["order_number"],
-                    "default_statistic": statistic,
-                    "schema": {
-                        "type": "json_schema",
-                        "schema": json.dumps(
-                            {
-                                "properties": {
-                                    "order_number": {"type": "string"},
-                                    "payload": {"type": "string"},
-                                },
-                                "required": ["order_number"],
-                            }
-                        ),
-                    },
+            schema = {
+                "properties": {
+                    "order_number": {"type": "string"},
+                    "payload": {"type": "string"},
                 },
-                timeout=60,
+                "required": ["order_number"],
+            }
+            services.create_event_type(
+                url,
+                name,
+                PARTITIONS,
+                category="business",
+                enrichment_strategies=["metadata_enrichment"],
+                partition_strategy="hash",
+                partition_key_fields=["order_number"],
+                schema={"type": "json_schema", "schema": json.dumps(schema)},
             )
-            created.raise_for_status()
             figures = []
             for size in BATCH_SIZES:
                 events = [_event(i) for i in range(size)]

@@ -133,24 +133,14 @@ def broker_with_event_type(label: str) -> Iterator[BenchBroker]:
 
 def _create(url: str, name: str, meta_dsn: str) -> str:
     """An undefined event type of ``PARTITIONS`` partitions; its topic."""
-    created = httpx.post(
-        f"{url}/event-types",
-        json={
-            "name": name,
-            "owning_application": "bench",
-            "category": "undefined",
-            "partition_strategy": "random",
-            "default_statistic": {
-                "messages_per_minute": 1,
-                "message_size": 1,
-                "read_parallelism": PARTITIONS,
-                "write_parallelism": 1,
-            },
-            "schema": {"type": "json_schema", "schema": "{}"},
-        },
-        timeout=60,
+    services.create_event_type(
+        url,
+        name,
+        PARTITIONS,
+        category="undefined",
+        partition_strategy="random",
+        schema={"type": "json_schema", "schema": "{}"},
     )
-    created.raise_for_status()
     with psycopg.connect(meta_dsn) as conn:
         row = conn.execute(
             "SELECT topic FROM broker_event_types WHERE name = %s", (name,)

@@ -7,6 +7,9 @@ import contextlib
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from changebroker import pg
 from changebroker.stack.local import LocalStack, Ports
@@ -51,3 +54,16 @@ def broker(label: str, *args: str) -> Iterator[tuple[str, str]]:
             yield url, meta_dsn
         finally:
             process.stop()
+
+
+def create_event_type(url: str, name: str, partitions: int, **fields: Any) -> None:
+    """An event type ``name`` owned by "bench" with ``partitions`` partitions and ``fields``
+    (category, partitioning, schema, ...)."""
+    statistic = {
+        "messages_per_minute": 1,
+        "message_size": 1,
+        "read_parallelism": partitions,
+        "write_parallelism": 1,
+    }
+    body = {"name": name, "owning_application": "bench", "default_statistic": statistic, **fields}
+    httpx.post(f"{url}/event-types", json=body, timeout=60).raise_for_status()

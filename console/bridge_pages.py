@@ -80,10 +80,8 @@ def routes(console: Console) -> list[BaseRoute]:
             resumed=request.query_params.get("resumed", ""),
         )
 
+    @console.action
     async def resume(request: Request) -> Response:
-        refused = console.refuse_when_read_only(request)
-        if refused:
-            return refused
         unit = request.path_params["unit"]
         form = await request.form()
         event_type = str(form.get("event_type", "")).strip()

@@ -119,10 +119,8 @@ def routes(console: Console) -> list[BaseRoute]:
             sent=sent or sample_event(body),
         )
 
+    @console.action
     async def publish(request: Request) -> Response:
-        refused = console.refuse_when_read_only(request)
-        if refused:
-            return refused
         name = request.path_params["name"]
         form = await request.form()
         sent = str(form.get("events", ""))

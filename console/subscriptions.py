@@ -114,10 +114,8 @@ def routes(console: Console) -> list[BaseRoute]:
             problem=problem,
         )
 
+    @console.action
     async def reset(request: Request) -> Response:
-        refused = console.refuse_when_read_only(request)
-        if refused:
-            return refused
         sid = request.path_params["id"]
         form = await request.form()
         resets, problem = await plan(console, sid, str(form.get("to", "begin")))
