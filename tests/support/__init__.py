@@ -1,11 +1,12 @@
 """Helpers the tests share, imported from here; conftest.py files only name the fixtures.
 
-``services.py`` where Postgres and Kafka come from, ``apps.py`` our apps in a thread or as a
-CLI process, ``bridge_stack.py`` the whole stack of one test (changeserver, registry, broker,
-bridge) and a consumer rebuilding its tables, ``changeserver.py`` a changeserver in this
-process, ``console.py`` the console and a browser, ``event_types.py`` event type bodies,
-``replay_snapshots.py`` reading replay snapshots back, ``snapshots.py`` writing them,
-``raw_http.py`` HTTP below httpx, ``spark_cluster.py`` a standalone Spark cluster.
+``services.py`` where Postgres and Kafka come from (our apps run through
+changebroker/stack/run.py, as the benchmarks run them), ``bridge_stack.py`` the whole
+stack of one test (changeserver, registry, broker, bridge) and a consumer rebuilding its
+tables, ``changeserver.py`` a changeserver in this process, ``console.py`` the console and
+a browser, ``event_types.py`` event type bodies, ``replay_snapshots.py`` reading replay
+snapshots back, ``snapshots.py`` writing them, ``raw_http.py`` HTTP below httpx,
+``spark_cluster.py`` a standalone Spark cluster.
 """
 
 from pathlib import Path
