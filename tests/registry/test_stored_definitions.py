@@ -4,7 +4,7 @@ migration that made that possible."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -25,12 +25,6 @@ ZEROS: dict[str, Any] = {
         {"name": "tag", "type": "bytes", "default": "\u0000\u00ff"},
     ],
 }  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def client(registry_url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=registry_url, timeout=30) as http:
-        yield http
 
 
 @pytest.fixture
