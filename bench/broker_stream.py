@@ -55,9 +55,9 @@ def _event(index: int) -> bytes:
     return json.dumps(event, separators=(",", ":")).encode()
 
 
-def _fill(bootstrap: str, topic: str) -> None:
+def _fill(bootstrap: str, topic: str, events: int = EVENTS) -> None:
     producer = Producer(kafka.producer_config(bootstrap, **{"linger.ms": 20}))
-    for index in range(EVENTS):
+    for index in range(events):
         producer.produce(topic, _event(index), partition=index % PARTITIONS)
         if index % 10_000 == 0:
             producer.poll(0)
@@ -117,14 +117,18 @@ class BenchBroker:
 
 
 @contextlib.contextmanager
-def broker_with_event_type(label: str) -> Iterator[BenchBroker]:
-    """A broker process on a metadata database of its own, with an undefined event type of
-    ``PARTITIONS`` partitions; the event type (and so its topic), the process and the
+def broker_with_event_type(
+    label: str, *flags: str, bootstrap: str | None = None
+) -> Iterator[BenchBroker]:
+    """A broker process (one worker, unless ``flags`` say otherwise) on a metadata database of
+    its own, with an undefined event type of ``PARTITIONS`` partitions, on ``bootstrap``
+    (default: the runner's Kafka); the event type (and so its topic), the process and the
     database are removed afterwards."""
+    bootstrap = bootstrap or services.kafka_bootstrap()
     name = f"bench.{label}_{uuid.uuid4().hex[:8]}"
-    with services.broker(label, "--workers", "1") as (url, meta_dsn):
+    with services.broker(label, "--workers", "1", *flags, bootstrap=bootstrap) as (url, meta_dsn):
         try:
-            yield BenchBroker(url, name, _create(url, name, meta_dsn), services.kafka_bootstrap())
+            yield BenchBroker(url, name, _create(url, name, meta_dsn), bootstrap)
         finally:
             # Deleting the event type deletes its topic: the filled data does not linger.
             with contextlib.suppress(httpx.HTTPError):

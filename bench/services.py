@@ -43,12 +43,13 @@ def app_and_meta_databases() -> Iterator[tuple[str, str]]:
 
 
 @contextlib.contextmanager
-def broker(label: str, *args: str) -> Iterator[tuple[str, str]]:
-    """A ``changebroker broker`` process on a metadata database of its own; its URL and that
-    database's DSN. The process and the database are gone afterwards."""
+def broker(label: str, *args: str, bootstrap: str | None = None) -> Iterator[tuple[str, str]]:
+    """A ``changebroker broker`` process on a metadata database of its own, on ``bootstrap``
+    (default: the runner's Kafka); its URL and that database's DSN. The process and the
+    database are gone afterwards."""
     log = Path(tempfile.mkstemp(prefix=f"bench-{label}-", suffix=".log")[1])
     with pg.scratch_database(pg_server_dsn(), f"bench_{label}") as meta_dsn:
-        process, url = broker_process(meta_dsn, kafka_bootstrap(), log, *args)
+        process, url = broker_process(meta_dsn, bootstrap or kafka_bootstrap(), log, *args)
         process.start()
         try:
             yield url, meta_dsn

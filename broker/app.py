@@ -24,10 +24,9 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from broker import metrics
 from broker.errors import BrokerError
 from broker.event_types.api import EventTypeApi
 from broker.event_types.rules import ENRICHMENT_STRATEGIES
@@ -40,17 +39,19 @@ from broker.publishing.producer import KafkaProducer
 from broker.settings import Settings
 from broker.streams import api as streams
 from broker.streams.watermarks import Watermarks
+from broker.subscriptions.lag import SubscriptionLag
 from broker.subscriptions.service import SubscriptionService
+from changebroker import metrics as service_metrics
 from changebroker import pg
 
 log = logging.getLogger(__name__)
 
-PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
-
 
 def create_app(settings: Settings) -> Starlette:
     store = Store(settings.pg_dsn, settings.pool_size)
-    topics = Topics(settings.kafka_bootstrap, settings.replication_factor)
+    topics = Topics(
+        settings.kafka_bootstrap, settings.replication_factor, settings.min_insync_replicas
+    )
     event_type_api = EventTypeApi(store, topics, settings)
     producer = KafkaProducer(settings.kafka_bootstrap)
     publisher = Publisher(store, producer)
@@ -58,6 +59,8 @@ def create_app(settings: Settings) -> Starlette:
     subscriptions = SubscriptionService(
         store, settings.pg_dsn, settings.kafka_bootstrap, watermarks
     )
+    lag = SubscriptionLag(store, settings.kafka_bootstrap)
+    lag_refresh = service_metrics.Interval(settings.lag_interval, lag.refresh)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -74,13 +77,12 @@ def create_app(settings: Settings) -> Starlette:
             await subscriptions.stop()
             await asyncio.to_thread(producer.close)
             await watermarks.close()
+            await lag.close()
             await store.close()
+            service_metrics.worker_exiting()
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "OK"})
-
-    async def metrics_text(request: Request) -> Response:
-        return PlainTextResponse(metrics.render(), media_type=PROMETHEUS_TEXT)
 
     async def enrichment_strategies(request: Request) -> Response:
         return JSONResponse(list(ENRICHMENT_STRATEGIES))
@@ -90,7 +92,9 @@ def create_app(settings: Settings) -> Starlette:
 
     routes: list[BaseRoute] = [
         Route("/health", health, methods=["GET"]),
-        Route("/metrics", metrics_text, methods=["GET"]),
+        # Process, request and publishing metrics (broker/metrics.py), and every subscription's
+        # lag, read in the background at most once per --lag-interval.
+        service_metrics.route([lag], [lag_refresh]),
         Route("/registry/enrichment-strategies", enrichment_strategies, methods=["GET"]),
         Route("/registry/partition-strategies", partition_strategies, methods=["GET"]),
         *event_type_api.routes(),

@@ -8,13 +8,15 @@ import gc
 import json
 import logging
 import os
+from pathlib import Path
 
 import uvicorn
 from starlette.types import ASGIApp
 
 from broker.app import create_app
 from broker.settings import DEFAULT_PARTITIONS, MAX_PARTITIONS, Settings
-from changebroker import config, http, logs
+from changebroker import config, http, logs, metrics
+from changebroker.stack.state import default_state_dir
 
 # How the parent hands its settings to worker processes (--workers above 1).
 SETTINGS_ENV = "CHANGEBROKER_BROKER_WORKER_SETTINGS"
@@ -43,12 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=MAX_PARTITIONS,
         help="most partitions default_statistic may ask for",
     )
-    option(
-        "--replication-factor",
-        type=int,
-        default=1,
-        help="Kafka replication factor of new topics (1 suits a single local Kafka)",
-    )
+    config.add_replication_options(parser)
     option(
         "--registry-url",
         help="the schema registry's URL, as `changebroker up` passes it; the broker writes event"
@@ -61,6 +58,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         help="processes serving the port; publishing is CPU-bound, so one per core scales it",
+    )
+    option(
+        "--metrics-dir",
+        type=Path,
+        help="with --workers above 1: where the workers keep their /metrics values (emptied"
+        " at start; default: run/broker-<port>-metrics under the state folder)",
+    )
+    option(
+        "--lag-interval",
+        type=config.parse_duration,
+        default=15.0,
+        help="longest the per-subscription lag in /metrics may be old",
     )
 
 
@@ -78,7 +87,11 @@ def run(args: argparse.Namespace) -> int:
         tune_gc()
         http.serve(app, args.host, args.port)
         return 0
-    # Workers share nothing but Postgres and Kafka, as separate broker processes do.
+    # Workers share nothing but Postgres, Kafka and the metrics directory, whose files each
+    # worker writes and whichever answers a scrape adds up.
+    metrics.use_multiprocess_dir(
+        args.metrics_dir or default_state_dir() / "run" / f"broker-{args.port}-metrics"
+    )
     os.environ[SETTINGS_ENV] = json.dumps(dataclasses.asdict(settings))
     uvicorn.run(
         "broker.main:worker_app",

@@ -325,6 +325,17 @@ class LogReader:
             found = self._matched[key] = any(fnmatch.fnmatchcase(table, p) for p in patterns)
         return found
 
+    def bounds(self) -> Bounds:
+        """First, last and newest purged sequence held now."""
+        return _bounds(self._conn)
+
+    def oldest_commit_unix_us(self) -> int | None:
+        """Commit time of the oldest transaction held (what retention removes next)."""
+        row = self._conn.execute(
+            "SELECT unix_us FROM commits WHERE lsn = (SELECT min(lsn) FROM commits)"
+        ).fetchone()
+        return None if row is None else int(row[0])
+
     def version(self) -> int:
         """Changes whenever another connection (the writer, retention) committed."""
         return int(self._conn.execute("PRAGMA data_version").fetchone()[0])

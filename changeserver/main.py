@@ -46,7 +46,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--mgmt-port",
         type=int,
         default=None,
-        help="port for /health /ready /markdown (default: the API port)",
+        help="port for /health /ready /markdown /metrics /status (default: the API port)",
     )
     option(
         "--publication",
@@ -71,6 +71,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="column whose value is a change's selector",
     )
     option("--prefix", default="", help="path prefix for /changes")
+    option(
+        "--metrics-interval",
+        type=config.parse_duration,
+        default=10.0,
+        help="longest the slot's and change log's numbers in /metrics and /status may be old",
+    )
     option(
         "--snapshots-dir",
         type=Path,

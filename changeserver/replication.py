@@ -21,7 +21,7 @@ import psycopg
 from psycopg import pq, sql
 
 from changebroker import logs, pg
-from changeserver import changes
+from changeserver import changes, metrics
 from changeserver.changelog import ChangeLog, Commit
 from changeserver.pgoutput import Decoder, Record, Transaction
 
@@ -124,6 +124,10 @@ class Replicator(threading.Thread):
         self.streaming = threading.Event()
         self.stopping = threading.Event()
         self._next_purge = 0.0
+        # For the metrics: the LSN confirmed to the server, and when the newest durable
+        # transaction committed (Unix seconds; None before the first).
+        self.confirmed_lsn = changelog.durable()[1]
+        self.durable_commit_unix: float | None = None
 
     def stop(self) -> None:
         self.stopping.set()
@@ -232,7 +236,7 @@ class _Stream:
                 self.decoder.current is None and not self.commits and wal_end > self.confirmed
             )
             if advanced:
-                self.confirmed = wal_end
+                self.confirmed = self.owner.confirmed_lsn = wal_end
             if reply or advanced:
                 self._send_status()
 
@@ -254,7 +258,11 @@ class _Stream:
             return
         self.owner.changelog.write(self.records, self.commits)
         self.durable_lsn = self.commits[-1].lsn
-        self.confirmed = max(self.confirmed, self.commits[-1].end_lsn)
+        self.confirmed = self.owner.confirmed_lsn = max(self.confirmed, self.commits[-1].end_lsn)
+        self.owner.durable_commit_unix = self.commits[-1].unix_us / 1_000_000
+        metrics.transactions_ingested.inc(len(self.commits))
+        metrics.changes_ingested.inc(len(self.records))
+        metrics.bytes_ingested.inc(sum(len(record[4]) for record in self.records))
         selectors = {record[0] for record in self.records}
         self.records, self.commits = [], []
         self.owner.on_durable(selectors)

@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from broker import bodies
+from broker import bodies, metrics
 from broker.errors import BadRequest, Conflict, SubscriptionNotFound
 from broker.streams.api import STREAM_MEDIA_TYPE, _gzipped, _wants_gzip
 from broker.streams.cursors import OffsetFormatError, format_offset, parse_offset
@@ -76,9 +76,12 @@ class _SessionResponse(StreamingResponse):
         self._waiter = waiter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        open_streams = metrics.open_streams.labels("subscription")
+        open_streams.inc()
         try:
             await super().__call__(scope, receive, send)
         finally:
+            open_streams.dec()
             with anyio.CancelScope(shield=True):
                 try:
                     await self._session.close()
@@ -203,7 +206,13 @@ class SubscriptionStreams:
             raise BadRequest(f"the {STREAM_ID_HEADER} header is required to commit")
         body = await bodies.json_body(request)
         items = _cursor_items(body, subscription, with_token=True)
-        results = await self._commit(subscription, stream_id, items)
+        try:
+            results = await self._commit(subscription, stream_id, items)
+        except SubscriptionError:
+            metrics.cursor_commits.labels("rejected").inc(len(items))
+            raise
+        for result in results:
+            metrics.cursor_commits.labels(result).inc()
         if all(r == "committed" for r in results):
             return Response(status_code=204)
         return JSONResponse(

@@ -17,6 +17,7 @@ from broker.publishing.partitioning import java_string_hash
 from tests.broker.kafka_read import read_all, topic_of
 from tests.broker.swagger import assert_problem, validate
 from tests.support.event_types import business_event_type
+from tests.support.metrics import scrape
 
 MANUAL_EVENTS: list[dict[str, Any]] = [
     {
@@ -381,8 +382,8 @@ def test_metrics_count_published_events(client: httpx.Client, make_event_type) -
     assert (
         client.post(f"/event-types/{name}/events", json=[event("1"), event("2")]).status_code == 200
     )
-    text = client.get("/metrics").text
-    assert f'nakadi_events_published_total{{event_type="{name}"}} 2' in text
+    found = scrape(str(client.base_url.join("/metrics")))
+    assert found.value("changebroker_broker_events_published_total", event_type=name) == 2
 
 
 def test_partial_kafka_failure_is_207(
