@@ -20,23 +20,19 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 import httpx
-import psycopg
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
+from bench import services
 from bench.report import Figure, report
-from changebroker import kafka, pg
-from changebroker.stack.processes import free_port, wait_until
+from changebroker import kafka
 
 BATCH_SIZES = (1, 100, 1000)
 THREADS = 4
@@ -219,111 +215,54 @@ def _raw(bootstrap: str, topic: str, events: list[bytes]) -> float:
 
 
 def main() -> int:
-    server_dsn = os.environ.get(
-        "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
-    )
-    bootstrap = os.environ.get("CHANGEBROKER_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-    database = f"bench_broker_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{database}"')
-    meta_dsn = pg.with_database(server_dsn, database)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = Path(tempfile.mkstemp(prefix="bench-broker-", suffix=".log")[1])
-    broker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "changebroker.cli",
-            "broker",
-            "--port",
-            str(port),
-            "--pg-url",
-            meta_dsn,
-            "--workers",
-            str(WORKERS),
-        ],
-        env={**os.environ, "CHANGEBROKER_KAFKA_BOOTSTRAP": bootstrap},
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
+    bootstrap = services.kafka_bootstrap()
     raw_topic = f"bench-raw-{uuid.uuid4().hex[:8]}"
     admin = kafka.admin(bootstrap)
-    try:
-        wait_until(
-            lambda: _healthy(url) or broker.poll() is not None, timeout=60, what="the broker"
-        )
-        if broker.poll() is not None:
-            raise RuntimeError(f"the broker exited: {log.read_text()[-2000:]}")
-        admin.create_topics([NewTopic(raw_topic, num_partitions=PARTITIONS, replication_factor=1)])[
-            raw_topic
-        ].result(30)
-        name = f"bench.orders_{uuid.uuid4().hex[:8]}"
-        statistic = {
-            "messages_per_minute": 1,
-            "message_size": 1,
-            "read_parallelism": PARTITIONS,
-            "write_parallelism": 1,
-        }
-        created = httpx.post(
-            f"{url}/event-types",
-            json={
-                "name": name,
-                "owning_application": "bench",
-                "category": "business",
-                "enrichment_strategies": ["metadata_enrichment"],
-                "partition_strategy": "hash",
-                "partition_key_fields": ["order_number"],
-                "default_statistic": statistic,
-                "schema": {
-                    "type": "json_schema",
-                    "schema": json.dumps(
-                        {
-                            "properties": {
-                                "order_number": {"type": "string"},
-                                "payload": {"type": "string"},
-                            },
-                            "required": ["order_number"],
-                        }
-                    ),
+    with services.broker("broker", "--workers", str(WORKERS)) as (url, _):
+        try:
+            admin.create_topics(
+                [NewTopic(raw_topic, num_partitions=PARTITIONS, replication_factor=1)]
+            )[raw_topic].result(30)
+            name = f"bench.orders_{uuid.uuid4().hex[:8]}"
+            schema = {
+                "properties": {
+                    "order_number": {"type": "string"},
+                    "payload": {"type": "string"},
                 },
-            },
-            timeout=60,
-        )
-        created.raise_for_status()
-        figures = []
-        for size in BATCH_SIZES:
-            events = [_event(i) for i in range(size)]
-            encoded = [json.dumps(e, separators=(",", ":")).encode() for e in events]
-            body = b"[" + b",".join(encoded) + b"]"
-            api = _through_api(url, name, body, size)
-            raw = _raw(bootstrap, raw_topic, encoded)
-            figures.append(
-                Figure(
-                    "broker_publish",
-                    f"1 KB events/s, batches of {size}, {WORKERS} workers",
-                    api,
-                    "events/s",
-                    baseline=raw,
-                    baseline_name="raw confluent-kafka producer",
-                )
+                "required": ["order_number"],
+            }
+            services.create_event_type(
+                url,
+                name,
+                PARTITIONS,
+                category="business",
+                enrichment_strategies=["metadata_enrichment"],
+                partition_strategy="hash",
+                partition_key_fields=["order_number"],
+                schema={"type": "json_schema", "schema": json.dumps(schema)},
             )
-        figures += _single_event_figures(port, name, bootstrap, raw_topic)
-        report(figures)
-        return 0
-    finally:
-        broker.terminate()
-        broker.wait(30)
-        admin.delete_topics([raw_topic])
-        with psycopg.connect(server_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE "{database}" WITH (FORCE)')
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+            figures = []
+            for size in BATCH_SIZES:
+                events = [_event(i) for i in range(size)]
+                encoded = [json.dumps(e, separators=(",", ":")).encode() for e in events]
+                body = b"[" + b",".join(encoded) + b"]"
+                api = _through_api(url, name, body, size)
+                raw = _raw(bootstrap, raw_topic, encoded)
+                figures.append(
+                    Figure(
+                        "broker_publish",
+                        f"1 KB events/s, batches of {size}, {WORKERS} workers",
+                        api,
+                        "events/s",
+                        baseline=raw,
+                        baseline_name="raw confluent-kafka producer",
+                    )
+                )
+            figures += _single_event_figures(int(url.rsplit(":", 1)[1]), name, bootstrap, raw_topic)
+            report(figures)
+            return 0
+        finally:
+            admin.delete_topics([raw_topic])
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from changebroker import logs
 from changebroker.notified import NotifiedCache
 from registry import errors, metrics
 from registry.compat import Mode, Violation, check_labelled
+from registry.compat.rules import Rule
 from registry.definitions import (
     canonical,
     engine_format,
@@ -44,7 +45,8 @@ SUBJECT_COLUMNS = (
     "id, tenant, namespace, subject, app, description, status, compatibility, coordinate,"
     " format, created_time, last_modified_time"
 )
-# Subject metadata a client may set (seed 004, 7.2.5), besides tenant and namespace.
+# Subject metadata a client may set (docs/specs/openschema-spec-cn.txt, 7.2.5), besides tenant
+# and namespace.
 EDITABLE = ("app", "description", "status", "compatibility", "coordinate", "format")
 
 Conn = AsyncConnection[DictRow]
@@ -83,7 +85,7 @@ def parse_version(value: str) -> int | None:
 
 
 def _timestamp(value: datetime.datetime) -> str:
-    """The seed's style: ``2021-09-14T02:26:09.018`` (UTC)."""
+    """The spec's style: ``2021-09-14T02:26:09.018`` (UTC)."""
     utc = value.astimezone(datetime.UTC)
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}"
 
@@ -180,7 +182,7 @@ class Store:
             return subject_json(await _get(conn, key))
 
     async def put_subject(self, key: SubjectKey, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Create the subject, or update the metadata ``body`` carries (seed 004, 7.2.5)."""
+        """Create the subject, or update the metadata ``body`` carries (OpenSchema spec, 7.2.5)."""
         async with self.pool.connection() as conn, conn.transaction():
             return subject_json(await put_subject_in(conn, key, body))
 
@@ -226,7 +228,7 @@ class Store:
         return [r["version"] for r in rows]
 
     async def version(self, key: SubjectKey, version: int | None) -> dict[str, Any]:
-        """Subject metadata with ``schema`` (seed 004, 7.2.4); ``None`` is the latest."""
+        """Subject metadata with ``schema`` (OpenSchema spec, 7.2.4); ``None`` is the latest."""
         async with self.pool.connection() as conn:
             row = await _find(conn, key, with_version=(version,))
         if row is None:
@@ -575,7 +577,7 @@ def _violations(
         return [
             Violation(
                 "#",
-                "format-not-checkable",
+                Rule.FORMAT_NOT_CHECKABLE,
                 f"there are no compatibility rules for format {fmt or 'unset'}; set the subject's"
                 " compatibility to NONE to register new versions",
             )

@@ -29,6 +29,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from broker.errors import Conflict
 from broker.event_types.topics import EventTypeTopic
 from changebroker.notified import NotifiedCache
 from registry import store as registry
@@ -56,7 +57,7 @@ class AlreadyExists(Exception):
     """An event type of that name exists."""
 
 
-class SubjectConflict(Exception):
+class SubjectConflict(Conflict):
     """The registry subject an event type's schemas go to is someone else's."""
 
 

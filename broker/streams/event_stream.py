@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
+from broker.errors import Unprocessable
 from broker.streams.cursors import format_offset
 from broker.streams.watermarks import consumer_config
 from changebroker import http
@@ -58,8 +59,8 @@ open_streams = 0
 _open_streams_lock = threading.Lock()
 
 
-class LimitError(ValueError):
-    """Stream parameters that contradict each other or are out of range (422)."""
+class LimitError(Unprocessable):
+    """Stream parameters that contradict each other or are out of range."""
 
 
 @dataclass(frozen=True)

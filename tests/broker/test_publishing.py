@@ -17,10 +17,10 @@ from broker.app import create_app
 from broker.publishing.partitioning import java_string_hash
 from broker.settings import Settings
 from changebroker.stack.processes import wait_until
-from tests.broker.conftest import business_event_type
+from changebroker.stack.run import serve_in_thread
 from tests.broker.kafka_read import read_all, topic_of
 from tests.broker.swagger import assert_problem, validate
-from tests.support.apps import serve_in_thread
+from tests.support.event_types import business_event_type
 from tests.support.metrics import scrape
 
 MANUAL_EVENTS: list[dict[str, Any]] = [
