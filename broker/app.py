@@ -48,7 +48,9 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: Settings) -> Starlette:
     store = Store(settings.pg_dsn, settings.pool_size)
-    topics = Topics(settings.kafka_bootstrap, settings.replication_factor)
+    topics = Topics(
+        settings.kafka_bootstrap, settings.replication_factor, settings.min_insync_replicas
+    )
     event_type_api = EventTypeApi(store, topics, settings)
     producer = KafkaProducer(settings.kafka_bootstrap)
     publisher = Publisher(store, producer)
