@@ -479,6 +479,7 @@ class ChangesFirst:
     """
 
     def __init__(self, route: Route, app: ASGIApp) -> None:
+        self.route = route
         self.path = route.path
         self.endpoint: ASGIApp = route.endpoint
         self.app = app
@@ -490,6 +491,7 @@ class ChangesFirst:
             and scope["method"] in ("GET", "HEAD")
             and not scope.get("root_path")
         ):
+            scope["route"] = self.route  # as the router names it: request metrics by route
             await self.endpoint(scope, receive, send)
         else:
             await self.app(scope, receive, send)
