@@ -3,7 +3,10 @@
 A broker with two worker processes (prometheus_client's multiprocess mode) gets
 ``EVENT_TYPES`` event types, one event published to each (a label set each), and
 ``SUBSCRIPTIONS`` subscriptions (on the first event type, of ``PARTITIONS`` partitions: a lag
-series per subscription and partition). Once the lag has been read:
+series per subscription and partition).
+
+Each subscription's cursors are reset to the beginning (so each has committed cursors and a
+lag). Then:
 
 - /metrics is fetched ``REQUESTS`` times: its median and 95th percentile, against GET /health
   of the same broker in the same run; the goal is at most ``GOAL_MS``;
@@ -98,8 +101,23 @@ def main() -> int:
             )
             answer.raise_for_status()
 
+        def start_at_begin(subscription_id: str) -> None:
+            # A subscription has committed cursors (and so a lag) once a stream or a reset
+            # set them up: a reset to the first event of each partition, as a backfill starts.
+            cursors = [
+                {"event_type": broker.event_type, "partition": str(p), "offset": "begin"}
+                for p in range(PARTITIONS)
+            ]
+            answer = httpx.patch(
+                f"{url}/subscriptions/{subscription_id}/cursors",
+                json={"items": cursors},
+                timeout=60,
+            )
+            answer.raise_for_status()
+
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             list(pool.map(publish_one, names))
+            list(pool.map(start_at_begin, ids))
         print(
             f"{len(names)} event types with an event each, {len(ids)} subscriptions in"
             f" {time.monotonic() - started:.0f} s",

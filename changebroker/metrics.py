@@ -115,8 +115,8 @@ Refresh = Callable[[], Awaitable[None]]
 
 
 def route(collectors: Iterable[Collector] = (), refresh: Iterable[Refresh] = ()) -> Route:
-    """``GET /metrics``; ``refresh`` are awaited first (each keeps its own interval), and the
-    text is rendered off the event loop (collectors may read files or databases)."""
+    """``GET /metrics``; each ``refresh`` (an ``Interval``) is asked first, and the text is
+    rendered off the event loop (collectors may read files or databases)."""
     chosen = list(collectors)
     refreshes = list(refresh)
 

@@ -491,7 +491,7 @@ class ChangesFirst:
             and scope["method"] in ("GET", "HEAD")
             and not scope.get("root_path")
         ):
-            scope["route"] = self.route  # as the router would: metrics label by route template
+            scope["route"] = self.route  # as the router names it: request metrics by route
             await self.endpoint(scope, receive, send)
         else:
             await self.app(scope, receive, send)

@@ -99,9 +99,13 @@ def endpoint(
     answered from memory until the registry's tables change, and any other request drops
     what this process kept once it is done (it may have written)."""
 
+    lookup = LOOKUPS.get(handler)
+
     async def run(request: Request) -> Response:
         media_type = OPENSCHEMA_JSON
         cache: NotifiedCache = request.app.state.cache
+        if lookup is not None:  # counted whether memory or the database answers
+            metrics.lookups.labels(lookup).inc()
         try:
             if auth_token is not None:
                 supplied = request.headers.get("authorization", "")
@@ -147,6 +151,8 @@ async def _kept_answer(
     when the client's If-None-Match has it."""
     key = (request.scope["path"], request.scope["query_string"])
     answer: tuple[bytes, str] | None = cache.get(key)
+    if cache.listening:
+        metrics.cache_requests.labels("miss" if answer is None else "hit").inc()
     if answer is None:
         generation = cache.generation
         body = bytes(JSONResponse(await handler(request, request.app.state.store)).body)
@@ -178,23 +184,19 @@ async def health(request: Request, store: Store) -> Any:
 
 
 async def get_schema(request: Request, store: Store) -> Any:
-    metrics.lookups.labels("schema").inc()
     return await store.schema(request.path_params["id"])
 
 
 async def get_schema_subject(request: Request, store: Store) -> Any:
-    metrics.lookups.labels("schema").inc()
     return await store.schema_subject(request.path_params["id"])
 
 
 async def list_subjects(request: Request, store: Store) -> Any:
-    metrics.lookups.labels("subjects").inc()
     query = request.query_params
     return {"name": await store.list_subjects(query.get("tenant"), query.get("namespace"))}
 
 
 async def get_subject(request: Request, store: Store) -> Any:
-    metrics.lookups.labels("subject").inc()
     return await store.subject(subject_key(request))
 
 
@@ -214,12 +216,10 @@ async def delete_subject(request: Request, store: Store) -> Any:
 
 
 async def list_versions(request: Request, store: Store) -> Any:
-    metrics.lookups.labels("versions").inc()
     return {"version": await store.versions(subject_key(request))}
 
 
 async def get_version_schema(request: Request, store: Store) -> Any:
-    metrics.lookups.labels("version").inc()
     version = parse_version(request.path_params["version"])
     return await store.version(subject_key(request), version)
 
@@ -252,7 +252,6 @@ async def test_compatibility(request: Request, store: Store) -> Any:
 
 
 async def get_config(request: Request, store: Store) -> Any:
-    metrics.lookups.labels("config").inc()
     return {"compatibility": await store.compatibility(subject_key(request))}
 
 
@@ -284,6 +283,18 @@ ROUTES: list[tuple[str, list[str], Handler]] = [
     ("/config/{subject}", ["GET"], get_config),
     ("/config/{subject}", ["PUT"], put_config),
 ]
+
+
+# The reads counted in lookups_total, by kind.
+LOOKUPS: dict[Handler, str] = {
+    get_schema: "schema",
+    get_schema_subject: "schema",
+    list_subjects: "subjects",
+    get_subject: "subject",
+    list_versions: "versions",
+    get_version_schema: "version",
+    get_config: "config",
+}
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -29,3 +29,8 @@ refusals = Counter(
     "Requests answered with an error, by OpenSchema error code.",
     ["code"],
 )
+cache_requests = Counter(
+    f"{PREFIX}_cache_requests_total",
+    "GETs the in-memory cache was asked for, by result (hit, miss).",
+    ["result"],
+)

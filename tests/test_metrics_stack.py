@@ -207,7 +207,16 @@ def test_every_service_exports_its_families_and_they_move(running: Running) -> N
         )
 
     wait_until(changeserver_caught_up, timeout=30, what="the changeserver's numbers")
-    after = running.scrape_all()
+    scraped: dict[str, Scrape] = {}
+
+    def read_everywhere() -> bool:
+        # A worker answers with its last refresh and starts the next one: until both workers
+        # refreshed since the subscription started, one may not know it yet.
+        scraped.update(running.scrape_all())
+        return scraped["broker"].has(f"{BROKER}_subscription_lag_seconds")
+
+    wait_until(read_everywhere, timeout=30, what="the subscription's lag on the scraped worker")
+    after = scraped
     grew = {service: _grew(before[service], after[service]) for service in after}
 
     cs = grew["changeserver"]

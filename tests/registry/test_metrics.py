@@ -33,6 +33,8 @@ def test_metrics_count_what_the_registry_did(
         )
         assert check.json()["isCompatible"] is False
         assert client.get(f"/subjects/{subject}/versions").status_code == 200
+        # The same read again: from memory, counted as a lookup and a cache hit.
+        assert client.get(f"/subjects/{subject}/versions").status_code == 200
         assert client.get("/subjects/no-such-subject/versions").status_code == 404
     after = scrape(f"{registry_url}/metrics")
 
@@ -42,7 +44,8 @@ def test_metrics_count_what_the_registry_did(
     assert grew(f"{P}_registrations_total", result="new") == 1
     assert grew(f"{P}_registrations_total", result="existing") == 1
     assert grew(f"{P}_compatibility_checks_total", verdict="incompatible") == 2
-    assert grew(f"{P}_lookups_total", kind="versions") == 2
+    assert grew(f"{P}_lookups_total", kind="versions") == 3
+    assert grew(f"{P}_cache_requests_total", result="hit") >= 1
     assert grew(f"{P}_refusals_total", code="40901") == 1
     assert grew(f"{P}_refusals_total", code="40401") == 1
     # Request durations by route template (never the raw path) and status.
