@@ -4,7 +4,7 @@ Build it for tests (Postgres metadata database, Kafka bootstrap)::
 
     from broker.app import create_app
     from broker.settings import Settings
-    from tests.support.apps import serve_in_thread
+    from changebroker.stack.run import serve_in_thread
 
     settings = Settings(pg_dsn=pg_dsn, kafka_bootstrap=kafka_bootstrap)
     with serve_in_thread(create_app(settings)) as url:
@@ -27,11 +27,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from broker.errors import BrokerError
 from broker.event_types.api import EventTypeApi
 from broker.event_types.rules import ENRICHMENT_STRATEGIES
 from broker.event_types.store import Store, StoreResolver
 from broker.event_types.topics import Topics
-from broker.problems import problem
+from broker.problems import problem, render
 from broker.publishing.api import Publisher
 from broker.publishing.partitioning import STRATEGIES
 from broker.publishing.producer import KafkaProducer
@@ -100,13 +101,17 @@ def create_app(settings: Settings) -> Starlette:
         *publisher.routes(),
         # Streams, partitions and cursor operations: broker/streams/api.py.
         *streams.routes(StoreResolver(store), settings.kafka_bootstrap, watermarks),
-        # Subscriptions, their streams, commits and stats: broker/subscription*.py.
+        # Subscriptions, their streams, commits and stats: broker/subscriptions/.
         *subscriptions.routes(),
     ]
     return Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={HTTPException: _http_problem, Exception: _internal_problem},
+        exception_handlers={
+            BrokerError: render,
+            HTTPException: _http_problem,
+            Exception: _internal_problem,
+        },
     )
 
 

@@ -25,11 +25,7 @@ log = logging.getLogger(__name__)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    def option(flag: str, **kwargs: object) -> None:
-        config.add_option(parser, flag, scope="broker", **kwargs)  # type: ignore[arg-type]
-
-    option("--host", default="127.0.0.1", help="address to listen on")
-    option("--port", type=int, default=config.DEFAULT_BROKER_PORT, help="port to listen on")
+    option = config.service_options(parser, "broker", config.DEFAULT_BROKER_PORT)
     option("--pg-url", required=True, help="Postgres DSN of the broker's metadata database")
     option(
         "--kafka-bootstrap",
@@ -80,16 +76,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not 1 <= args.default_partitions <= args.max_partitions:
         raise SystemExit("--default-partitions must be between 1 and --max-partitions")
-    settings = Settings(
-        pg_dsn=args.pg_url,
-        kafka_bootstrap=args.kafka_bootstrap,
-        default_partitions=args.default_partitions,
-        max_partitions=args.max_partitions,
-        replication_factor=args.replication_factor,
-        min_insync_replicas=args.min_insync_replicas,
-        registry_url=args.registry_url or None,
-        pool_size=args.pool_size,
-        lag_interval=args.lag_interval,
+    settings = config.from_args(
+        Settings, args, pg_dsn=args.pg_url, registry_url=args.registry_url or None
     )
     log.info(
         "broker starting", extra=logs.fields(host=args.host, port=args.port, workers=args.workers)

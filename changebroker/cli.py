@@ -22,6 +22,20 @@ class ServiceMain(Protocol):
     def run(self, args: argparse.Namespace) -> int: ...
 
 
+# Each port of the local stack and its option.
+PORT_FLAGS = {
+    "postgres": "--pg-port",
+    "kafka": "--kafka-port",
+    "kafka_controller": "--kafka-controller-port",
+    "broker": "--broker-port",
+    "registry": "--registry-port",
+    "changeserver": "--changeserver-port",
+    "changeserver_mgmt": "--changeserver-mgmt-port",
+    "bridge": "--bridge-port",
+    "console": "--console-port",
+}
+
+
 def _stack_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dir",
@@ -30,17 +44,7 @@ def _stack_options(parser: argparse.ArgumentParser) -> None:
         help="data, logs, pids and jar cache [env CHANGEBROKER_STATE_DIR; default .state/]",
     )
     defaults = Ports()
-    for flag, attr in [
-        ("--pg-port", "postgres"),
-        ("--kafka-port", "kafka"),
-        ("--kafka-controller-port", "kafka_controller"),
-        ("--broker-port", "broker"),
-        ("--registry-port", "registry"),
-        ("--changeserver-port", "changeserver"),
-        ("--changeserver-mgmt-port", "changeserver_mgmt"),
-        ("--bridge-port", "bridge"),
-        ("--console-port", "console"),
-    ]:
+    for attr, flag in PORT_FLAGS.items():
         config.add_option(
             parser,
             flag,
@@ -53,15 +57,7 @@ def _stack_options(parser: argparse.ArgumentParser) -> None:
 
 def _stack(args: argparse.Namespace) -> LocalStack:
     ports = Ports(
-        postgres=args.pg_port,
-        kafka=args.kafka_port,
-        kafka_controller=args.kafka_controller_port,
-        broker=args.broker_port,
-        registry=args.registry_port,
-        changeserver=args.changeserver_port,
-        changeserver_mgmt=args.changeserver_mgmt_port,
-        bridge=args.bridge_port,
-        console=args.console_port,
+        **{attr: getattr(args, flag[2:].replace("-", "_")) for attr, flag in PORT_FLAGS.items()}
     )
     stack = LocalStack.from_env(StateDir(args.state_dir), ports)
     stack.replay_every = getattr(args, "replay_every", None)

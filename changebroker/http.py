@@ -1,5 +1,5 @@
 """ASGI plumbing every HTTP service shares: X-Flow-Id, access lines, request durations,
-serving.
+serving, Accept.
 
 Error bodies are not here on purpose: each API has its own error format
 (transicator, Nakadi Problem, OpenSchema), and each service owns its own.
@@ -52,6 +52,24 @@ class OneWriteResponse(Response):
         respond: Respond | None = (scope.get("extensions") or {}).get(RESPOND)
         if respond is None or not respond(self.status_code, self.raw_headers, bytes(self.body)):
             await super().__call__(scope, receive, send)
+
+
+def accepted(accept: str) -> list[tuple[float, str]]:
+    """An Accept header's media types (lower case) with their q values, the preferred first
+    (equal q in the header's order); each service decides what it serves of them."""
+    offers = []
+    for position, part in enumerate(accept.split(",")):
+        media, *params = (piece.strip() for piece in part.split(";"))
+        quality = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        offers.append((-quality, position, media.lower()))
+    return [(-negated, media) for negated, _, media in sorted(offers)]
 
 
 class FlowIdMiddleware:

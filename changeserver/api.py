@@ -143,19 +143,7 @@ def _media_type(accept: str) -> str:
     """JSON unless the Accept header prefers transicator's protobuf; 415 when neither fits."""
     if not accept.strip():
         return JSON
-    offered = []
-    for position, part in enumerate(accept.split(",")):
-        name, *params = (piece.strip() for piece in part.split(";"))
-        quality = 1.0
-        for param in params:
-            key, _, value = param.partition("=")
-            if key.strip() == "q":
-                try:
-                    quality = float(value)
-                except ValueError:
-                    quality = 0.0
-        offered.append((-quality, position, name.lower()))
-    for quality, _, name in sorted(offered):
+    for quality, name in http.accepted(accept):
         if quality == 0:
             break
         if name == PROTOBUF:

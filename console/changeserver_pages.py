@@ -48,18 +48,11 @@ def routes(console: Console) -> list[BaseRoute]:
     async def confirm(request: Request) -> Response:
         return console.page(request, "markdown.html", title="Mark the changeserver down")
 
+    @console.action
     async def markdown(request: Request) -> Response:
-        refused = console.refuse_when_read_only(request)
-        if refused:
-            return refused
         reply = await up.changeserver_mgmt("/markdown")
         if not reply.ok:
-            return console.message(
-                request,
-                status_code=502,
-                title="Not marked down",
-                message=reply.problem,
-            )
+            return console.not_done(request, "Not marked down", reply.problem)
         return redirect("/changeserver?markdown=done")
 
     return [

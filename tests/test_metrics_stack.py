@@ -17,9 +17,9 @@ import pytest
 
 from changebroker import pg
 from changebroker.stack.processes import free_port, wait_until
-from tests.broker.conftest import business_event_type
+from changebroker.stack.run import CliProcess
 from tests.broker.subscription_support import Stream, commit, create
-from tests.support.apps import CliProcess
+from tests.support.event_types import business_event_type
 from tests.support.metrics import Scrape, scrape
 from tests.test_monitoring_config import alert_exprs, dashboard_exprs, metric_names
 

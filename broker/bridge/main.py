@@ -13,11 +13,9 @@ the table from there on into a new event type, for a schema change its old one r
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import logging
 import sys
-from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 
 import httpx
 from starlette.applications import Starlette
@@ -27,7 +25,7 @@ from starlette.routing import Route
 
 from broker.bridge.bridge import Bridge, Settings
 from broker.bridge.metrics import BridgeCollector
-from changebroker import config, http, logs, metrics
+from changebroker import config, http, logs, metrics, tasks
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +33,7 @@ SCOPE = "bridge"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    def option(flag: str, **kwargs: object) -> None:
-        config.add_option(parser, flag, scope=SCOPE, **kwargs)  # type: ignore[arg-type]
+    option = config.options(parser, SCOPE)
 
     def names(text: str) -> tuple[str, ...]:
         return tuple(part.strip() for part in text.split(",") if part.strip())
@@ -143,15 +140,8 @@ def settings_of(args: argparse.Namespace) -> Settings:
 
 
 def create_app(bridge: Bridge) -> Starlette:
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        task = asyncio.create_task(bridge.run())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    def lifespan(app: Starlette) -> AbstractAsyncContextManager[None]:
+        return tasks.running(bridge.run())
 
     async def health(request: Request) -> Response:
         if not bridge.ready.is_set():

@@ -24,10 +24,9 @@ from starlette.routing import BaseRoute, Route
 
 from broker import bodies, metrics
 from broker.bodies import BadBody
+from broker.errors import EventTypeNotFound
 from broker.event_types import effective_schema
-from broker.event_types.api import not_found
 from broker.event_types.store import Revision, Store, StoredEventType
-from broker.problems import problem
 from broker.publishing.enrichment import EnrichmentError, enrich
 from broker.publishing.partitioning import Partitioner, PartitioningError, partitioner
 from broker.publishing.producer import KafkaProducer, Message
@@ -35,7 +34,8 @@ from changebroker import logs
 
 log = logging.getLogger(__name__)
 
-# Seed 000: "The maximum size per Event is 999,000 bytes", measured as sent.
+# "The maximum size per Event is 999,000 bytes" (docs/specs/nakadi-event-bus-api-0.10.1.yaml),
+# measured as sent.
 MAX_EVENT_BYTES = 999_000
 
 
@@ -100,16 +100,16 @@ def split_batch(data: bytes) -> list[tuple[Any, int]]:
     if len(data) <= MAX_EVENT_BYTES:
         events = bodies.parse(data)
         if not isinstance(events, list):
-            raise BadBody(problem(400, "the body must be a JSON array of events"))
+            raise BadBody("the body must be a JSON array of events")
         return [(event, 0) for event in events]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BadBody(problem(400, f"the body is not UTF-8 JSON: {exc}")) from None
+        raise BadBody(f"the body is not UTF-8 JSON: {exc}") from None
     out: list[tuple[Any, int]] = []
     i = _skip_space(text, 0)
     if not text.startswith("[", i):
-        raise BadBody(problem(400, "the body must be a JSON array of events"))
+        raise BadBody("the body must be a JSON array of events")
     i = _skip_space(text, i + 1)
     if text.startswith("]", i):
         return out
@@ -128,9 +128,9 @@ def split_batch(data: bytes) -> list[tuple[Any, int]]:
             else:
                 raise ValueError(f"expected ',' or ']' at character {i}")
     except ValueError as exc:
-        raise BadBody(problem(400, f"the body is not a valid JSON array: {exc}")) from None
+        raise BadBody(f"the body is not a valid JSON array: {exc}") from None
     except RecursionError:
-        raise BadBody(problem(400, "the body nests too deeply to read")) from None
+        raise BadBody("the body nests too deeply to read") from None
 
 
 def _skip_space(text: str, i: int) -> int:
@@ -179,12 +179,9 @@ class Publisher:
         name = request.path_params["name"]
         target = await self.target(name)
         if target is None:
-            return not_found(name)
+            raise EventTypeNotFound(name)
         started = time.perf_counter()
-        try:
-            batch = split_batch(await bodies.raw(request))
-        except BadBody as bad:
-            return bad.response
+        batch = split_batch(await bodies.raw(request))
         messages: list[Message] = []
         received_at = received_now()
         for index, (event, size) in enumerate(batch):

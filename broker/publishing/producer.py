@@ -92,12 +92,13 @@ def _statistics(text: str) -> None:
 
 class KafkaProducer:
     def __init__(self, bootstrap: str, **overrides: Any) -> None:
-        # Requests wait for their acknowledgements, so nothing lingers (measured: batches of 1
-        # went from ~700 to ~1000 events/s against linger 1 ms); librdkafka still batches
-        # whatever queues up while earlier requests are in flight.
-        # A request waits at most 30 s for Kafka, then its events are reported failed (207).
+        # Concurrent requests share Kafka batches: a 2 ms linger gathers what 64 connections
+        # publishing single events send meanwhile (measured there: 2-3x the events/s and a
+        # quarter of the p50 against linger 0, and less CPU per event; 5 and 10 ms were no
+        # better). A request waits at most 30 s for Kafka, then its events are reported
+        # failed (207).
         config = {
-            "linger.ms": 0,
+            "linger.ms": 2,
             "message.timeout.ms": 30_000,
             # librdkafka's statistics every few seconds: the queue depth in /metrics.
             "statistics.interval.ms": STATISTICS_INTERVAL_MS,

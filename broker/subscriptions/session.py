@@ -22,10 +22,11 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from broker.event_types.store import Store
 from broker.event_types.topics import EventTypeTopic
 from broker.streams.event_stream import (
     MESSAGES_PER_POLL,
@@ -47,9 +48,6 @@ from broker.subscriptions.store import (
     whole_number,
 )
 from changebroker import http, logs
-
-if TYPE_CHECKING:
-    from broker.subscriptions.stream_api import SubscriptionStreams
 
 log = logging.getLogger(__name__)
 
@@ -131,19 +129,26 @@ class SessionEnded(Exception):
 
 
 class Session:
-    """One stream of a subscription in this process: its Kafka consumer and its partitions."""
+    """One stream of a subscription in this process: its Kafka consumer and its partitions.
+
+    ``local_sessions`` is this process's set of open stream ids (the ones it keeps alive);
+    the session leaves it when it closes.
+    """
 
     def __init__(
         self,
-        streams: SubscriptionStreams,
+        store: Store,
+        bootstrap: str,
+        local_sessions: set[str],
         subscription: Subscription,
         stream_id: str,
         params: StreamParams,
         topics: Mapping[str, EventTypeTopic],
         changed: asyncio.Event,
     ) -> None:
-        self._streams = streams
-        self._store = streams.store
+        self._store = store
+        self._bootstrap = bootstrap
+        self._local_sessions = local_sessions
         self.subscription_id = subscription.id
         self.stream_id = stream_id
         self._params = params
@@ -164,9 +169,7 @@ class Session:
 
     # Kafka, on the session's own thread.
     def _open(self) -> None:
-        self._consumer = Consumer(
-            consumer_config(self._streams.bootstrap) | STREAM_CONSUMER_SETTINGS
-        )
+        self._consumer = Consumer(consumer_config(self._bootstrap) | STREAM_CONSUMER_SETTINGS)
 
     def _reassign(self, add: list[TopicPartition], remove: list[TopicPartition]) -> None:
         assert self._consumer is not None
@@ -420,7 +423,7 @@ class Session:
         if self._closed:
             return
         self._closed = True
-        self._streams.coordinator.local_sessions.discard(self.stream_id)
+        self._local_sessions.discard(self.stream_id)
         await self._kafka(self._close_consumer)
         self._executor.shutdown(wait=False)
         remaining = (

@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 
 from changebroker.stack.processes import wait_until
-from tests.broker.conftest import business_event_type
+from changebroker.stack.run import broker_process
 from tests.broker.subscription_support import create
-from tests.support.apps import broker_process
+from tests.support.event_types import business_event_type
 
 OCCURRED_AT = "2026-11-23T10:00:00Z"
 BOUND = 15.0  # seconds: the graceful shutdown's 10, and some

@@ -14,9 +14,9 @@ import httpx
 import psycopg
 
 from changebroker.stack.processes import wait_until
+from changebroker.stack.run import serve_in_thread
 from changeserver.server import ChangeServer, Settings
-from tests.changeserver.conftest import TABLE
-from tests.support.apps import serve_in_thread
+from tests.support.changeserver import TABLE
 
 
 @contextlib.contextmanager

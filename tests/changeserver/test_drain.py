@@ -13,8 +13,8 @@ import httpx
 import psycopg
 
 from changebroker.stack.processes import free_port, wait_until
-from tests.changeserver.conftest import TABLE
-from tests.support.apps import CliProcess
+from changebroker.stack.run import CliProcess
+from tests.support.changeserver import TABLE
 
 _REQUEST_TASK = "coro=<RequestResponseCycle.run_asgi()"
 BOUND = 8.0  # seconds: well under the 10 s graceful timeout a cut poll would wait for

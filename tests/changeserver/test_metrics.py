@@ -9,7 +9,7 @@ import httpx
 
 from changebroker.stack.processes import wait_until
 from changeserver.sequence import Sequence
-from tests.changeserver.conftest import MakeServer
+from tests.support.changeserver import MakeServer
 from tests.support.metrics import scrape
 
 P = "changebroker_changeserver"

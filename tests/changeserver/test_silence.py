@@ -14,9 +14,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from changebroker.chaos.proxy import BLACKHOLE, PASS, Link, Proxies
 from changebroker.stack.processes import free_port, wait_until
+from changebroker.stack.run import serve_in_thread
 from changeserver.server import ChangeServer, Settings
-from tests.changeserver.conftest import TABLE
-from tests.support.apps import serve_in_thread
+from tests.support.changeserver import TABLE
 
 
 def test_a_black_holed_replication_connection_is_not_ready_then_resumes(

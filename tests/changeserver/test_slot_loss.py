@@ -11,9 +11,9 @@ import psycopg
 
 from changebroker.chaos.faults import drop_slot_behind
 from changebroker.stack.processes import wait_until
+from changebroker.stack.run import serve_in_thread
 from changeserver.server import ChangeServer, Settings
-from tests.changeserver.conftest import MakeServer
-from tests.support.apps import serve_in_thread
+from tests.support.changeserver import MakeServer
 
 
 def test_a_dropped_slot_is_reported_by_health_and_ready_under_fail(make_server: MakeServer) -> None:

@@ -13,10 +13,10 @@ from playwright.sync_api import Page, expect
 from broker.event_types.store import SUBJECT_NAMESPACE, SUBJECT_TENANT
 from changebroker.stack.processes import wait_until
 from console.sampler import total_unconsumed
-from tests.bridge.conftest import Rebuilt, Stack
-from tests.broker.conftest import business_event_type
 from tests.broker.subscription_support import Stream, commit
-from tests.console.conftest import screenshot
+from tests.support.bridge_stack import Rebuilt, Stack
+from tests.support.console import screenshot
+from tests.support.event_types import business_event_type
 
 NOW = "2026-11-23T12:00:00Z"
 PEOPLE = """
