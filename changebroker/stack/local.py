@@ -353,6 +353,7 @@ class LocalStack:
         if not self.external_pg_dsn and self.postgres.stop():
             stopped.append("postgres")
         (self.state.run / "stack.json").unlink(missing_ok=True)
+        (self.state.run / "stack-spec.json").unlink(missing_ok=True)  # any supervisor left exits
         if purge:
             self.postgres.purge()
             self.kafka.purge()

@@ -98,7 +98,11 @@ class Supervisor:
     def run(self) -> None:
         log.info("supervising", extra=logs.fields(state=str(self.stack.state.root)))
         watched = parts(self.stack)
+        spec = self.stack.state.run / "stack-spec.json"
         while not self.stopping.is_set():
+            if not spec.exists():  # ``down`` removed it, or the state folder is gone
+                log.info("the stack is gone: supervisor exits", extra=logs.fields(spec=str(spec)))
+                return
             for part in watched:
                 if self.stopping.is_set():
                     break
