@@ -104,7 +104,7 @@ def registry_process(dsn: str) -> Iterator[str]:
             [*command, "--pg-url", dsn],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "CHANGEBROKER_REGISTRY_AUTH_TOKEN": ""},
+            env={**os.environ, "CHANGEBROKER_AUTH": ""},
         )
         try:
             wait_until(

@@ -2,18 +2,19 @@
 
 Requests and responses are JSON, as ``application/vnd.openschema.v1+json``
 (the default) or ``application/json``; every error is
-``{"errorCode", "errorMessage"}``. With an auth token configured, every call
-but ``/health`` needs ``Authorization: Bearer <token>``.
+``{"errorCode", "errorMessage"}``. With authentication on, every call but
+``/health`` needs a bearer token (40101 without a valid one) whose scopes
+allow it (40301): reads need the read scope, writes the write scope.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -23,8 +24,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
-from changebroker import logs, pg
+from changebroker import auth, logs, pg
 from registry import errors
 from registry.errors import RegistryError, violations_json
 from registry.store import Store, SubjectKey, parse_version
@@ -98,18 +100,12 @@ def _error_response(error: RegistryError, media_type: str) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status, media_type=media_type)
 
 
-def endpoint(handler: Handler, auth_token: str | None) -> Callable[[Request], Awaitable[Response]]:
-    """Auth, content negotiation and the error format around one handler."""
+def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """Content negotiation and the error format around one handler."""
 
     async def run(request: Request) -> Response:
         media_type = OPENSCHEMA_JSON
         try:
-            if auth_token is not None:
-                supplied = request.headers.get("authorization", "")
-                if not hmac.compare_digest(supplied.encode(), f"Bearer {auth_token}".encode()):
-                    raise RegistryError(
-                        errors.UNAUTHORIZED, "send Authorization: Bearer <the registry's token>"
-                    )
             media_type = negotiate(request.headers.get("accept"))
             result = await handler(request, request.app.state.store)
             return JSONResponse(result, media_type=media_type)
@@ -252,13 +248,38 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     )
 
 
+def _refuse(status: int, message: str) -> Response:
+    code = errors.UNAUTHORIZED if status == 401 else errors.FORBIDDEN
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(
+        {"errorCode": code, "errorMessage": message},
+        status_code=status,
+        media_type=OPENSCHEMA_JSON,
+        headers=headers,
+    )
+
+
+@dataclass(frozen=True)
+class Scopes:
+    """The token scopes the registry's reads and writes need (with authentication on)."""
+
+    read: str = "registry.read"
+    write: str = "registry.write"
+
+    def of(self, method: str, path: str) -> str:
+        # Testing compatibility is a POST that changes nothing: a read.
+        reads = method in ("GET", "HEAD") or path.startswith("/compatibility/")
+        return self.read if reads else self.write
+
+
 def create_app(
     dsn: str,
     *,
-    auth_token: str | None = None,
+    authenticator: auth.Authenticator | None = None,
+    scopes: Scopes = Scopes(),
     statement_timeout_ms: int = 10_000,
     pool_size: int = 10,
-) -> Starlette:
+) -> ASGIApp:
     """The registry on the database ``dsn`` (migrated at start)."""
     store = Store(dsn, pool_size=pool_size, statement_timeout_ms=statement_timeout_ms)
 
@@ -272,13 +293,17 @@ def create_app(
         finally:
             await store.close()
 
-    routes = [Route("/health", endpoint(health, None), methods=["GET"])]
-    routes += [
-        Route(path, endpoint(handler, auth_token), methods=methods)
-        for path, methods, handler in ROUTES
-    ]
-    return Starlette(
+    routes = [Route("/health", endpoint(health), methods=["GET"])]
+    routes += [Route(path, endpoint(handler), methods=methods) for path, methods, handler in ROUTES]
+    app = Starlette(
         routes=routes,
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error},
+    )
+    return auth.AuthMiddleware(
+        app,
+        authenticator or auth.Off(),
+        _refuse,
+        open_paths=frozenset({"/health"}),
+        scope_of=scopes.of,
     )

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 
-from changebroker import config, http, logs
-from registry.app import create_app
+from changebroker import auth, config, http, logs
+from registry.app import Scopes, create_app
 
 log = logging.getLogger(__name__)
 
@@ -18,10 +18,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     option("--host", default="127.0.0.1", help="address to listen on")
     option("--port", type=int, default=config.DEFAULT_REGISTRY_PORT, help="port to listen on")
     option("--pg-url", required=True, help="Postgres DSN of the registry's metadata database")
-    option(
-        "--auth-token",
-        help="when set, every call but /health needs 'Authorization: Bearer <token>'",
-    )
+    auth.add_options(parser)
+    option("--read-scope", default="registry.read", help="token scope reads need (auth on)")
+    option("--write-scope", default="registry.write", help="token scope writes need (auth on)")
+    http.add_tls_options(parser)
     option(
         "--statement-timeout",
         type=config.parse_duration,
@@ -32,12 +32,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    tls = http.tls_of(args)
     app = create_app(
         args.pg_url,
-        auth_token=args.auth_token or None,
+        authenticator=auth.start(auth.AuthSettings.from_args(args), "registry"),
+        scopes=Scopes(read=args.read_scope, write=args.write_scope),
         statement_timeout_ms=int(args.statement_timeout * 1000),
         pool_size=args.pool_size,
     )
     log.info("registry starting", extra=logs.fields(host=args.host, port=args.port))
-    http.serve(app, args.host, args.port)
+    http.serve(app, args.host, args.port, tls=tls)
     return 0

@@ -24,7 +24,7 @@ def test_registry_command_serves_and_stops_cleanly(pg_dsn: str, tmp_path: Path) 
         ["registry", "--port", str(port), "--pg-url", pg_dsn],
         f"{url}/health",
         tmp_path / "registry.log",
-        env={"CHANGEBROKER_REGISTRY_AUTH_TOKEN": ""},
+        env={"CHANGEBROKER_AUTH": ""},
     ).start()
     try:
         body = {"serialization": "json", "schemaDefinition": {"type": "string"}}
