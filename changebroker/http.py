@@ -6,9 +6,12 @@ Error bodies are not here on purpose: each API has its own error format
 
 from __future__ import annotations
 
+import argparse
 import logging
 import time
 import uuid
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httptools
@@ -17,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from changebroker import logs
+from changebroker.config import add_option
 
 FLOW_ID_HEADER = "x-flow-id"
 access_log = logging.getLogger("changebroker.access")
@@ -132,8 +136,46 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
         return b"".join(head) + rest
 
 
-def config(app: ASGIApp, host: str, port: int, **options: Any) -> uvicorn.Config:
+@dataclass(frozen=True)
+class Tls:
+    """A server's certificate chain and key (PEM): the port then speaks HTTPS only."""
+
+    cert: Path
+    key: Path
+
+    def uvicorn_options(self) -> dict[str, str]:
+        return {"ssl_certfile": str(self.cert), "ssl_keyfile": str(self.key)}
+
+
+def add_tls_options(parser: argparse.ArgumentParser, *, server: bool = True) -> None:
+    """``--tls-cert``/``--tls-key`` (a server's) and ``--tls-ca`` (what our clients trust)."""
+    if server:
+        for flag, what in [("--tls-cert", "certificate chain"), ("--tls-key", "private key")]:
+            add_option(
+                parser, flag, scope="", type=Path, help=f"serve HTTPS with this {what} (PEM)"
+            )
+    add_option(
+        parser,
+        "--tls-ca",
+        scope="",
+        type=Path,
+        help="CA certificates (PEM) our HTTPS clients trust besides the system's",
+    )
+
+
+def tls_of(args: argparse.Namespace) -> Tls | None:
+    """The TLS files the flags name, or None; both or neither must be given."""
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise SystemExit("give both --tls-cert and --tls-key, or neither")
+    return Tls(args.tls_cert, args.tls_key) if args.tls_cert is not None else None
+
+
+def config(
+    app: ASGIApp, host: str, port: int, *, tls: Tls | None = None, **options: Any
+) -> uvicorn.Config:
     """uvicorn's settings for every service (``options``: lifespan, graceful timeout, ...)."""
+    if tls is not None:
+        options.update(tls.uvicorn_options())
     return uvicorn.Config(
         FlowIdMiddleware(app),
         host=host,
@@ -146,6 +188,6 @@ def config(app: ASGIApp, host: str, port: int, **options: Any) -> uvicorn.Config
     )
 
 
-def serve(app: ASGIApp, host: str, port: int) -> None:
+def serve(app: ASGIApp, host: str, port: int, *, tls: Tls | None = None) -> None:
     """Run ``app`` with uvicorn until SIGTERM/SIGINT (graceful: open requests finish)."""
-    uvicorn.Server(config(app, host, port, timeout_graceful_shutdown=10)).run()
+    uvicorn.Server(config(app, host, port, tls=tls, timeout_graceful_shutdown=10)).run()

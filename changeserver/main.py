@@ -13,9 +13,9 @@ from typing import Literal
 import uvicorn
 from starlette.types import ASGIApp
 
-from changebroker import config, http
+from changebroker import auth, config, http
 from changebroker.stack.state import default_state_dir
-from changeserver.server import ChangeServer, Settings
+from changeserver.server import DEFAULT_ADMIN_SCOPE, ChangeServer, Settings
 
 SCOPE = "changeserver"
 
@@ -95,6 +95,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=default_state_dir() / "snapshots",
         help="the replay's snapshots, served at /snapshots",
     )
+    auth.add_options(parser)
+    add(
+        parser,
+        "--admin-scope",
+        scope=SCOPE,
+        default=DEFAULT_ADMIN_SCOPE,
+        help="token scope /markdown and the stack dump need (auth on)",
+    )
+    http.add_tls_options(parser)
 
 
 def _table_list(text: str) -> tuple[str, ...]:
@@ -109,14 +118,20 @@ class _Server(uvicorn.Server):
         yield
 
 
-def _server(app: ASGIApp, host: str, port: int, lifespan: Literal["on", "off"]) -> _Server:
-    return _Server(http.config(app, host, port, lifespan=lifespan, timeout_graceful_shutdown=10))
+def _server(
+    app: ASGIApp, host: str, port: int, lifespan: Literal["on", "off"], tls: http.Tls | None
+) -> _Server:
+    return _Server(
+        http.config(app, host, port, tls=tls, lifespan=lifespan, timeout_graceful_shutdown=10)
+    )
 
 
 async def _serve(changeserver: ChangeServer, args: argparse.Namespace) -> None:
-    servers = [_server(changeserver.api_app, args.host, args.port, "on")]
+    tls = http.tls_of(args)
+    servers = [_server(changeserver.api_app, args.host, args.port, "on", tls)]
     if changeserver.management_app is not None:
-        servers.append(_server(changeserver.management_app, args.host, args.mgmt_port, "off"))
+        management = changeserver.management_app
+        servers.append(_server(management, args.host, args.mgmt_port, "off", tls))
 
     def stop() -> None:
         for server in servers:
@@ -140,6 +155,11 @@ def run(args: argparse.Namespace) -> int:
         prefix=args.prefix,
         snapshots_dir=args.snapshots_dir,
     )
-    changeserver = ChangeServer(settings, separate_management=args.mgmt_port is not None)
+    changeserver = ChangeServer(
+        settings,
+        separate_management=args.mgmt_port is not None,
+        authenticator=auth.start(auth.AuthSettings.from_args(args), SCOPE),
+        admin_scope=args.admin_scope,
+    )
     asyncio.run(_serve(changeserver, args))
     return 0

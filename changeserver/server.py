@@ -10,13 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
-from changebroker import logs
+from changebroker import auth, logs
 from changeserver import api, snapshots
 from changeserver.changelog import ChangeLog, LogReader
 from changeserver.replication import Replicator, drop_slot
 
 log = logging.getLogger(__name__)
+
+DEFAULT_ADMIN_SCOPE = "changeserver.admin"  # what /markdown needs with authentication on
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,14 @@ class ChangeServer:
     """``api_app`` serves /changes and /diagnostics/stack (under the prefix), and the management
     paths unless ``separate_management``; ``management_app`` serves those and the stack dump."""
 
-    def __init__(self, settings: Settings, *, separate_management: bool = False) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        separate_management: bool = False,
+        authenticator: auth.Authenticator | None = None,
+        admin_scope: str = DEFAULT_ADMIN_SCOPE,
+    ) -> None:
         self.settings = settings
         self.changelog = ChangeLog(settings.db_dir)
         self.reader = LogReader(self.changelog.path)
@@ -67,11 +77,28 @@ class ChangeServer:
         else:
             routes += management
         handlers = api.EXCEPTION_HANDLERS
-        self.api_app = Starlette(
-            routes=routes, lifespan=self._lifespan, exception_handlers=handlers
+        authenticator = authenticator or auth.Off()
+
+        def guarded(app: ASGIApp) -> ASGIApp:
+            # Load balancers probe /health and /ready without credentials; /markdown stops the
+            # service and the stack dump shows its internals: admins only.
+            def scope_of(method: str, path: str) -> str | None:
+                admin = path == "/markdown" or path.endswith("/diagnostics/stack")
+                return admin_scope if admin else None
+
+            return auth.AuthMiddleware(
+                app,
+                authenticator,
+                api.refuse,
+                open_paths=frozenset({"/health", "/ready"}),
+                scope_of=scope_of,
+            )
+
+        self.api_app = guarded(
+            Starlette(routes=routes, lifespan=self._lifespan, exception_handlers=handlers)
         )
         self.management_app = (
-            Starlette(routes=management, exception_handlers=handlers)
+            guarded(Starlette(routes=management, exception_handlers=handlers))
             if separate_management
             else None
         )
