@@ -26,8 +26,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp
 
 from broker import metrics, reading
+from broker.admin_settings import AdminSettings, initial_admins
 from broker.event_type_api import EventTypeApi
 from broker.event_types import ENRICHMENT_STRATEGIES
 from broker.kafka_topics import Topics
@@ -39,15 +41,16 @@ from broker.settings import Settings
 from broker.store import Store, StoreResolver
 from broker.subscription_streams import SubscriptionService
 from broker.watermarks import Watermarks
-from changebroker import pg
+from changebroker import auth, pg
 
 log = logging.getLogger(__name__)
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def create_app(settings: Settings) -> Starlette:
+def create_app(settings: Settings) -> ASGIApp:
     store = Store(settings.pg_dsn, settings.pool_size)
+    admin = AdminSettings(store.pool, initial_admins(settings.auth.admins))
     topics = Topics(settings.kafka_bootstrap, settings.replication_factor)
     event_type_api = EventTypeApi(store, topics, settings)
     producer = KafkaProducer(settings.kafka_bootstrap)
@@ -96,12 +99,37 @@ def create_app(settings: Settings) -> Starlette:
         *reading.routes(StoreResolver(store), settings.kafka_bootstrap, watermarks),
         # Subscriptions, their streams, commits and stats: broker/subscription*.py.
         *subscriptions.routes(),
+        *admin.routes(),
     ]
-    return Starlette(
+    app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={HTTPException: _http_problem, Exception: _internal_problem},
+        exception_handlers={
+            HTTPException: _http_problem,
+            auth.Forbidden: _forbidden,
+            Exception: _internal_problem,
+        },
     )
+    app.state.admin = admin
+    return auth.AuthMiddleware(
+        app,
+        settings.auth.authenticator(),
+        _refused,
+        # Load balancers probe /health without credentials.
+        open_paths=frozenset({"/health"}),
+        scope_of=settings.scopes.of,
+    )
+
+
+def _refused(status: int, detail: str) -> Response:
+    response = problem(status, detail)
+    if status == 401:
+        response.headers["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+async def _forbidden(request: Request, exc: Exception) -> Response:
+    return problem(403, str(exc))
 
 
 async def _http_problem(request: Request, exc: Exception) -> Response:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from broker.authorization import Scopes
+from changebroker.auth import AuthSettings
 
 # Nakadi's defaults: one partition unless default_statistic asks for more; 4 days of events.
 DEFAULT_PARTITIONS = 1
@@ -21,3 +26,20 @@ class Settings:
     replication_factor: int = 1
     registry_url: str | None = None
     pool_size: int = 10
+    auth: AuthSettings = field(default_factory=AuthSettings)
+    scopes: Scopes = field(default_factory=Scopes)
+
+    def to_json(self) -> dict[str, Any]:
+        """As JSON, for worker processes (``from_json`` makes it again)."""
+        raw = asdict(self)
+        for name in ("tokens_file", "ca_file"):
+            raw["auth"][name] = None if raw["auth"][name] is None else str(raw["auth"][name])
+        return raw
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Settings:
+        auth = dict(raw["auth"])
+        for name in ("tokens_file", "ca_file"):
+            auth[name] = None if auth[name] is None else Path(auth[name])
+        auth["admins"] = tuple(auth["admins"])
+        return cls(**{**raw, "auth": AuthSettings(**auth), "scopes": Scopes(**raw["scopes"])})
