@@ -474,6 +474,16 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_client_options(parser: argparse.ArgumentParser) -> None:
+    """The credentials this service's own HTTP clients send to the other services."""
+    config.add_option(
+        parser,
+        "--client-token",
+        scope="",
+        help="bearer token sent to the other services when they check credentials",
+    )
+
+
 def start(settings: AuthSettings, service: str) -> Authenticator:
     """The service's authenticator, saying loudly when there is none."""
     try:

@@ -266,3 +266,21 @@ def test_bearer_parsing() -> None:
     assert auth.bearer([(b"authorization", b"Bearer xyz")]) == "xyz"
     assert auth.bearer({}) is None
     assert json.dumps(auth.client_headers("t")) == '{"Authorization": "Bearer t"}'
+
+
+def test_kafka_clients_take_the_deployments_tls_and_sasl_properties(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from changebroker import kafka
+
+    monkeypatch.setenv(
+        kafka.CLIENT_CONFIG_ENV,
+        "security.protocol=SASL_SSL; sasl.mechanism=SCRAM-SHA-512;ssl.ca.location=/ca.pem",
+    )
+    config = kafka.client_config("k:9092", **{"group.id": "g"})
+    assert config["security.protocol"] == "SASL_SSL"
+    assert config["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert config["ssl.ca.location"] == "/ca.pem"
+    assert config["group.id"] == "g"
+    with pytest.raises(ValueError, match="key=value"):
+        kafka.deployment_config("security.protocol")

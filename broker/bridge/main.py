@@ -24,13 +24,15 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from broker.bridge.bridge import Bridge, Settings
-from changebroker import config, http, logs
+from changebroker import auth, config, http, logs
 
 log = logging.getLogger(__name__)
 
 SCOPE = "bridge"
+DEFAULT_ADMIN_SCOPE = "bridge.admin"
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -111,6 +113,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     option("--partitions", type=int, default=4, help="partitions of a new table's event type")
     option("--limit", type=int, default=10_000, help="changes read (and committed) at most at once")
+    auth.add_options(parser)
+    auth.add_client_options(parser)
+    option(
+        "--admin-scope",
+        default=DEFAULT_ADMIN_SCOPE,
+        help="token scope resuming a unit and asking a snapshot need (auth on)",
+    )
+    http.add_tls_options(parser)
     commands = parser.add_subparsers(dest="bridge_command")
     snapshot = commands.add_parser(
         "snapshot", help="ask the running bridge (--host, --port) to publish TABLE again"
@@ -136,10 +146,16 @@ def settings_of(args: argparse.Namespace) -> Settings:
         outbox_table=args.outbox_table,
         partitions=args.partitions,
         limit=args.limit,
+        client_token=args.client_token or None,
+        ca_file=args.tls_ca,
     )
 
 
-def create_app(bridge: Bridge) -> Starlette:
+def create_app(
+    bridge: Bridge,
+    authenticator: auth.Authenticator | None = None,
+    admin_scope: str = DEFAULT_ADMIN_SCOPE,
+) -> ASGIApp:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         task = asyncio.create_task(bridge.run())
@@ -178,7 +194,7 @@ def create_app(bridge: Bridge) -> Starlette:
             return JSONResponse({"detail": str(exc)}, status_code=404)
         return JSONResponse({"table": table, "snapshot": run}, status_code=202)
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/health", health),
             Route("/status", status),
@@ -187,6 +203,17 @@ def create_app(bridge: Bridge) -> Starlette:
             Route("/units/{unit}/snapshot", snapshot, methods=["POST"]),
         ],
         lifespan=lifespan,
+    )
+
+    def refuse(status: int, message: str) -> Response:
+        return JSONResponse({"detail": message}, status_code=status)
+
+    return auth.AuthMiddleware(
+        app,
+        authenticator or auth.Off(),
+        refuse,
+        open_paths=frozenset({"/health"}),
+        scope_of=lambda method, path: admin_scope if method == "POST" else None,
     )
 
 
@@ -242,9 +269,15 @@ def render_metrics(bridge: Bridge) -> str:
 
 
 def ask_snapshot(args: argparse.Namespace) -> int:
-    url = f"http://{args.host}:{args.port}/units/{args.table}/snapshot"
+    scheme = "https" if args.tls_cert else "http"
+    url = f"{scheme}://{args.host}:{args.port}/units/{args.table}/snapshot"
     try:
-        response = httpx.post(url, timeout=30)
+        response = httpx.post(
+            url,
+            timeout=30,
+            headers=auth.client_headers(args.client_token),
+            verify=auth.client_verify(args.tls_ca),
+        )
     except httpx.HTTPError as exc:
         print(f"no bridge answers at {url}: {exc}", file=sys.stderr)
         return 1
@@ -266,5 +299,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     bridge = Bridge(settings_of(args))
     log.info("bridge starting", extra=logs.fields(port=args.port, name=args.name))
-    http.serve(create_app(bridge), args.host, args.port)
+    authenticator = auth.start(auth.AuthSettings.from_args(args), SCOPE)
+    app = create_app(bridge, authenticator, args.admin_scope)
+    http.serve(app, args.host, args.port, tls=http.tls_of(args))
     return 0
