@@ -31,8 +31,8 @@ import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench.report import Figure, report
-from broker.streaming import STREAM_CONSUMER_SETTINGS
-from broker.watermarks import consumer_config
+from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS
+from broker.streams.watermarks import consumer_config
 from changebroker import kafka, pg
 from changebroker.stack.processes import free_port, wait_until
 

@@ -28,19 +28,20 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
-from broker import metrics, reading
+from broker import metrics
 from broker.admin_settings import AdminSettings, initial_admins
-from broker.event_type_api import EventTypeApi
-from broker.event_types import ENRICHMENT_STRATEGIES
-from broker.kafka_topics import Topics
-from broker.partitioning import STRATEGIES
+from broker.event_types.api import EventTypeApi
+from broker.event_types.rules import ENRICHMENT_STRATEGIES
+from broker.event_types.store import Store, StoreResolver
+from broker.event_types.topics import Topics
 from broker.problems import problem
-from broker.producer import KafkaProducer
-from broker.publishing import Publisher
+from broker.publishing.api import Publisher
+from broker.publishing.partitioning import STRATEGIES
+from broker.publishing.producer import KafkaProducer
 from broker.settings import Settings
-from broker.store import Store, StoreResolver
-from broker.subscription_streams import SubscriptionService
-from broker.watermarks import Watermarks
+from broker.streams import api as streams
+from broker.streams.watermarks import Watermarks
+from broker.subscriptions.service import SubscriptionService
 from changebroker import auth, pg
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,8 @@ def create_app(settings: Settings) -> ASGIApp:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        # Event type schemas are registry subjects in the same database (broker/store.py).
+        # Event type schemas are registry subjects in the same database
+        # (broker/event_types/store.py).
         await asyncio.to_thread(pg.migrate, settings.pg_dsn, "registry")
         await asyncio.to_thread(pg.migrate, settings.pg_dsn, "broker")
         await store.open()
@@ -95,8 +97,8 @@ def create_app(settings: Settings) -> ASGIApp:
         Route("/registry/partition-strategies", partition_strategies, methods=["GET"]),
         *event_type_api.routes(),
         *publisher.routes(),
-        # Streams, partitions and cursor operations: broker/reading.py.
-        *reading.routes(StoreResolver(store), settings.kafka_bootstrap, watermarks),
+        # Streams, partitions and cursor operations: broker/streams/api.py.
+        *streams.routes(StoreResolver(store), settings.kafka_bootstrap, watermarks),
         # Subscriptions, their streams, commits and stats: broker/subscription*.py.
         *subscriptions.routes(),
         *admin.routes(),

@@ -46,10 +46,10 @@ from broker.bridge.transactions import (
     ensure_positions_topic,
     load_position,
 )
-from broker.partitioning import java_string_hash
-from broker.producer import Message
-from broker.publishing import ItemFailure, Target, prepare, received_now
-from broker.store import Store
+from broker.event_types.store import Store
+from broker.publishing.api import ItemFailure, Target, prepare, received_now
+from broker.publishing.partitioning import java_string_hash
+from broker.publishing.producer import Message
 from changebroker import auth, logs, pg
 from changeserver.sequence import ZERO, Sequence
 

@@ -21,7 +21,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from broker.producer import Message
+from broker.publishing.producer import Message
 from changebroker import kafka
 
 POSITIONS_TOPIC = "changebroker.bridge.positions"

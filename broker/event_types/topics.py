@@ -1,10 +1,17 @@
-"""Kafka topics behind event types: created with the event type, deleted with it."""
+"""Kafka topics behind event types: created with the event type, deleted with it.
+
+:class:`EventTypeTopic` is where an event type's events live in Kafka, the contract
+between writing and reading: event type metadata (:mod:`broker.event_types.store`) owns
+the mapping; the streaming and cursor endpoints only need it through
+:class:`TopicResolver`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
@@ -16,6 +23,21 @@ from confluent_kafka.admin import (
 )
 
 from changebroker import kafka
+
+
+@dataclass(frozen=True)
+class EventTypeTopic:
+    event_type: str
+    topic: str
+    partitions: int
+    # Nakadi timelines: offsets read ``001-<timeline as 4 hex>-<kafka offset>``; we run one.
+    timeline: int = 1
+
+
+class TopicResolver(Protocol):
+    """``await resolve("order.created")`` -> its topic, or ``None`` when it does not exist."""
+
+    async def __call__(self, event_type: str) -> EventTypeTopic | None: ...
 
 
 class TopicError(RuntimeError):
