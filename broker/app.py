@@ -29,6 +29,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
 from broker import metrics
+from broker.access import Access
 from broker.admin_settings import AdminSettings, initial_admins
 from broker.event_types.api import EventTypeApi
 from broker.event_types.rules import ENRICHMENT_STRATEGIES
@@ -52,13 +53,14 @@ PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 def create_app(settings: Settings) -> ASGIApp:
     store = Store(settings.pg_dsn, settings.pool_size)
     admin = AdminSettings(store.pool, initial_admins(settings.auth.admins))
+    access = Access(store.pool, admin)
     topics = Topics(settings.kafka_bootstrap, settings.replication_factor)
-    event_type_api = EventTypeApi(store, topics, settings)
+    event_type_api = EventTypeApi(store, topics, settings, access)
     producer = KafkaProducer(settings.kafka_bootstrap)
-    publisher = Publisher(store, producer)
+    publisher = Publisher(store, producer, access)
     watermarks = Watermarks(settings.kafka_bootstrap)
     subscriptions = SubscriptionService(
-        store, settings.pg_dsn, settings.kafka_bootstrap, watermarks
+        store, settings.pg_dsn, settings.kafka_bootstrap, watermarks, access
     )
 
     @contextlib.asynccontextmanager
@@ -98,7 +100,7 @@ def create_app(settings: Settings) -> ASGIApp:
         *event_type_api.routes(),
         *publisher.routes(),
         # Streams, partitions and cursor operations: broker/streams/api.py.
-        *streams.routes(StoreResolver(store), settings.kafka_bootstrap, watermarks),
+        *streams.routes(StoreResolver(store), settings.kafka_bootstrap, watermarks, access),
         # Subscriptions, their streams, commits and stats: broker/subscription*.py.
         *subscriptions.routes(),
         *admin.routes(),

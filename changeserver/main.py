@@ -15,7 +15,7 @@ from starlette.types import ASGIApp
 
 from changebroker import auth, config, http
 from changebroker.stack.state import default_state_dir
-from changeserver.server import DEFAULT_ADMIN_SCOPE, ChangeServer, Settings
+from changeserver.server import DEFAULT_ADMIN_SCOPE, DEFAULT_READ_SCOPE, ChangeServer, Settings
 
 SCOPE = "changeserver"
 
@@ -98,6 +98,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     auth.add_options(parser)
     add(
         parser,
+        "--read-scope",
+        scope=SCOPE,
+        default=DEFAULT_READ_SCOPE,
+        help="token scope /changes and /snapshots need (auth on)",
+    )
+    add(
+        parser,
         "--admin-scope",
         scope=SCOPE,
         default=DEFAULT_ADMIN_SCOPE,
@@ -159,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         settings,
         separate_management=args.mgmt_port is not None,
         authenticator=auth.start(auth.AuthSettings.from_args(args), SCOPE),
+        read_scope=args.read_scope,
         admin_scope=args.admin_scope,
     )
     asyncio.run(_serve(changeserver, args))

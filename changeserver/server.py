@@ -19,7 +19,9 @@ from changeserver.replication import Replicator, drop_slot
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ADMIN_SCOPE = "changeserver.admin"  # what /markdown needs with authentication on
+# With authentication on: what /changes and /snapshots need, and what /markdown needs.
+DEFAULT_READ_SCOPE = "changeserver.read"
+DEFAULT_ADMIN_SCOPE = "changeserver.admin"
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class ChangeServer:
         *,
         separate_management: bool = False,
         authenticator: auth.Authenticator | None = None,
+        read_scope: str = DEFAULT_READ_SCOPE,
         admin_scope: str = DEFAULT_ADMIN_SCOPE,
     ) -> None:
         self.settings = settings
@@ -82,9 +85,9 @@ class ChangeServer:
         def guarded(app: ASGIApp) -> ASGIApp:
             # Load balancers probe /health and /ready without credentials; /markdown stops the
             # service and the stack dump shows its internals: admins only.
-            def scope_of(method: str, path: str) -> str | None:
+            def scope_of(method: str, path: str) -> str:
                 admin = path == "/markdown" or path.endswith("/diagnostics/stack")
-                return admin_scope if admin else None
+                return admin_scope if admin else read_scope
 
             return auth.AuthMiddleware(
                 app,

@@ -18,6 +18,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from broker import authorization
+from broker.access import Access
 from broker.bodies import BadBody, json_body
 from broker.event_types import rules
 from broker.event_types.rules import InvalidEventType
@@ -26,6 +28,7 @@ from broker.event_types.topics import EventTypeTopic, TopicError, Topics, topic_
 from broker.problems import problem
 from broker.settings import Settings
 from changebroker import logs
+from changebroker.auth import audit, principal_of
 from registry.compat import SchemaError, nakadi_evolution, next_version
 
 log = logging.getLogger(__name__)
@@ -41,10 +44,11 @@ def not_found(name: str) -> JSONResponse:
 
 
 class EventTypeApi:
-    def __init__(self, store: Store, topics: Topics, settings: Settings) -> None:
+    def __init__(self, store: Store, topics: Topics, settings: Settings, access: Access) -> None:
         self.store = store
         self.topics = topics
         self.settings = settings
+        self.access = access
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -86,6 +90,11 @@ class EventTypeApi:
         return JSONResponse([timeline])
 
     async def create(self, request: Request) -> Response:
+        principal = principal_of(request)
+        if await self.access.admin.feature("DISABLE_EVENT_TYPE_CREATION") and not (
+            await self.access.admin.is_admin(principal)
+        ):
+            return problem(503, "creating event types is disabled by the administrators")
         try:
             body = await json_body(request)
             event_type = rules.validate_new(body)
@@ -117,10 +126,12 @@ class EventTypeApi:
             "event type created",
             extra=logs.fields(event_type=name, topic=topic, partitions=partitions),
         )
+        audit("event type created", principal, name)
         return Response(status_code=201)
 
     async def update(self, request: Request) -> Response:
         name = request.path_params["name"]
+        principal = principal_of(request)
         try:
             body = await json_body(request)
         except BadBody as bad:
@@ -130,6 +141,10 @@ class EventTypeApi:
                 if locked is None:
                     return not_found(name)
                 current = locked.current
+                # Refused before anything is read from the body: 403 whatever it says.
+                await self.access.require(
+                    principal, current.body.get("authorization"), "admin", f"event type {name}"
+                )
                 try:
                     updated = rules.validate_update(body, current.body)
                     new_version = self._next_version(current.body, updated)
@@ -146,10 +161,13 @@ class EventTypeApi:
             return problem(503, f"{exc}; nothing was changed, try again")
         except SubjectConflict as exc:
             return problem(409, str(exc))
+        # Streams of readers this change removed end at their next batch.
+        self.access.forget(name)
         log.info(
             "event type updated",
             extra=logs.fields(event_type=name, schema_version=new_version or "unchanged"),
         )
+        audit("event type updated", principal, name)
         return Response(status_code=200)
 
     @staticmethod
@@ -173,16 +191,31 @@ class EventTypeApi:
 
     async def delete(self, request: Request) -> Response:
         name = request.path_params["name"]
+        principal = principal_of(request)
         try:
             async with self.store.locked(name) as locked:
                 if locked is None:
                     return not_found(name)
+                await self.access.require(
+                    principal,
+                    locked.current.body.get("authorization"),
+                    "admin",
+                    f"event type {name}",
+                )
+                if await self.access.admin.feature(
+                    "DISABLE_EVENT_TYPE_DELETION"
+                ) and not await self.access.admin.is_admin(principal):
+                    authorization.refuse(
+                        principal, f"delete event type {name}", "deletion is disabled"
+                    )
                 await locked.delete()
                 # Raised inside the transaction: a failed topic deletion keeps the event type.
                 await self.topics.delete(locked.current.topic)
         except TopicError as exc:
             return problem(503, f"{exc}; nothing was deleted, try again")
+        self.access.forget(name)
         log.info("event type deleted", extra=logs.fields(event_type=name))
+        audit("event type deleted", principal, name)
         return Response(status_code=200)
 
     async def schemas(self, request: Request) -> Response:

@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from broker import bodies
+from broker.access import Access
 from broker.event_types.topics import EventTypeTopic, TopicResolver
 from broker.problems import problem
 from broker.streams.cursors import (
@@ -35,6 +36,7 @@ from broker.streams.cursors import (
 )
 from broker.streams.event_stream import EventStream, LimitError, parse_limits
 from broker.streams.watermarks import Watermark, Watermarks
+from changebroker.auth import principal_of
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +84,25 @@ def _not_found(name: str) -> Response:
 
 class Reading:
     def __init__(
-        self, resolve: TopicResolver, kafka_bootstrap: str, watermarks: Watermarks
+        self,
+        resolve: TopicResolver,
+        kafka_bootstrap: str,
+        watermarks: Watermarks,
+        access: Access,
     ) -> None:
         self._resolve = resolve
         self._bootstrap = kafka_bootstrap
         self._watermarks = watermarks
+        self._access = access
+
+    async def _readable(self, request: Request) -> EventTypeTopic | Response:
+        """The event type the path names, if the caller may read it (else 403), or its 404."""
+        name = request.path_params["name"]
+        topic = await self._resolve(name)
+        if topic is None:
+            return _not_found(name)
+        await self._access.require_event_type(principal_of(request), name, "read")
+        return topic
 
     async def _marks(self, topic: EventTypeTopic) -> dict[int, Watermark]:
         return await self._watermarks.of(topic.topic, range(topic.partitions))
@@ -96,6 +112,8 @@ class Reading:
         topic = await self._resolve(name)
         if topic is None:
             return _not_found(name)
+        principal = principal_of(request)
+        await self._access.require_consume(principal, [name])
         try:
             limits = parse_limits(request.query_params)
         except LimitError as error:
@@ -122,14 +140,15 @@ class Reading:
             return problem(412, str(error))
         stream = EventStream(self._bootstrap, topic.topic, positions, limits, topic.timeline)
         gzip = _wants_gzip(request)
-        body = _gzipped(stream.batches()) if gzip else stream.batches()
+        batches = self._access.guarded(stream.batches(), principal, [name])
+        body = _gzipped(batches) if gzip else batches
         return _StreamResponse(stream, body, gzip)
 
     async def partitions(self, request: Request) -> Response:
         name = request.path_params["name"]
-        topic = await self._resolve(name)
-        if topic is None:
-            return _not_found(name)
+        topic = await self._readable(request)
+        if isinstance(topic, Response):
+            return topic
         consumed: dict[int, Cursor] = {}
         if "cursors" in request.query_params:
             try:
@@ -154,9 +173,9 @@ class Reading:
 
     async def partition(self, request: Request) -> Response:
         name, partition_text = request.path_params["name"], request.path_params["partition"]
-        topic = await self._resolve(name)
-        if topic is None:
-            return _not_found(name)
+        topic = await self._readable(request)
+        if isinstance(topic, Response):
+            return topic
         if not partition_text.isdigit() or int(partition_text) >= topic.partitions:
             return problem(404, f"partition {partition_text} not found in {name}")
         partition = int(partition_text)
@@ -172,10 +191,9 @@ class Reading:
 
     async def _cursor_request(self, request: Request) -> tuple[EventTypeTopic, object] | Response:
         """The event type and the JSON body of a cursor operation, or the Problem to answer."""
-        name = request.path_params["name"]
-        topic = await self._resolve(name)
-        if topic is None:
-            return _not_found(name)
+        topic = await self._readable(request)
+        if isinstance(topic, Response):
+            return topic
         try:
             body = await bodies.json_body(request)
         except bodies.BadBody as bad:
@@ -269,9 +287,11 @@ def _kafka_unavailable_is_503(endpoint: Endpoint) -> Endpoint:
     return guarded
 
 
-def routes(resolve: TopicResolver, kafka_bootstrap: str, watermarks: Watermarks) -> list[BaseRoute]:
+def routes(
+    resolve: TopicResolver, kafka_bootstrap: str, watermarks: Watermarks, access: Access
+) -> list[BaseRoute]:
     """The reading endpoints; ``watermarks`` is the app's, closed by its lifespan."""
-    reading = Reading(resolve, kafka_bootstrap, watermarks)
+    reading = Reading(resolve, kafka_bootstrap, watermarks, access)
     endpoints: list[tuple[str, Endpoint, str]] = [
         ("/event-types/{name}/events", reading.stream, "GET"),
         ("/event-types/{name}/partitions", reading.partitions, "GET"),

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from broker import bodies
+from broker.access import Access
 from broker.problems import problem
 from broker.subscriptions.store import (
     DEFAULT_PAGE,
@@ -23,6 +24,7 @@ from broker.subscriptions.store import (
     storable,
     whole_number,
 )
+from changebroker.auth import audit, principal_of
 
 # What ``show_status`` adds to a listed subscription (served by the streams module).
 StatusSource = Callable[["Subscription"], Awaitable[list[dict[str, Any]]]]
@@ -42,13 +44,39 @@ def _page_number(request: Request, name: str, default: int, low: int, high: int)
 
 
 class SubscriptionApi:
-    def __init__(self, subscriptions: Subscriptions, status: StatusSource) -> None:
+    def __init__(self, subscriptions: Subscriptions, status: StatusSource, access: Access) -> None:
         self._subscriptions = subscriptions
         self._status = status
+        self._access = access
+
+    async def _administered(self, request: Request) -> Subscription | Response:
+        """The subscription the path names if the caller is one of its admins (else 403)."""
+        subscription_id = request.path_params["id"]
+        subscription = await self._subscriptions.get(subscription_id)
+        if subscription is None:
+            return not_found(subscription_id)
+        await self._access.require(
+            principal_of(request),
+            subscription.authorization,
+            "admin",
+            f"subscription {subscription_id}",
+        )
+        return subscription
 
     async def create(self, request: Request) -> Response:
+        principal = principal_of(request)
+        admin = self._access.admin
+        if await admin.feature("DISABLE_SUBSCRIPTION_CREATION") and not await admin.is_admin(
+            principal
+        ):
+            return problem(503, "creating subscriptions is disabled by the administrators")
         try:
             body = await bodies.json_body(request)
+            # Only readers of every event type may subscribe to them.
+            names = body.get("event_types") if isinstance(body, dict) else None
+            for name in names if isinstance(names, list) else ():
+                if isinstance(name, str):
+                    await self._access.require_event_type(principal, name, "read")
             subscription, created = await self._subscriptions.create(body)
         except bodies.BadBody as bad:
             return bad.response
@@ -58,6 +86,7 @@ class SubscriptionApi:
         headers = {"Location": location}
         if created:
             headers["Content-Location"] = location
+            audit("subscription created", principal, subscription.id)
         return JSONResponse(
             subscription.body(), status_code=201 if created else 200, headers=headers
         )
@@ -103,6 +132,9 @@ class SubscriptionApi:
 
     async def update(self, request: Request) -> Response:
         subscription_id = request.path_params["id"]
+        administered = await self._administered(request)
+        if isinstance(administered, Response):
+            return administered
         try:
             body = await bodies.json_body(request)
             found = await self._subscriptions.update_authorization(subscription_id, body)
@@ -110,11 +142,18 @@ class SubscriptionApi:
             return bad.response
         except SubscriptionError as error:
             return error.response()
-        return Response(status_code=204) if found else not_found(subscription_id)
+        if not found:
+            return not_found(subscription_id)
+        audit("subscription authorization changed", principal_of(request), subscription_id)
+        return Response(status_code=204)
 
     async def delete(self, request: Request) -> Response:
         subscription_id = request.path_params["id"]
+        administered = await self._administered(request)
+        if isinstance(administered, Response):
+            return administered
         if await self._subscriptions.delete(subscription_id):
+            audit("subscription deleted", principal_of(request), subscription_id)
             return Response(status_code=204)
         return not_found(subscription_id)
 

@@ -18,7 +18,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import anyio
@@ -30,6 +30,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from broker import bodies
+from broker.access import Access
 from broker.problems import problem
 from broker.streams.api import STREAM_MEDIA_TYPE, _gzipped, _wants_gzip
 from broker.streams.cursors import OffsetFormatError, format_offset, parse_offset
@@ -55,6 +56,7 @@ from broker.subscriptions.store import (
     whole_number,
 )
 from changebroker import logs
+from changebroker.auth import audit, principal_of
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +69,17 @@ TIME_LAG_READ_SECONDS = 5.0
 class _SessionResponse(StreamingResponse):
     """Closes the session whatever ends the response; the close survives the cancellation."""
 
-    def __init__(self, session: Session, waiter: contextlib.ExitStack, gzip: bool) -> None:
+    def __init__(
+        self,
+        session: Session,
+        lines: AsyncIterator[bytes],
+        waiter: contextlib.ExitStack,
+        gzip: bool,
+    ) -> None:
         headers = {STREAM_ID_HEADER: session.stream_id}
         if gzip:
             headers["Content-Encoding"] = "gzip"
-        body = _gzipped(session.lines()) if gzip else session.lines()
+        body = _gzipped(lines) if gzip else lines
         super().__init__(body, media_type=STREAM_MEDIA_TYPE, headers=headers)
         self._session = session
         self._waiter = waiter
@@ -94,7 +102,9 @@ class SubscriptionStreams:
         coordinator: Coordinator,
         bootstrap: str,
         watermarks: Watermarks,
+        access: Access,
     ) -> None:
+        self.access = access
         self.subscriptions = subscriptions
         self.store = subscriptions.store
         self.coordinator = coordinator
@@ -111,6 +121,10 @@ class SubscriptionStreams:
         subscription = await self._subscription(request)
         if isinstance(subscription, Response):
             return subscription
+        principal = principal_of(request)
+        await self.access.require_consume(
+            principal, subscription.event_types, subscription.authorization, subscription.id
+        )
         values: dict[str, Any] = dict(request.query_params)
         if request.method == "POST":
             try:
@@ -142,7 +156,10 @@ class SubscriptionStreams:
             extra=logs.fields(subscription_id=subscription.id, stream_id=stream_id),
         )
         session = Session(self, subscription, stream_id, params, topics, changed)
-        return _SessionResponse(session, waiter, _wants_gzip(request))
+        lines = self.access.guarded(
+            session.lines(), principal, subscription.event_types, subscription.authorization
+        )
+        return _SessionResponse(session, lines, waiter, _wants_gzip(request))
 
     async def _open_session(
         self, subscription: Subscription, stream_id: str, params: StreamParams
@@ -200,6 +217,13 @@ class SubscriptionStreams:
         subscription = await self._subscription(request)
         if isinstance(subscription, Response):
             return subscription
+        # Committing is consuming: the subscription's readers, not blocked from consuming.
+        await self.access.require_consume(
+            principal_of(request),
+            subscription.event_types,
+            subscription.authorization,
+            subscription.id,
+        )
         stream_id = request.headers.get(STREAM_ID_HEADER)
         if not stream_id:
             return problem(400, f"the {STREAM_ID_HEADER} header is required to commit")
@@ -324,6 +348,10 @@ class SubscriptionStreams:
         subscription = await self._subscription(request)
         if isinstance(subscription, Response):
             return subscription
+        principal = principal_of(request)
+        await self.access.require(
+            principal, subscription.authorization, "admin", f"subscription {subscription.id}"
+        )
         try:
             body = await bodies.json_body(request)
             items = _cursor_items(body, subscription, with_token=False)
@@ -375,6 +403,7 @@ class SubscriptionStreams:
                 "UPDATE broker_subscriptions SET reset_until = NULL WHERE id = %s",
                 (subscription.id,),
             )
+        audit("cursors reset", principal, subscription.id)
         return Response(status_code=204)
 
     async def _wait_finished(self, stream_ids: list[Any], changed: asyncio.Event) -> None:

@@ -20,7 +20,11 @@ ADMIN = {"authorization": "Bearer admin"}
 def secured(make_server: MakeServer, tmp_path: Path) -> Harness:
     path = tokens_file(
         tmp_path / "tokens.json",
-        {"reader": ("bridge", []), "admin": ("ops", ["changeserver.admin"])},
+        {
+            "reader": ("bridge", ["changeserver.read"]),
+            "admin": ("ops", ["changeserver.admin"]),
+            "unscoped": ("someone", []),
+        },
     )
     authenticator = AuthSettings(mode="tokens", tokens_file=path).authenticator()
     return make_server(
@@ -39,6 +43,8 @@ def test_changes_and_snapshots_need_a_token(secured: Harness) -> None:
         assert refused.headers["www-authenticate"] == "Bearer"
         wrong = httpx.get(secured.url + path, headers={"authorization": "Bearer nope"})
         assert wrong.status_code == 401
+        unscoped = httpx.get(secured.url + path, headers={"authorization": "Bearer unscoped"})
+        assert unscoped.status_code == 403
     assert httpx.get(f"{secured.url}/snapshots?scope=a", headers=READER).status_code == 404
 
     def served() -> bool:
