@@ -69,6 +69,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
             help=f"the token scope Nakadi calls {getattr(defaults, name)} (auth on)",
         )
     http.add_tls_options(parser)
+    http.add_limit_options(parser)
     option(
         "--workers",
         type=int,
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers <= 1:
         app = create_app(settings)
         tune_gc()
-        http.serve(app, args.host, args.port, tls=tls)
+        http.serve(app, args.host, args.port, tls=tls, limits=http.limits_of(args))
         return 0
     # Workers share nothing but Postgres and Kafka, as separate broker processes do.
     os.environ[SETTINGS_ENV] = json.dumps(settings.to_json())
@@ -117,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=10,
+        http=http.limits_of(args).protocol(),
+        timeout_keep_alive=int(args.idle_timeout) or 1,
         ssl_certfile=tls.cert if tls else None,
         ssl_keyfile=tls.key if tls else None,
     )

@@ -7,6 +7,7 @@ Error bodies are not here on purpose: each API has its own error format
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import time
 import uuid
@@ -20,9 +21,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from changebroker import logs
-from changebroker.config import add_option
+from changebroker.config import add_option, parse_duration
 
 FLOW_ID_HEADER = "x-flow-id"
+DEFAULT_HEADER_TIMEOUT = 10.0
+DEFAULT_MAX_HEADER_BYTES = 64 * 1024
+DEFAULT_IDLE_TIMEOUT = 5.0  # uvicorn's keep-alive default
 access_log = logging.getLogger("changebroker.access")
 
 
@@ -85,22 +89,86 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
     """
 
     _reparsing = False
+    # A request's head must arrive within this time and size: a client that sends it byte by
+    # byte, or sends endless headers, is answered 408 / 431 and its connection closed.
+    header_timeout = DEFAULT_HEADER_TIMEOUT
+    max_header_bytes = DEFAULT_MAX_HEADER_BYTES
+    _header_deadline: asyncio.TimerHandle | None = None
+    _header_bytes = 0
+    _refused = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_deadline()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._header_bytes = 0
+        self._arm_header_deadline()
+
+    def on_url(self, url: bytes) -> None:
+        if self._within_header_limit(len(url)):
+            super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._within_header_limit(len(name) + len(value)):
+            super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
+        self._disarm_header_deadline()
+        if self._refused:
+            return
         # CONNECT is an upgrade to llhttp whatever its headers: left to uvicorn.
         self._reparsing = self.parser.should_upgrade() and self.parser.get_method() != b"CONNECT"
         if not self._reparsing:
             super().on_headers_complete()
 
+    def _within_header_limit(self, size: int) -> bool:
+        self._header_bytes += size
+        if self._header_bytes > self.max_header_bytes and not self._refused:
+            self._refuse(b"431 Request Header Fields Too Large", "request head too large")
+        return not self._refused
+
+    def _arm_header_deadline(self) -> None:
+        if self._header_deadline is None:
+            self._header_deadline = self.loop.call_later(
+                self.header_timeout, self._headers_too_slow
+            )
+
+    def _disarm_header_deadline(self) -> None:
+        if self._header_deadline is not None:
+            self._header_deadline.cancel()
+            self._header_deadline = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_deadline = None
+        self._refuse(b"408 Request Timeout", "request head not received in time")
+
+    def _refuse(self, status: bytes, reason: str) -> None:
+        """Answer ``status`` and close: the client held the connection without a request."""
+        self._refused = True
+        self.logger.warning(reason, extra=logs.fields(client=self.client))
+        if not self.transport.is_closing():
+            self.transport.write(
+                b"HTTP/1.1 " + status + b"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            )
+            self.transport.close()
+
     def on_body(self, body: bytes) -> None:
-        if not self._reparsing:
+        if not self._reparsing and not self._refused:
             super().on_body(body)
 
     def on_message_complete(self) -> None:
-        if not self._reparsing:
+        if not self._reparsing and not self._refused:
             super().on_message_complete()
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
         self._unset_keepalive_if_required()
         try:
             self.parser.feed_data(data)
@@ -170,8 +238,65 @@ def tls_of(args: argparse.Namespace) -> Tls | None:
     return Tls(args.tls_cert, args.tls_key) if args.tls_cert is not None else None
 
 
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """How long and how large a request's head may be, and how long an idle connection stays."""
+
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+
+    def protocol(self) -> type[UpgradeIgnoringProtocol]:
+        if (self.header_timeout, self.max_header_bytes) == (
+            DEFAULT_HEADER_TIMEOUT,
+            DEFAULT_MAX_HEADER_BYTES,
+        ):
+            return UpgradeIgnoringProtocol
+        limits = {"header_timeout": self.header_timeout, "max_header_bytes": self.max_header_bytes}
+        return type("LimitedProtocol", (UpgradeIgnoringProtocol,), limits)
+
+
+def add_limit_options(parser: argparse.ArgumentParser) -> None:
+    """``--header-timeout``, ``--max-header-bytes``, ``--idle-timeout``: what a slow or
+    abusive client may hold of a server."""
+    add_option(
+        parser,
+        "--header-timeout",
+        scope="",
+        type=parse_duration,
+        default=DEFAULT_HEADER_TIMEOUT,
+        help="a request's head must arrive within this (else 408 and the connection closes)",
+    )
+    add_option(
+        parser,
+        "--max-header-bytes",
+        scope="",
+        type=int,
+        default=DEFAULT_MAX_HEADER_BYTES,
+        help="largest request head, URL and headers (else 431)",
+    )
+    add_option(
+        parser,
+        "--idle-timeout",
+        scope="",
+        type=parse_duration,
+        default=DEFAULT_IDLE_TIMEOUT,
+        help="an idle keep-alive connection is closed after this",
+    )
+
+
+def limits_of(args: argparse.Namespace) -> ConnectionLimits:
+    return ConnectionLimits(args.header_timeout, args.max_header_bytes, args.idle_timeout)
+
+
 def config(
-    app: ASGIApp, host: str, port: int, *, tls: Tls | None = None, **options: Any
+    app: ASGIApp,
+    host: str,
+    port: int,
+    *,
+    tls: Tls | None = None,
+    limits: ConnectionLimits = ConnectionLimits(),
+    **options: Any,
 ) -> uvicorn.Config:
     """uvicorn's settings for every service (``options``: lifespan, graceful timeout, ...)."""
     if tls is not None:
@@ -180,7 +305,8 @@ def config(
         FlowIdMiddleware(app),
         host=host,
         port=port,
-        http=UpgradeIgnoringProtocol,
+        http=limits.protocol(),
+        timeout_keep_alive=int(limits.idle_timeout) or 1,
         ws="none",  # no service serves WebSockets: their upgrades are ignored too
         log_config=None,
         access_log=False,
@@ -188,6 +314,14 @@ def config(
     )
 
 
-def serve(app: ASGIApp, host: str, port: int, *, tls: Tls | None = None) -> None:
+def serve(
+    app: ASGIApp,
+    host: str,
+    port: int,
+    *,
+    tls: Tls | None = None,
+    limits: ConnectionLimits = ConnectionLimits(),
+) -> None:
     """Run ``app`` with uvicorn until SIGTERM/SIGINT (graceful: open requests finish)."""
-    uvicorn.Server(config(app, host, port, tls=tls, timeout_graceful_shutdown=10)).run()
+    server_config = config(app, host, port, tls=tls, limits=limits, timeout_graceful_shutdown=10)
+    uvicorn.Server(server_config).run()

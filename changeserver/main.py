@@ -111,6 +111,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="token scope /markdown and the stack dump need (auth on)",
     )
     http.add_tls_options(parser)
+    http.add_limit_options(parser)
 
 
 def _table_list(text: str) -> tuple[str, ...]:
@@ -126,19 +127,25 @@ class _Server(uvicorn.Server):
 
 
 def _server(
-    app: ASGIApp, host: str, port: int, lifespan: Literal["on", "off"], tls: http.Tls | None
+    app: ASGIApp, port: int, lifespan: Literal["on", "off"], args: argparse.Namespace
 ) -> _Server:
     return _Server(
-        http.config(app, host, port, tls=tls, lifespan=lifespan, timeout_graceful_shutdown=10)
+        http.config(
+            app,
+            args.host,
+            port,
+            tls=http.tls_of(args),
+            limits=http.limits_of(args),
+            lifespan=lifespan,
+            timeout_graceful_shutdown=10,
+        )
     )
 
 
 async def _serve(changeserver: ChangeServer, args: argparse.Namespace) -> None:
-    tls = http.tls_of(args)
-    servers = [_server(changeserver.api_app, args.host, args.port, "on", tls)]
+    servers = [_server(changeserver.api_app, args.port, "on", args)]
     if changeserver.management_app is not None:
-        management = changeserver.management_app
-        servers.append(_server(management, args.host, args.mgmt_port, "off", tls))
+        servers.append(_server(changeserver.management_app, args.mgmt_port, "off", args))
 
     def stop() -> None:
         for server in servers:

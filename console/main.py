@@ -63,6 +63,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     # The console is a client of every service: it sends their token and trusts their CA.
     auth.add_client_options(parser)
     http.add_tls_options(parser)
+    http.add_limit_options(parser)
 
 
 def endpoints_of(args: argparse.Namespace) -> Endpoints:
@@ -89,5 +90,5 @@ def run(args: argparse.Namespace) -> int:
         "console starting",
         extra=logs.fields(host=args.host, port=args.port, read_only=args.read_only),
     )
-    http.serve(app, args.host, args.port, tls=http.tls_of(args))
+    http.serve(app, args.host, args.port, tls=http.tls_of(args), limits=http.limits_of(args))
     return 0

@@ -22,6 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     option("--read-scope", default="registry.read", help="token scope reads need (auth on)")
     option("--write-scope", default="registry.write", help="token scope writes need (auth on)")
     http.add_tls_options(parser)
+    http.add_limit_options(parser)
     option(
         "--statement-timeout",
         type=config.parse_duration,
@@ -41,5 +42,5 @@ def run(args: argparse.Namespace) -> int:
         pool_size=args.pool_size,
     )
     log.info("registry starting", extra=logs.fields(host=args.host, port=args.port))
-    http.serve(app, args.host, args.port, tls=tls)
+    http.serve(app, args.host, args.port, tls=tls, limits=http.limits_of(args))
     return 0

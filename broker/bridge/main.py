@@ -121,6 +121,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="token scope resuming a unit and asking a snapshot need (auth on)",
     )
     http.add_tls_options(parser)
+    http.add_limit_options(parser)
     commands = parser.add_subparsers(dest="bridge_command")
     snapshot = commands.add_parser(
         "snapshot", help="ask the running bridge (--host, --port) to publish TABLE again"
@@ -301,5 +302,5 @@ def run(args: argparse.Namespace) -> int:
     log.info("bridge starting", extra=logs.fields(port=args.port, name=args.name))
     authenticator = auth.start(auth.AuthSettings.from_args(args), SCOPE)
     app = create_app(bridge, authenticator, args.admin_scope)
-    http.serve(app, args.host, args.port, tls=http.tls_of(args))
+    http.serve(app, args.host, args.port, tls=http.tls_of(args), limits=http.limits_of(args))
     return 0
