@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 OPENSCHEMA_JSON = "application/vnd.openschema.v1+json"
 MEDIA_TYPES = (OPENSCHEMA_JSON, "application/json")
+MAX_BODY_BYTES = 4 * 1024 * 1024  # a schema, with its metadata, as sent
 
 Handler = Callable[[Request, Store], Awaitable[Any]]
 
@@ -66,6 +67,23 @@ def negotiate(accept: str | None) -> str:
     )
 
 
+async def _body(request: Request, limit: int) -> bytes:
+    """The request body, refused (41301) as soon as it passes ``limit`` bytes."""
+    too_large = RegistryError(
+        errors.PAYLOAD_TOO_LARGE, f"the body exceeds {limit} bytes: schemas are smaller than that"
+    )
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def read_json(request: Request) -> dict[str, Any]:
     """The request body as a JSON object; 415 for other media types, 42201 for bad JSON."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -74,7 +92,7 @@ async def read_json(request: Request) -> dict[str, Any]:
             errors.UNSUPPORTED_MEDIA_TYPE,
             f"send the body as {' or '.join(MEDIA_TYPES)}, not {content_type}",
         )
-    raw = await request.body()
+    raw = await _body(request, request.app.state.max_body_bytes)
     if not raw.strip():
         raise RegistryError(errors.INVALID_INPUT, "the request needs a JSON body")
     try:
@@ -279,6 +297,7 @@ def create_app(
     scopes: Scopes = Scopes(),
     statement_timeout_ms: int = 10_000,
     pool_size: int = 10,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> ASGIApp:
     """The registry on the database ``dsn`` (migrated at start)."""
     store = Store(dsn, pool_size=pool_size, statement_timeout_ms=statement_timeout_ms)
@@ -288,6 +307,7 @@ def create_app(
         await asyncio.to_thread(pg.migrate, dsn, "registry")
         await store.open()
         app.state.store = store
+        app.state.max_body_bytes = max_body_bytes
         try:
             yield
         finally:

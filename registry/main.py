@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from changebroker import auth, config, http, logs
-from registry.app import Scopes, create_app
+from registry.app import MAX_BODY_BYTES, Scopes, create_app
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="longest a storage call may take before the API answers 50002",
     )
     option("--pool-size", type=int, default=10, help="Postgres connections at most")
+    option(
+        "--max-body-bytes",
+        type=int,
+        default=MAX_BODY_BYTES,
+        help="largest request body (a schema): larger ones are refused with 41301",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         scopes=Scopes(read=args.read_scope, write=args.write_scope),
         statement_timeout_ms=int(args.statement_timeout * 1000),
         pool_size=args.pool_size,
+        max_body_bytes=args.max_body_bytes,
     )
     log.info("registry starting", extra=logs.fields(host=args.host, port=args.port))
     http.serve(app, args.host, args.port, tls=tls, limits=http.limits_of(args))

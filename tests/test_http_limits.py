@@ -94,3 +94,18 @@ def test_an_oversized_request_head_is_431(registry: str) -> None:
     response = httpx.get(f"{registry}/subjects", headers={"X-Big": "z" * 10_000}, timeout=10)
     assert response.status_code == 431
     assert httpx.get(f"{registry}/health", timeout=10).status_code == 200
+
+
+def test_the_registry_refuses_a_body_past_its_limit(registry_dsn: str) -> None:
+    with (
+        serve_in_thread(create_app(registry_dsn, max_body_bytes=10_000)) as url,
+        httpx.Client(base_url=url, timeout=30) as http,
+    ):
+        huge = {"type": "object", "description": "d" * 20_000}
+        body = {"serialization": "json", "schemaDefinition": huge}
+        refused = http.post("/subjects/huge/versions", json=body)
+        assert refused.status_code == 413, refused.text
+        assert refused.json()["errorCode"] == 41301
+        assert http.get("/subjects/huge/versions").status_code == 404
+        small = {"serialization": "json", "schemaDefinition": {"type": "object"}}
+        assert http.post("/subjects/huge/versions", json=small).status_code == 200

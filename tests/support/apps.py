@@ -19,10 +19,9 @@ from changebroker.stack.processes import answers, free_port, wait_until
 
 
 @contextlib.contextmanager
-def serve_in_thread(
-    app: ASGIApp, limits: http.ConnectionLimits = http.ConnectionLimits()
-) -> Iterator[str]:
+def serve_in_thread(app: ASGIApp, limits: http.ConnectionLimits | None = None) -> Iterator[str]:
     """Serve ``app`` on a free loopback port; yields its base URL."""
+    limits = limits or http.ConnectionLimits()
     server = uvicorn.Server(http.config(app, "127.0.0.1", 0, lifespan="on", limits=limits))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
