@@ -284,3 +284,36 @@ def test_kafka_clients_take_the_deployments_tls_and_sasl_properties(
     assert config["group.id"] == "g"
     with pytest.raises(ValueError, match="key=value"):
         kafka.deployment_config("security.protocol")
+
+
+def test_up_passes_authentication_and_tls_to_every_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from changebroker.cli import build_parser
+    from changebroker.http import Tls
+    from changebroker.stack.local import LocalStack
+    from changebroker.stack.state import StateDir
+
+    tokens = tokens_file(tmp_path / "tokens.json", {"t": ("bridge", [])})
+    settings = AuthSettings(mode="tokens", tokens_file=tokens, admins=("ops",))
+    stack = LocalStack(
+        state=StateDir(tmp_path / "state"),
+        auth=settings,
+        client_token="t",
+        tls=Tls(tmp_path / "server.pem", tmp_path / "server.key"),
+        ca_file=tmp_path / "ca.pem",
+    )
+    # What `up` puts in every service's environment.
+    monkeypatch.setenv("CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:1/changebroker")
+    parser = build_parser()
+    for service in stack.services():
+        args = parser.parse_args([service.name, *service.args])
+        assert service.base_url.startswith("https://"), service
+        if service.name != "console":  # it checks no tokens: people's browsers use it
+            assert AuthSettings.from_args(args).mode == "tokens", service.name
+            assert args.auth_tokens == tokens and args.admins == ("ops",)
+        assert args.tls_cert == tmp_path / "server.pem", service.name
+        if service.name in ("bridge", "console"):
+            assert args.tls_ca == tmp_path / "ca.pem"
+        # The token travels in the environment, never on a command line.
+        assert "t" not in service.args
