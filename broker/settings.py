@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from broker.authorization import Scopes
@@ -31,15 +30,9 @@ class Settings:
 
     def to_json(self) -> dict[str, Any]:
         """As JSON, for worker processes (``from_json`` makes it again)."""
-        raw = asdict(self)
-        for name in ("tokens_file", "ca_file"):
-            raw["auth"][name] = None if raw["auth"][name] is None else str(raw["auth"][name])
-        return raw
+        return {**asdict(self), "auth": self.auth.to_json()}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Settings:
-        auth = dict(raw["auth"])
-        for name in ("tokens_file", "ca_file"):
-            auth[name] = None if auth[name] is None else Path(auth[name])
-        auth["admins"] = tuple(auth["admins"])
-        return cls(**{**raw, "auth": AuthSettings(**auth), "scopes": Scopes(**raw["scopes"])})
+        auth = AuthSettings.from_json(raw["auth"])
+        return cls(**{**raw, "auth": auth, "scopes": Scopes(**raw["scopes"])})

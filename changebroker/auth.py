@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -421,6 +422,18 @@ class AuthSettings:
             if value is not None:
                 flags += [flag, str(value)]
         return flags
+
+    def to_json(self) -> dict[str, Any]:
+        """As JSON, for a service's worker processes (``from_json`` makes it again)."""
+        raw = dataclasses.asdict(self)
+        for name in ("tokens_file", "ca_file"):
+            raw[name] = None if raw[name] is None else str(raw[name])
+        return raw
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> AuthSettings:
+        paths = {n: None if raw[n] is None else Path(raw[n]) for n in ("tokens_file", "ca_file")}
+        return cls(**{**raw, **paths, "admins": tuple(raw["admins"])})
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AuthSettings:

@@ -64,10 +64,8 @@ class ChangeServer:
             tables=settings.tables,
         )
         self.state = api.State(streaming=self.replicator.streaming)
-        routes = [
-            api.changes_route(self.state, self.reader, settings.prefix),
-            api.stack_route(settings.prefix),
-        ]
+        changes = api.changes_route(self.state, self.reader, settings.prefix)
+        routes = [changes, api.stack_route(settings.prefix)]
         if settings.snapshots_dir is not None:
             routes.append(
                 snapshots.snapshots_route(
@@ -98,7 +96,10 @@ class ChangeServer:
             )
 
         self.api_app = guarded(
-            Starlette(routes=routes, lifespan=self._lifespan, exception_handlers=handlers)
+            api.ChangesFirst(
+                changes,
+                Starlette(routes=routes, lifespan=self._lifespan, exception_handlers=handlers),
+            )
         )
         self.management_app = (
             guarded(Starlette(routes=management, exception_handlers=handlers))
