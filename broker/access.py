@@ -29,23 +29,35 @@ class Access:
         self.pool = pool
         self.admin = admin
         self._event_types: dict[str, tuple[float, dict[str, Any] | None]] = {}
+        self._subscriptions: dict[str, tuple[float, dict[str, Any] | None]] = {}
 
     async def event_type_authorization(self, name: str) -> dict[str, Any] | None:
-        cached = self._event_types.get(name)
+        query = "SELECT body->'authorization' FROM broker_event_types WHERE name = %s"
+        return await self._section(self._event_types, query, name)
+
+    async def subscription_authorization(self, subscription_id: str) -> dict[str, Any] | None:
+        query = "SELECT authz FROM broker_subscriptions WHERE id = %s"
+        return await self._section(self._subscriptions, query, subscription_id)
+
+    async def _section(
+        self, cache: dict[str, tuple[float, dict[str, Any] | None]], query: str, key: str
+    ) -> dict[str, Any] | None:
+        cached = cache.get(key)
         if cached is not None and time.monotonic() - cached[0] < AUTHORIZATION_TTL:
             return cached[1]
         async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT body->'authorization' FROM broker_event_types WHERE name = %s", (name,)
-            )
-            row = await cur.fetchone()
+            row = await (await conn.execute(query, (key,))).fetchone()
         found = row[0] if row else None
-        self._event_types[name] = (time.monotonic(), found)
+        cache[key] = (time.monotonic(), found)
         return found
 
     def forget(self, name: str) -> None:
         """This process changed the event type: its streams see the change at once."""
         self._event_types.pop(name, None)
+
+    def forget_subscription(self, subscription_id: str) -> None:
+        """This process changed the subscription's authorization: the same for its streams."""
+        self._subscriptions.pop(subscription_id, None)
 
     async def require(
         self,
@@ -99,15 +111,17 @@ class Access:
         self,
         principal: Principal,
         event_types: Sequence[str],
-        subscription: Mapping[str, Any] | None,
+        subscription_id: str | None,
     ) -> str | None:
         """Why ``principal`` may no longer read, or None."""
         if await self.admin.consumer_blocked(principal, list(event_types)):
             return "blocked from consuming"
         if await self.admin.is_admin(principal, "read"):
             return None
-        if not authorization.allowed(principal, subscription, "read"):
-            return "no longer one of the subscription's readers"
+        if subscription_id is not None:
+            section = await self.subscription_authorization(subscription_id)
+            if not authorization.allowed(principal, section, "read"):
+                return "no longer one of the subscription's readers"
         for name in event_types:
             section = await self.event_type_authorization(name)
             if not authorization.allowed(principal, section, "read"):
@@ -119,16 +133,17 @@ class Access:
         chunks: AsyncIterator[bytes],
         principal: Principal,
         event_types: Sequence[str],
-        subscription: Mapping[str, Any] | None = None,
+        subscription_id: str | None = None,
     ) -> AsyncIterator[bytes]:
-        """``chunks`` while ``principal`` may read them: checked before each batch is sent."""
+        """``chunks`` while ``principal`` may read them (the event types, and the subscription
+        when a stream is one's): checked before each batch is sent."""
         if principal.unrestricted:
             return chunks
 
         async def checked() -> AsyncIterator[bytes]:
             try:
                 async for chunk in chunks:
-                    reason = await self._lost_access(principal, event_types, subscription)
+                    reason = await self._lost_access(principal, event_types, subscription_id)
                     if reason is not None:
                         audit(
                             "stream closed",

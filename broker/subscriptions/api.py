@@ -144,6 +144,8 @@ class SubscriptionApi:
             return error.response()
         if not found:
             return not_found(subscription_id)
+        # Streams of readers this change removed end at their next batch.
+        self._access.forget_subscription(subscription_id)
         audit("subscription authorization changed", principal_of(request), subscription_id)
         return Response(status_code=204)
 

@@ -157,7 +157,7 @@ class SubscriptionStreams:
         )
         session = Session(self, subscription, stream_id, params, topics, changed)
         lines = self.access.guarded(
-            session.lines(), principal, subscription.event_types, subscription.authorization
+            session.lines(), principal, subscription.event_types, subscription.id
         )
         return _SessionResponse(session, lines, waiter, _wants_gzip(request))
 

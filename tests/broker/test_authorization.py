@@ -124,3 +124,43 @@ def test_blocking_a_consumer_ends_its_open_stream(broker: httpx.Client, unique_n
         assert refused.status_code == 403
     finally:
         broker.delete("/settings/blacklist/CONSUMER_APP/bi", headers=bearer("ops"))
+
+
+def test_narrowing_a_subscriptions_readers_ends_the_lost_readers_stream(
+    broker: httpx.Client, unique_name
+) -> None:
+    name = unique_name("subscribed")
+    readers = [service("shop"), service("bi")]
+    assert broker.post("/event-types", json=business_event_type(name), headers=bearer("shop"))
+    subscription = {
+        "owning_application": "shop",
+        "event_types": [name],
+        "consumer_group": name,
+        "authorization": {"admins": [service("shop")], "readers": readers},
+    }
+    created = broker.post("/subscriptions", json=subscription, headers=bearer("shop"))
+    assert created.status_code == 201, created.text
+    sid = created.json()["id"]
+    stream = OpenStream(broker, f"/subscriptions/{sid}/events", "bi")
+    assert stream.status == 200
+    # Only its admins change it, and its authorization cannot be dropped.
+    narrowed = {
+        **subscription,
+        "authorization": {"admins": [service("shop")], "readers": readers[:1]},
+    }
+    assert (
+        broker.put(f"/subscriptions/{sid}", json=narrowed, headers=bearer("bi")).status_code == 403
+    )
+    dropped = {**subscription, "authorization": None}
+    assert (
+        broker.put(f"/subscriptions/{sid}", json=dropped, headers=bearer("shop")).status_code == 422
+    )
+    assert stream.ended is None
+    assert (
+        broker.put(f"/subscriptions/{sid}", json=narrowed, headers=bearer("shop")).status_code
+        == 204
+    )
+    changed = time.monotonic()
+    wait_until(lambda: stream.ended is not None, timeout=10, what="the lost reader's stream to end")
+    assert stream.ended is not None and stream.ended - changed <= FLUSH_SECONDS + 1.0
+    assert broker.get(f"/subscriptions/{sid}/events", headers=bearer("bi")).status_code == 403
