@@ -54,7 +54,9 @@ def create_app(settings: Settings) -> ASGIApp:
     store = Store(settings.pg_dsn, settings.pool_size)
     admin = AdminSettings(store.pool, initial_admins(settings.auth.admins))
     access = Access(store.pool, admin)
-    topics = Topics(settings.kafka_bootstrap, settings.replication_factor)
+    topics = Topics(
+        settings.kafka_bootstrap, settings.replication_factor, settings.min_insync_replicas
+    )
     event_type_api = EventTypeApi(store, topics, settings, access)
     producer = KafkaProducer(settings.kafka_bootstrap)
     publisher = Publisher(store, producer, access)

@@ -106,7 +106,9 @@ class Settings:
     partitions: int = 4
     limit: int = 10_000
     block: int = 5
-    replication_factor: int = 1
+    # Of the positions topic; None: what the cluster allows (event types: the broker's).
+    replication_factor: int | None = None
+    min_insync_replicas: int | None = None
     client_token: str | None = None  # sent to the changeserver and the broker
     ca_file: Path | None = None  # trusted for their HTTPS besides the system's CAs
 
@@ -323,7 +325,9 @@ class Bridge:
 
     async def _session(self) -> None:
         s = self.settings
-        await asyncio.to_thread(ensure_positions_topic, s.kafka_bootstrap, s.replication_factor)
+        await asyncio.to_thread(
+            ensure_positions_topic, s.kafka_bootstrap, s.replication_factor, s.min_insync_replicas
+        )
         producer = await asyncio.to_thread(Transactions, s.kafka_bootstrap, s.name)
         store = Store(s.meta_dsn, pool_size=2)
         try:

@@ -55,16 +55,26 @@ def topic_config(event_type: dict[str, Any], default_retention_ms: int) -> dict[
 
 
 class Topics:
-    def __init__(self, bootstrap: str, replication_factor: int) -> None:
+    def __init__(
+        self, bootstrap: str, replication_factor: int | None, min_insync_replicas: int | None
+    ) -> None:
+        self._bootstrap = bootstrap
         self._admin: AdminClient = kafka.admin(bootstrap)
-        self._replication_factor = replication_factor
+        self._asked = (replication_factor, min_insync_replicas)
+        # Resolved from the cluster at the first creation, then kept: a node that is down
+        # at that moment must not shrink the replication of every later topic.
+        self._replication: kafka.Replication | None = None
 
     async def create(self, topic: str, partitions: int, config: dict[str, str]) -> None:
+        if self._replication is None:
+            self._replication = await asyncio.to_thread(
+                kafka.replication, self._bootstrap, *self._asked
+            )
         new = NewTopic(
             topic,
             num_partitions=partitions,
-            replication_factor=self._replication_factor,
-            config=config,
+            replication_factor=self._replication.factor,
+            config={**self._replication.topic_config(), **config},
         )
         await self._wait(self._admin.create_topics([new])[topic], f"create topic {topic}")
 
