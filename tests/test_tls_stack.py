@@ -16,6 +16,8 @@ from tests.support.credentials import self_signed_ca
 from tests.test_cli_stack import _changebroker, _status
 
 
+# The whole stack, its demo and a Spark replay: minutes on a loaded machine.
+@pytest.mark.timeout(900)
 def test_up_demo_over_tls_with_a_self_signed_ca(tmp_path: Path) -> None:
     certificates = self_signed_ca(tmp_path)
     flags = ["PG_PORT", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "BROKER_PORT", "REGISTRY_PORT"]
