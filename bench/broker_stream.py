@@ -121,10 +121,13 @@ class BenchBroker:
 
 
 @contextlib.contextmanager
-def broker_with_event_type(label: str, bootstrap: str | None = None) -> Iterator[BenchBroker]:
-    """A broker process on a metadata database of its own, with an undefined event type of
-    ``PARTITIONS`` partitions, on ``bootstrap`` (default: the runner's Kafka); the event type
-    (and so its topic), the process and the database are removed afterwards."""
+def broker_with_event_type(
+    label: str, *flags: str, bootstrap: str | None = None
+) -> Iterator[BenchBroker]:
+    """A broker process (one worker, unless ``flags`` say otherwise) on a metadata database of
+    its own, with an undefined event type of ``PARTITIONS`` partitions, on ``bootstrap``
+    (default: the runner's Kafka); the event type (and so its topic), the process and the
+    database are removed afterwards."""
     server_dsn = os.environ.get(
         "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
     )
@@ -139,7 +142,7 @@ def broker_with_event_type(label: str, bootstrap: str | None = None) -> Iterator
     broker = subprocess.Popen(
         [
             *(sys.executable, "-m", "changebroker.cli", "broker"),
-            *("--port", str(port), "--pg-url", meta_dsn, "--workers", "1"),
+            *("--port", str(port), "--pg-url", meta_dsn, "--workers", "1", *flags),
         ],
         env={**os.environ, "CHANGEBROKER_KAFKA_BOOTSTRAP": bootstrap},
         stdout=log.open("wb"),

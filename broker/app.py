@@ -24,11 +24,10 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
-from broker import metrics
 from broker.access import Access
 from broker.admin_settings import AdminSettings, initial_admins
 from broker.event_types.api import EventTypeApi
@@ -42,12 +41,12 @@ from broker.publishing.producer import KafkaProducer
 from broker.settings import Settings
 from broker.streams import api as streams
 from broker.streams.watermarks import Watermarks
+from broker.subscriptions.lag import SubscriptionLag
 from broker.subscriptions.service import SubscriptionService
 from changebroker import auth, pg
+from changebroker import metrics as service_metrics
 
 log = logging.getLogger(__name__)
-
-PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def create_app(settings: Settings) -> ASGIApp:
@@ -64,6 +63,8 @@ def create_app(settings: Settings) -> ASGIApp:
     subscriptions = SubscriptionService(
         store, settings.pg_dsn, settings.kafka_bootstrap, watermarks, access
     )
+    lag = SubscriptionLag(store, settings.kafka_bootstrap)
+    lag_refresh = service_metrics.Interval(settings.lag_interval, lag.refresh)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -80,13 +81,12 @@ def create_app(settings: Settings) -> ASGIApp:
             await subscriptions.stop()
             await asyncio.to_thread(producer.close)
             await watermarks.close()
+            await lag.close()
             await store.close()
+            service_metrics.worker_exiting()
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "OK"})
-
-    async def metrics_text(request: Request) -> Response:
-        return PlainTextResponse(metrics.render(), media_type=PROMETHEUS_TEXT)
 
     async def enrichment_strategies(request: Request) -> Response:
         return JSONResponse(list(ENRICHMENT_STRATEGIES))
@@ -96,7 +96,9 @@ def create_app(settings: Settings) -> ASGIApp:
 
     routes: list[BaseRoute] = [
         Route("/health", health, methods=["GET"]),
-        Route("/metrics", metrics_text, methods=["GET"]),
+        # Process, request and publishing metrics (broker/metrics.py), and every subscription's
+        # lag, read in the background at most once per --lag-interval.
+        service_metrics.route([lag], [lag_refresh]),
         Route("/registry/enrichment-strategies", enrichment_strategies, methods=["GET"]),
         Route("/registry/partition-strategies", partition_strategies, methods=["GET"]),
         *event_type_api.routes(),

@@ -7,6 +7,7 @@ import gc
 import json
 import logging
 import os
+from pathlib import Path
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -14,7 +15,8 @@ from starlette.types import ASGIApp
 from broker.app import create_app
 from broker.authorization import Scopes
 from broker.settings import DEFAULT_PARTITIONS, MAX_PARTITIONS, Settings
-from changebroker import auth, config, http, logs
+from changebroker import auth, config, http, logs, metrics
+from changebroker.stack.state import default_state_dir
 
 # How the parent hands its settings to worker processes (--workers above 1).
 SETTINGS_ENV = "CHANGEBROKER_BROKER_WORKER_SETTINGS"
@@ -71,6 +73,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="processes serving the port; publishing is CPU-bound, so one per core scales it",
     )
+    option(
+        "--metrics-dir",
+        type=Path,
+        help="with --workers above 1: where the workers keep their /metrics values (emptied"
+        " at start; default: run/broker-<port>-metrics under the state folder)",
+    )
+    option(
+        "--lag-interval",
+        type=config.parse_duration,
+        default=15.0,
+        help="longest the per-subscription lag in /metrics may be old",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
             event_stream_write=args.scope_event_stream_write,
             event_stream_read=args.scope_event_stream_read,
         ),
+        lag_interval=args.lag_interval,
     )
     auth.start(settings.auth, "broker")
     tls = http.tls_of(args)
@@ -103,7 +118,11 @@ def run(args: argparse.Namespace) -> int:
         tune_gc()
         http.serve(app, args.host, args.port, tls=tls, limits=http.limits_of(args))
         return 0
-    # Workers share nothing but Postgres and Kafka, as separate broker processes do.
+    # Workers share nothing but Postgres, Kafka and the metrics directory, whose files each
+    # worker writes and whichever answers a scrape adds up.
+    metrics.use_multiprocess_dir(
+        args.metrics_dir or default_state_dir() / "run" / f"broker-{args.port}-metrics"
+    )
     os.environ[SETTINGS_ENV] = json.dumps(settings.to_json())
     uvicorn.run(
         "broker.main:worker_app",

@@ -92,7 +92,7 @@ def _print_endpoints(endpoints: dict[str, dict[str, object]]) -> None:
 def cmd_up(args: argparse.Namespace) -> int:
     stack = _stack(args)
     print(f"starting the local stack (state: {stack.state.root})", flush=True)
-    endpoints = stack.up()
+    endpoints = stack.up(supervise=not args.no_supervise)
     print("running:")
     _print_endpoints(endpoints)
     if args.demo:
@@ -100,6 +100,24 @@ def cmd_up(args: argparse.Namespace) -> int:
 
         return demo.run(stack)
     return 0
+
+
+def cmd_supervise(args: argparse.Namespace) -> int:
+    import signal
+
+    from changebroker.stack.supervisor import Supervisor
+
+    supervisor = Supervisor(LocalStack.load(StateDir(args.state_dir)))
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: supervisor.stopping.set())
+    supervisor.run()
+    return 0
+
+
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from changebroker.chaos import campaign
+
+    return campaign.run(args.minutes, args.seed, args.state_dir)
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -138,6 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _stack_options(up)
     up.add_argument("--demo", action="store_true", help="then run a short demo against it")
+    up.add_argument(
+        "--no-supervise",
+        action="store_true",
+        help="start no supervisor (by default one restarts whatever part of the stack dies)",
+    )
     config.add_option(
         up,
         "--replay-every",
@@ -164,6 +187,29 @@ def build_parser() -> argparse.ArgumentParser:
         " --broker-port, health-checked on /health (default: as the last `up`, else 1)",
     )
     up.set_defaults(handler=cmd_up)
+
+    supervise = commands.add_parser(
+        "supervise", help="restart whatever part of the stack `up` started dies (`up` runs it)"
+    )
+    supervise.add_argument(
+        "--state-dir",
+        type=Path,
+        default=default_state_dir(),
+        help="the stack's state folder [env CHANGEBROKER_STATE_DIR; default .state/]",
+    )
+    supervise.set_defaults(handler=cmd_supervise)
+
+    chaos = commands.add_parser(
+        "chaos",
+        help="a fault campaign: a private stack under load, faults on a seeded schedule,"
+        " invariants checked; exit 1 on any violation",
+    )
+    chaos.add_argument("--minutes", type=float, default=2.0, help="how long faults are injected")
+    chaos.add_argument("--seed", type=int, default=1, help="the schedule's random seed")
+    chaos.add_argument(
+        "--state-dir", type=Path, default=None, help="keep the stack here (default: a temp dir)"
+    )
+    chaos.set_defaults(handler=cmd_chaos)
 
     down = commands.add_parser("down", help="stop what `up` started; data is kept")
     _stack_options(down)

@@ -1,4 +1,5 @@
-"""ASGI plumbing every HTTP service shares: X-Flow-Id, access lines, serving.
+"""ASGI plumbing every HTTP service shares: X-Flow-Id, access lines, request durations,
+serving.
 
 Error bodies are not here on purpose: each API has its own error format
 (transicator, Nakadi Problem, OpenSchema), and each service owns its own.
@@ -10,11 +11,13 @@ import argparse
 import asyncio
 import functools
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import httptools
@@ -27,7 +30,7 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
-from changebroker import logs
+from changebroker import logs, metrics
 from changebroker.config import add_option, parse_duration
 
 FLOW_ID_HEADER = "x-flow-id"
@@ -35,6 +38,10 @@ DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
 DEFAULT_IDLE_TIMEOUT = 5.0  # uvicorn's keep-alive default
 access_log = logging.getLogger("changebroker.access")
+
+# Set once the process is asked to stop (SIGTERM, SIGINT): endless responses (event streams)
+# end after the batch they are on, so they end whole within the graceful shutdown's time.
+draining = threading.Event()
 
 # scope["extensions"][RESPOND]: ``respond(status, headers, body) -> bool`` writes a whole
 # response at once, from any callback on the server's event loop, without the request's own
@@ -56,7 +63,9 @@ class OneWriteResponse(Response):
 
 
 class FlowIdMiddleware:
-    """Take X-Flow-Id from the request (or make one), log it, echo it on the response."""
+    """Take X-Flow-Id from the request (or make one), log it, echo it on the response; log
+    the request and observe its duration (by route template: after routing, the scope names
+    the route that served it)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -100,12 +109,14 @@ class FlowIdMiddleware:
         try:
             await self.app(scope, receive, send_with_flow_id)
         finally:
+            seconds = time.perf_counter() - started
+            metrics.observe_request(scope, status, seconds)
             if access_log.isEnabledFor(logging.INFO):
                 fields = logs.fields(
                     method=scope["method"],
                     path=scope["path"],
                     status=status,
-                    ms=round((time.perf_counter() - started) * 1000, 2),
+                    ms=round(seconds * 1000, 2),
                 )
                 # makeRecord, not info(): the caller's file and line, which no line shows,
                 # cost a stack walk per request (a tenth of a woken long poll's CPU).
@@ -391,6 +402,12 @@ def config(
     )
 
 
+class _DrainingServer(uvicorn.Server):
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        draining.set()
+        super().handle_exit(sig, frame)
+
+
 def serve(
     app: ASGIApp,
     host: str,
@@ -399,6 +416,7 @@ def serve(
     tls: Tls | None = None,
     limits: ConnectionLimits = ConnectionLimits(),
 ) -> None:
-    """Run ``app`` with uvicorn until SIGTERM/SIGINT (graceful: open requests finish)."""
+    """Run ``app`` with uvicorn until SIGTERM/SIGINT (graceful: open requests finish, streams
+    end after their current batch: ``draining``)."""
     server_config = config(app, host, port, tls=tls, limits=limits, timeout_graceful_shutdown=10)
-    uvicorn.Server(server_config).run()
+    _DrainingServer(server_config).run()

@@ -54,7 +54,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         scope=SCOPE,
         type=int,
         default=None,
-        help="port for /health /ready /markdown (default: the API port)",
+        help="port for /health /ready /markdown /metrics /status (default: the API port)",
     )
     add(
         parser,
@@ -86,7 +86,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default="_change_selector",
         help="column whose value is a change's selector",
     )
+    add(
+        parser,
+        "--on-slot-loss",
+        scope=SCOPE,
+        type=_slot_loss_policy,
+        default="fail",
+        help="when the replication slot is dropped or invalidated: fail (stop, /health 503)"
+        " or recreate (a new slot; readers of older positions get SNAPSHOT_TOO_OLD)",
+    )
     add(parser, "--prefix", scope=SCOPE, default="", help="path prefix for /changes")
+    add(
+        parser,
+        "--metrics-interval",
+        scope=SCOPE,
+        type=config.parse_duration,
+        default=10.0,
+        help="longest the slot's and change log's numbers in /metrics and /status may be old",
+    )
     add(
         parser,
         "--snapshots-dir",
@@ -112,6 +129,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     http.add_tls_options(parser)
     http.add_limit_options(parser)
+
+
+def _slot_loss_policy(text: str) -> str:
+    if text not in ("fail", "recreate"):
+        raise argparse.ArgumentTypeError(f"invalid policy {text!r}: use fail or recreate")
+    return text
 
 
 def _table_list(text: str) -> tuple[str, ...]:
@@ -148,6 +171,10 @@ async def _serve(changeserver: ChangeServer, args: argparse.Namespace) -> None:
         servers.append(_server(changeserver.management_app, args.mgmt_port, "off", args))
 
     def stop() -> None:
+        # Long polls answer now with what they have, rather than be cut at the graceful
+        # timeout: a client's next request (elsewhere, or after a restart) goes on from there.
+        http.draining.set()
+        changeserver.state.waiters.wake_all()
         for server in servers:
             server.should_exit = True
 
@@ -168,6 +195,8 @@ def run(args: argparse.Namespace) -> int:
         max_age=args.max_age,
         prefix=args.prefix,
         snapshots_dir=args.snapshots_dir,
+        on_slot_loss=args.on_slot_loss,
+        metrics_interval=args.metrics_interval,
     )
     changeserver = ChangeServer(
         settings,

@@ -28,11 +28,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from changebroker import auth, logs, pg
+from changebroker import metrics as service_metrics
 from changebroker.http import OneWriteResponse
-from registry import errors
-from registry.cache import Cache
+from changebroker.notified import NotifiedCache
+from registry import errors, metrics
 from registry.errors import RegistryError, violations_json
-from registry.store import Store, SubjectKey, parse_version
+from registry.store import CHANGES_CHANNEL, Store, SubjectKey, parse_version
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ def subject_key(request: Request) -> SubjectKey:
 
 
 def _error_response(error: RegistryError, media_type: str) -> JSONResponse:
+    metrics.refusals.labels(str(error.code)).inc()
     return JSONResponse(error.body(), status_code=error.status, media_type=media_type)
 
 
@@ -128,7 +130,7 @@ def endpoint(handler: Handler, *, kept: bool = False) -> Callable[[Request], Awa
 
     async def run(request: Request) -> Response:
         media_type = OPENSCHEMA_JSON
-        cache: Cache = request.app.state.cache
+        cache: NotifiedCache = request.app.state.cache
         try:
             media_type = negotiate(request.headers.get("accept"))
             if kept:
@@ -162,7 +164,7 @@ IMMUTABLE = "max-age=31536000, immutable"
 
 
 async def _kept_answer(
-    request: Request, handler: Handler, cache: Cache, media_type: str
+    request: Request, handler: Handler, cache: NotifiedCache, media_type: str
 ) -> Response:
     """A GET's answer from memory, else from the handler (then kept); with an ETag, and 304
     when the client's If-None-Match has it."""
@@ -199,19 +201,23 @@ async def health(request: Request, store: Store) -> Any:
 
 
 async def get_schema(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("schema").inc()
     return await store.schema(request.path_params["id"])
 
 
 async def get_schema_subject(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("schema").inc()
     return await store.schema_subject(request.path_params["id"])
 
 
 async def list_subjects(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("subjects").inc()
     query = request.query_params
     return {"name": await store.list_subjects(query.get("tenant"), query.get("namespace"))}
 
 
 async def get_subject(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("subject").inc()
     return await store.subject(subject_key(request))
 
 
@@ -231,10 +237,12 @@ async def delete_subject(request: Request, store: Store) -> Any:
 
 
 async def list_versions(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("versions").inc()
     return {"version": await store.versions(subject_key(request))}
 
 
 async def get_version_schema(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("version").inc()
     version = parse_version(request.path_params["version"])
     return await store.version(subject_key(request), version)
 
@@ -262,10 +270,12 @@ async def test_compatibility(request: Request, store: Store) -> Any:
     else:
         raise RegistryError(errors.INVALID_INPUT, 'send the schema to test as {"schema": ...}')
     found = await store.test_compatibility(subject_key(request), version, definition)
+    metrics.compatibility_checks.labels("incompatible" if found else "compatible").inc()
     return {"isCompatible": not found, "violations": violations_json(found)}
 
 
 async def get_config(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("config").inc()
     return {"compatibility": await store.compatibility(subject_key(request))}
 
 
@@ -345,7 +355,7 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> ASGIApp:
     """The registry on the database ``dsn`` (migrated at start)."""
-    cache = Cache(dsn)
+    cache = NotifiedCache(dsn, CHANGES_CHANNEL)
     store = Store(dsn, pool_size=pool_size, statement_timeout_ms=statement_timeout_ms, cache=cache)
 
     @contextlib.asynccontextmanager
@@ -361,7 +371,10 @@ def create_app(
             await cache.close()
             await store.close()
 
-    routes = [Route("/health", endpoint(health), methods=["GET"])]
+    routes = [
+        Route("/health", endpoint(health), methods=["GET"]),
+        service_metrics.route(),
+    ]
     routes += [
         Route(path, endpoint(handler, kept=methods == ["GET"]), methods=methods)
         for path, methods, handler in ROUTES

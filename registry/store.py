@@ -22,8 +22,8 @@ from psycopg.types.json import Json
 from psycopg_pool import AsyncConnectionPool
 
 from changebroker import logs
-from registry import errors
-from registry.cache import Cache
+from changebroker.notified import NotifiedCache
+from registry import errors, metrics
 from registry.compat import Mode, Violation, check_labelled
 from registry.definitions import (
     canonical,
@@ -36,6 +36,9 @@ from registry.definitions import (
 from registry.errors import RegistryError
 
 log = logging.getLogger(__name__)
+
+# What sql/registry/003's trigger notifies on every write to subjects or schemas.
+CHANGES_CHANNEL = "registry_changed"
 
 SUBJECT_COLUMNS = (
     "id, tenant, namespace, subject, app, description, status, compatibility, coordinate,"
@@ -130,9 +133,9 @@ class Store:
         *,
         pool_size: int = 10,
         statement_timeout_ms: int = 10_000,
-        cache: Cache | None = None,
+        cache: NotifiedCache | None = None,
     ):
-        self.cache = cache or Cache(dsn)  # one that never listens keeps nothing
+        self.cache = cache or NotifiedCache(dsn, CHANGES_CHANNEL)  # never started: keeps nothing
         self.pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             dsn,
             connection_class=Conn,
@@ -257,8 +260,16 @@ class Store:
 
     async def register(self, key: SubjectKey, body: Mapping[str, Any]) -> str:
         """The id of ``body``'s definition in the subject: existing, or a new version."""
-        async with self.pool.connection() as conn, conn.transaction():
-            registered = await register_in(conn, key, body)
+        try:
+            async with self.pool.connection() as conn, conn.transaction():
+                registered = await register_in(conn, key, body)
+        except RegistryError as error:
+            if error.code == errors.INCOMPATIBLE:
+                metrics.compatibility_checks.labels("incompatible").inc()
+            raise
+        metrics.registrations.labels("new" if registered.new else "existing").inc()
+        if registered.new and registered.version > 1:  # checked against the versions before
+            metrics.compatibility_checks.labels("compatible").inc()
         if registered.new:
             log.info(
                 "schema registered",

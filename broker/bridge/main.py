@@ -2,9 +2,9 @@
 
 ``/health`` (200 once the committed position is loaded; the body lists stopped units),
 ``/status`` (position, lag and progress per unit: what ``changebroker status`` shows),
-``/metrics`` (Prometheus text), ``POST /units/{unit}/resume`` (an operator fixed what
-stopped a unit: publish its held changes; ``{"event_type": "new.name"}`` publishes the table
-from there on into a new event type, for a schema change its old one refuses) and
+``/metrics`` (Prometheus text: ``metrics.py``), ``POST /units/{unit}/resume`` (an operator
+fixed what stopped a unit: publish its held changes; ``{"event_type": "new.name"}`` publishes
+the table from there on into a new event type, for a schema change its old one refuses) and
 ``POST /units/{table}/snapshot`` (publish the table again as ``S`` events).
 
 ``changebroker bridge [--host H] [--port P] snapshot TABLE`` asks a running bridge for that.
@@ -22,18 +22,18 @@ from collections.abc import AsyncIterator
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from broker.bridge.bridge import Bridge, Settings
-from changebroker import auth, config, http, logs
+from broker.bridge.metrics import BridgeCollector
+from changebroker import auth, config, http, logs, metrics
 
 log = logging.getLogger(__name__)
 
 SCOPE = "bridge"
 DEFAULT_ADMIN_SCOPE = "bridge.admin"
-PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -180,9 +180,6 @@ def create_app(
     async def status(request: Request) -> Response:
         return JSONResponse(bridge.status())
 
-    async def metrics(request: Request) -> Response:
-        return PlainTextResponse(render_metrics(bridge), media_type=PROMETHEUS_TEXT)
-
     async def resume(request: Request) -> Response:
         unit = request.path_params["unit"]
         body = await request.json() if await request.body() else {}
@@ -202,7 +199,7 @@ def create_app(
         routes=[
             Route("/health", health),
             Route("/status", status),
-            Route("/metrics", metrics),
+            metrics.route([BridgeCollector(bridge.status)]),
             Route("/units/{unit}/resume", resume, methods=["POST"]),
             Route("/units/{unit}/snapshot", snapshot, methods=["POST"]),
         ],
@@ -219,57 +216,6 @@ def create_app(
         open_paths=frozenset({"/health"}),
         scope_of=lambda method, path: admin_scope if method == "POST" else None,
     )
-
-
-def render_metrics(bridge: Bridge) -> str:
-    status = bridge.status()
-    lines = [
-        "# HELP changebroker_bridge_events_total Events committed to Kafka, per unit.",
-        "# TYPE changebroker_bridge_events_total counter",
-    ]
-    units = status["units"]
-    lines += [
-        f'changebroker_bridge_events_total{{unit="{u}"}} {v["events"]}' for u, v in units.items()
-    ]
-    lines += [
-        "# HELP changebroker_bridge_lag_bytes WAL bytes between a unit's position and the"
-        " changeserver's newest change.",
-        "# TYPE changebroker_bridge_lag_bytes gauge",
-        *(
-            f'changebroker_bridge_lag_bytes{{unit="{u}"}} {v["lag_bytes"]}'
-            for u, v in units.items()
-        ),
-        "# HELP changebroker_bridge_stopped 1 while a unit is stopped waiting for an operator.",
-        "# TYPE changebroker_bridge_stopped gauge",
-        *(
-            f'changebroker_bridge_stopped{{unit="{u}"}} {int(v["stopped"] is not None)}'
-            for u, v in units.items()
-        ),
-    ]
-    runs = {u: v["snapshot"] for u, v in units.items() if v["snapshot"]}
-    lines += [
-        "# HELP changebroker_bridge_snapshot_rows_read Rows the table's newest snapshot has"
-        " read and committed.",
-        "# TYPE changebroker_bridge_snapshot_rows_read gauge",
-        *(
-            f'changebroker_bridge_snapshot_rows_read{{unit="{u}"}} {r["rows_read"]}'
-            for u, r in runs.items()
-        ),
-        "# HELP changebroker_bridge_snapshot_rows_estimated Rows the table had when that"
-        " snapshot started (pg_class.reltuples).",
-        "# TYPE changebroker_bridge_snapshot_rows_estimated gauge",
-        *(
-            f'changebroker_bridge_snapshot_rows_estimated{{unit="{u}"}} {r["estimated_rows"]}'
-            for u, r in runs.items()
-        ),
-        "# HELP changebroker_bridge_snapshot_running 1 while the table's snapshot runs.",
-        "# TYPE changebroker_bridge_snapshot_running gauge",
-        *(
-            f'changebroker_bridge_snapshot_running{{unit="{u}"}} {int(r["state"] == "running")}'
-            for u, r in runs.items()
-        ),
-    ]
-    return "\n".join(lines) + "\n"
 
 
 def ask_snapshot(args: argparse.Namespace) -> int:

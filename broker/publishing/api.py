@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -186,6 +187,7 @@ class Publisher:
         if target is None:
             return not_found(name)
         await self.access.require_publish(principal_of(request), name, target.authorization)
+        started = time.perf_counter()
         try:
             batch = split_batch(await bodies.raw(request))
         except BadBody as bad:
@@ -196,14 +198,22 @@ class Publisher:
             try:
                 messages.append(prepare(target, event, size, received_at))
             except ItemFailure as failure:
-                metrics.batches.inc(event_type=name, status="422")
+                metrics.batches.labels(name, "422").inc()
+                metrics.failures.labels(failure.step).inc()
+                metrics.publish_duration.observe(time.perf_counter() - started)
                 return JSONResponse(_rejected(batch, index, failure), status_code=422)
         errors = await self.producer.send(messages)
+        metrics.publish_duration.observe(time.perf_counter() - started)
+        metrics.batch_events.observe(len(messages))
         if any(errors):
-            metrics.batches.inc(event_type=name, status="207")
+            failed = sum(1 for e in errors if e)
+            metrics.batches.labels(name, "207").inc()
+            metrics.failures.labels("publishing").inc(failed)
+            stored = [m for m, error in zip(messages, errors, strict=True) if not error]
+            metrics.events.labels(name).inc(len(stored))
+            metrics.published_bytes.labels(name).inc(sum(len(m.value) for m in stored))
             log.warning(
-                "publishing partly failed",
-                extra=logs.fields(event_type=name, failed=sum(1 for e in errors if e)),
+                "publishing partly failed", extra=logs.fields(event_type=name, failed=failed)
             )
             items = [
                 _item(event, "failed", "publishing", error)
@@ -212,8 +222,9 @@ class Publisher:
                 for (event, _), error in zip(batch, errors, strict=True)
             ]
             return JSONResponse(items, status_code=207)
-        metrics.batches.inc(event_type=name, status="200")
-        metrics.events.inc(len(messages), event_type=name)
+        metrics.batches.labels(name, "200").inc()
+        metrics.events.labels(name).inc(len(messages))
+        metrics.published_bytes.labels(name).inc(sum(len(m.value) for m in messages))
         return Response(status_code=200)
 
 

@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from broker import bodies
+from broker import bodies, metrics
 from broker.access import Access
 from broker.event_types.topics import EventTypeTopic, TopicResolver
 from broker.problems import problem
@@ -57,9 +57,12 @@ class _StreamResponse(StreamingResponse):
         self._stream = stream
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        open_streams = metrics.open_streams.labels("low_level")
+        open_streams.inc()
         try:
             await super().__call__(scope, receive, send)
         finally:
+            open_streams.dec()
             self._stream.close()
 
 

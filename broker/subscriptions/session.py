@@ -46,7 +46,7 @@ from broker.subscriptions.store import (
     rebalance_partitions,
     whole_number,
 )
-from changebroker import logs
+from changebroker import http, logs
 
 if TYPE_CHECKING:
     from broker.subscriptions.stream_api import SubscriptionStreams
@@ -57,6 +57,7 @@ DEFAULT_MAX_UNCOMMITTED = 10
 MAX_COMMIT_TIMEOUT = 60.0
 # Streams notice notifications between polls: this bounds how late a rebalance is seen.
 SUBSCRIPTION_POLL_SECONDS = 0.1
+_DRAIN_CHECK_SECONDS = 1.0  # longest wait for a commit before looking at ``http.draining``
 
 
 @dataclass(frozen=True)
@@ -390,11 +391,14 @@ class Session:
                 messages = await self._kafka(self._poll, wait, most)
             else:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), max(wake - now, 0.0))
+                    # Bounded, so a stop request (``http.draining``) is noticed soon.
+                    limit = min(wake - now, _DRAIN_CHECK_SECONDS)
+                    await asyncio.wait_for(self._changed.wait(), max(limit, 0.0))
             taken, limit_reached = self._batcher.take(messages, allowance)
             out += taken
             now = time.monotonic()
-            over = limit_reached or now >= ends_at
+            # Asked to stop: what is batched goes out, then the stream ends whole.
+            over = limit_reached or now >= ends_at or http.draining.is_set()
             # What waits fills the allowance, spread over partitions none of which has a full
             # batch: nothing more is read before a commit, so it goes now, not at the flush
             # timeout (Nakadi, reading ahead, would send as much in fuller batches).

@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from broker import bodies
+from broker import bodies, metrics
 from broker.access import Access
 from broker.problems import problem
 from broker.streams.api import STREAM_MEDIA_TYPE, _gzipped, _wants_gzip
@@ -85,9 +85,12 @@ class _SessionResponse(StreamingResponse):
         self._waiter = waiter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        open_streams = metrics.open_streams.labels("subscription")
+        open_streams.inc()
         try:
             await super().__call__(scope, receive, send)
         finally:
+            open_streams.dec()
             with anyio.CancelScope(shield=True):
                 try:
                     await self._session.close()
@@ -237,7 +240,10 @@ class SubscriptionStreams:
         try:
             results = await self._commit(subscription, stream_id, items)
         except SubscriptionError as error:
+            metrics.cursor_commits.labels("rejected").inc(len(items))
             return error.response()
+        for result in results:
+            metrics.cursor_commits.labels(result).inc()
         if all(r == "committed" for r in results):
             return Response(status_code=204)
         return JSONResponse(

@@ -253,18 +253,23 @@ def make_stack(
     pg_server_dsn: str,
     tmp_path: Path,
     unique_name: Callable[[str], str],
-) -> Iterator[Callable[[str], Stack]]:
-    """``make_stack(kafka_bootstrap)``: a changeserver on the test's database, a registry and
-    a broker on a metadata database of the test's own; the test starts the bridge."""
+) -> Iterator[Callable[..., Stack]]:
+    """``make_stack(kafka_bootstrap, on_slot_loss)``: a changeserver on the test's database,
+    a registry and a broker on a metadata database of the test's own; the test starts the
+    bridge."""
     with contextlib.ExitStack() as exits:
 
-        def make(kafka_bootstrap: str) -> Stack:
+        def make(kafka_bootstrap: str, on_slot_loss: str = "fail") -> Stack:
             meta_dsn = exits.enter_context(pg.scratch_database(pg_server_dsn, "t_meta"))
             slot = unique_name("bridge")
             snapshots_dir = tmp_path / f"{slot}-snapshots"
             changeserver = ChangeServer(
                 ChangeServerSettings(
-                    dsn=pg_dsn, slot=slot, db_dir=tmp_path / slot, snapshots_dir=snapshots_dir
+                    dsn=pg_dsn,
+                    slot=slot,
+                    db_dir=tmp_path / slot,
+                    snapshots_dir=snapshots_dir,
+                    on_slot_loss=on_slot_loss,
                 )
             )
             changeserver_url = exits.enter_context(serve_in_thread(changeserver.api_app))

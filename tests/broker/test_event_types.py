@@ -367,7 +367,7 @@ def test_health_and_metrics(client: httpx.Client) -> None:
     metrics = client.get("/metrics")
     assert metrics.status_code == 200
     assert metrics.headers["content-type"].startswith("text/plain")
-    assert "# TYPE nakadi_events_published_total counter" in metrics.text
+    assert "# TYPE changebroker_broker_events_published_total counter" in metrics.text
 
 
 def test_unknown_route_is_problem(client: httpx.Client) -> None:

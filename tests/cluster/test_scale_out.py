@@ -223,10 +223,12 @@ def test_a_kafka_node_killed_twice_under_load_loses_nothing(
     unique_name: Callable[[str], str],
     spark: SparkSession,
     tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     stack, cluster = cluster_stack.stack, cluster_stack.cluster
     stack.sql(SCHEMA)
     bridge = stack.bridge_process().start(timeout=120)
+    request.addfinalizer(bridge.stop)  # a failed or timed-out test leaves no bridge behind
     name = unique_name("orders")
     with httpx.Client(base_url=stack.broker_url, timeout=60) as client:
         _event_type(client, name, partitions=3)
