@@ -128,7 +128,7 @@ def registry_process(dsn: str, workers: int = 1) -> Iterator[tuple[str, int]]:
             [*command, "--pg-url", dsn],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "CHANGEBROKER_REGISTRY_AUTH_TOKEN": ""},
+            env={**os.environ, "CHANGEBROKER_AUTH": ""},
         )
         try:
             wait_until(

@@ -26,7 +26,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp
 
+from broker.access import Access
+from broker.admin_settings import AdminSettings, initial_admins
 from broker.errors import BrokerError
 from broker.event_types.api import EventTypeApi
 from broker.event_types.rules import ENRICHMENT_STRATEGIES
@@ -41,23 +44,25 @@ from broker.streams import api as streams
 from broker.streams.watermarks import Watermarks
 from broker.subscriptions.lag import SubscriptionLag
 from broker.subscriptions.service import SubscriptionService
+from changebroker import auth, pg
 from changebroker import metrics as service_metrics
-from changebroker import pg
 
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings) -> Starlette:
+def create_app(settings: Settings) -> ASGIApp:
     store = Store(settings.pg_dsn, settings.pool_size)
+    admin = AdminSettings(store.pool, initial_admins(settings.auth.admins))
+    access = Access(store.pool, admin)
     topics = Topics(
         settings.kafka_bootstrap, settings.replication_factor, settings.min_insync_replicas
     )
-    event_type_api = EventTypeApi(store, topics, settings)
+    event_type_api = EventTypeApi(store, topics, settings, access)
     producer = KafkaProducer(settings.kafka_bootstrap)
-    publisher = Publisher(store, producer)
+    publisher = Publisher(store, producer, access)
     watermarks = Watermarks(settings.kafka_bootstrap)
     subscriptions = SubscriptionService(
-        store, settings.pg_dsn, settings.kafka_bootstrap, watermarks
+        store, settings.pg_dsn, settings.kafka_bootstrap, watermarks, access
     )
     lag = SubscriptionLag(store, settings.kafka_bootstrap)
     lag_refresh = service_metrics.Interval(settings.lag_interval, lag.refresh)
@@ -100,19 +105,41 @@ def create_app(settings: Settings) -> Starlette:
         *event_type_api.routes(),
         *publisher.routes(),
         # Streams, partitions and cursor operations: broker/streams/api.py.
-        *streams.routes(StoreResolver(store), settings.kafka_bootstrap, watermarks),
+        *streams.routes(StoreResolver(store), settings.kafka_bootstrap, watermarks, access),
         # Subscriptions, their streams, commits and stats: broker/subscriptions/.
         *subscriptions.routes(),
+        *admin.routes(),
     ]
-    return Starlette(
+    app = Starlette(
         routes=routes,
         lifespan=lifespan,
         exception_handlers={
             BrokerError: render,
             HTTPException: _http_problem,
+            auth.Forbidden: _forbidden,
             Exception: _internal_problem,
         },
     )
+    app.state.admin = admin
+    return auth.AuthMiddleware(
+        app,
+        settings.auth.authenticator(),
+        _refused,
+        # Load balancers probe /health without credentials.
+        open_paths=frozenset({"/health"}),
+        scope_of=settings.scopes.of,
+    )
+
+
+def _refused(status: int, detail: str) -> Response:
+    response = problem(status, detail)
+    if status == 401:
+        response.headers["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+async def _forbidden(request: Request, exc: Exception) -> Response:
+    return problem(403, str(exc))
 
 
 async def _http_problem(request: Request, exc: Exception) -> Response:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import json
 import logging
@@ -14,8 +13,9 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from broker.app import create_app
+from broker.authorization import Scopes
 from broker.settings import DEFAULT_PARTITIONS, MAX_PARTITIONS, Settings
-from changebroker import config, http, logs, metrics
+from changebroker import auth, config, http, logs, metrics
 from changebroker.stack.state import default_state_dir
 
 # How the parent hands its settings to worker processes (--workers above 1).
@@ -53,6 +53,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         " registry on that database too",
     )
     option("--pool-size", type=int, default=10, help="Postgres connections at most (per worker)")
+    auth.add_options(parser)
+    defaults = Scopes()
+    for name in ("config_write", "event_type_write", "event_stream_write", "event_stream_read"):
+        option(
+            f"--scope-{name.replace('_', '-')}",
+            default=getattr(defaults, name),
+            help=f"the token scope Nakadi calls {getattr(defaults, name)} (auth on)",
+        )
+    http.add_tls_options(parser)
+    http.add_limit_options(parser)
     option(
         "--workers",
         type=int,
@@ -77,22 +87,34 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.default_partitions <= args.max_partitions:
         raise SystemExit("--default-partitions must be between 1 and --max-partitions")
     settings = config.from_args(
-        Settings, args, pg_dsn=args.pg_url, registry_url=args.registry_url or None
+        Settings,
+        args,
+        pg_dsn=args.pg_url,
+        registry_url=args.registry_url or None,
+        auth=auth.AuthSettings.from_args(args),
+        scopes=Scopes(
+            config_write=args.scope_config_write,
+            event_type_write=args.scope_event_type_write,
+            event_stream_write=args.scope_event_stream_write,
+            event_stream_read=args.scope_event_stream_read,
+        ),
     )
+    auth.start(settings.auth, "broker")
+    tls = http.tls_of(args)
     log.info(
         "broker starting", extra=logs.fields(host=args.host, port=args.port, workers=args.workers)
     )
     if args.workers <= 1:
         app = create_app(settings)
         tune_gc()
-        http.serve(app, args.host, args.port)
+        http.serve(app, args.host, args.port, tls=tls, limits=http.limits_of(args))
         return 0
     # Workers share nothing but Postgres, Kafka and the metrics directory, whose files each
     # worker writes and whichever answers a scrape adds up.
     metrics.use_multiprocess_dir(
         args.metrics_dir or default_state_dir() / "run" / f"broker-{args.port}-metrics"
     )
-    os.environ[SETTINGS_ENV] = json.dumps(dataclasses.asdict(settings))
+    os.environ[SETTINGS_ENV] = json.dumps(settings.to_json())
     uvicorn.run(
         "broker.main:worker_app",
         factory=True,
@@ -102,6 +124,10 @@ def run(args: argparse.Namespace) -> int:
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=10,
+        http=http.limits_of(args).protocol(),
+        timeout_keep_alive=int(args.idle_timeout) or 1,
+        ssl_certfile=tls.cert if tls else None,
+        ssl_keyfile=tls.key if tls else None,
     )
     return 0
 
@@ -109,7 +135,9 @@ def run(args: argparse.Namespace) -> int:
 def worker_app() -> ASGIApp:
     """The app of one worker process, from the settings its parent left in the environment."""
     logs.configure("broker")
-    app = http.FlowIdMiddleware(create_app(Settings(**json.loads(os.environ[SETTINGS_ENV]))))
+    app = http.FlowIdMiddleware(
+        create_app(Settings.from_json(json.loads(os.environ[SETTINGS_ENV])))
+    )
     tune_gc()
     return app
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from broker.authorization import Scopes
+from changebroker.auth import AuthSettings
 
 # Nakadi's defaults: one partition unless default_statistic asks for more; 4 days of events.
 DEFAULT_PARTITIONS = 1
@@ -25,3 +29,14 @@ class Settings:
     # The longest the per-subscription lag in /metrics may be old (read from Postgres and
     # Kafka in the background, never per scrape).
     lag_interval: float = 15.0
+    auth: AuthSettings = field(default_factory=AuthSettings)
+    scopes: Scopes = field(default_factory=Scopes)
+
+    def to_json(self) -> dict[str, Any]:
+        """As JSON, for worker processes (``from_json`` makes it again)."""
+        return {**asdict(self), "auth": self.auth.to_json()}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Settings:
+        auth = AuthSettings.from_json(raw["auth"])
+        return cls(**{**raw, "auth": auth, "scopes": Scopes(**raw["scopes"])})

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Protocol
 
-from changebroker import config, logs, services
+from changebroker import auth, config, http, logs, services
 from changebroker.stack.local import LocalStack, Ports
 from changebroker.stack.state import StateDir, default_state_dir
 
@@ -53,6 +53,10 @@ def _stack_options(parser: argparse.ArgumentParser) -> None:
             default=getattr(defaults, attr),
             help=f"port for {attr}",
         )
+    # Passed on to every service (auth, TLS); the client token and CA to the bridge and console.
+    auth.add_options(parser)
+    auth.add_client_options(parser)
+    http.add_tls_options(parser)
 
 
 def _stack(args: argparse.Namespace) -> LocalStack:
@@ -63,6 +67,10 @@ def _stack(args: argparse.Namespace) -> LocalStack:
     stack.replay_every = getattr(args, "replay_every", None)
     stack.kafka_nodes = getattr(args, "kafka_nodes", None)
     stack.broker_processes = getattr(args, "broker_processes", None)
+    stack.auth = auth.AuthSettings.from_args(args)
+    stack.client_token = args.client_token or None
+    stack.tls = http.tls_of(args)
+    stack.ca_file = args.tls_ca
     return stack
 
 

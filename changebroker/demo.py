@@ -9,6 +9,8 @@ same stack.
 from __future__ import annotations
 
 import json
+import os
+import ssl
 import urllib.error
 import urllib.request
 import uuid
@@ -17,7 +19,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import NewTopic
 
-from changebroker import kafka, pg
+from changebroker import auth, kafka, pg
 from changebroker.stack.local import LocalStack
 from changebroker.stack.processes import wait_until
 from changeserver.sequence import Sequence
@@ -35,16 +37,22 @@ def _say(text: str) -> None:
     print(f"   {text}", flush=True)
 
 
+# How the demo's calls reach a stack with TLS or authentication on (``run`` sets them).
+_tls_context: ssl.SSLContext | None = None
+_token: str | None = None
+
+
 def _http(
     method: str, url: str, body: Any = None, headers: dict[str, str] | None = None
 ) -> tuple[int, bytes]:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    headers = {**auth.client_headers(_token), **(headers or {})}
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     if data is not None:
         request.add_header("Content-Type", "application/json")
     request.add_header("X-Flow-Id", "changebroker-demo")
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=30, context=_tls_context) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()
@@ -334,6 +342,11 @@ def snapshots_tour(stack: LocalStack, running: dict[str, Any]) -> None:
 
 
 def run(stack: LocalStack) -> int:
+    global _tls_context, _token
+    _tls_context, _token = stack.ssl_context(), stack.client_token
+    if stack.ca_file is not None:
+        # The replay's HTTP client (httpx) trusts the stack's CA through the standard variable.
+        os.environ["SSL_CERT_FILE"] = str(stack.ca_file)
     running = stack.status()
     try:
         postgres_tour(stack)

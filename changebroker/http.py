@@ -7,12 +7,16 @@ Error bodies are not here on purpose: each API has its own error format
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import functools
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -27,8 +31,12 @@ from uvicorn.protocols.http.httptools_impl import (
 )
 
 from changebroker import logs, metrics
+from changebroker.config import add_option, parse_duration
 
 FLOW_ID_HEADER = "x-flow-id"
+DEFAULT_HEADER_TIMEOUT = 10.0
+DEFAULT_MAX_HEADER_BYTES = 64 * 1024
+DEFAULT_IDLE_TIMEOUT = 5.0  # uvicorn's keep-alive default
 access_log = logging.getLogger("changebroker.access")
 
 # Set once the process is asked to stop (SIGTERM, SIGINT): endless responses (event streams)
@@ -155,8 +163,39 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
     """
 
     _reparsing = False
+    # A request's head must arrive within this time and size: a client that sends it byte by
+    # byte, or sends endless headers, is answered 408 / 431 and its connection closed.
+    header_timeout = DEFAULT_HEADER_TIMEOUT
+    max_header_bytes = DEFAULT_MAX_HEADER_BYTES
+    _header_deadline: asyncio.TimerHandle | None = None
+    _header_bytes = 0
+    _refused = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_deadline()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._header_bytes = 0
+        self._arm_header_deadline()
+
+    def on_url(self, url: bytes) -> None:
+        if self._within_header_limit(len(url)):
+            super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._within_header_limit(len(name) + len(value)):
+            super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
+        self._disarm_header_deadline()
+        if self._refused:
+            return
         # CONNECT is an upgrade to llhttp whatever its headers: left to uvicorn.
         self._reparsing = self.parser.should_upgrade() and self.parser.get_method() != b"CONNECT"
         if not self._reparsing:
@@ -194,15 +233,48 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
         cycle.on_response()
         return True
 
+    def _within_header_limit(self, size: int) -> bool:
+        self._header_bytes += size
+        if self._header_bytes > self.max_header_bytes and not self._refused:
+            self._refuse(b"431 Request Header Fields Too Large", "request head too large")
+        return not self._refused
+
+    def _arm_header_deadline(self) -> None:
+        if self._header_deadline is None:
+            self._header_deadline = self.loop.call_later(
+                self.header_timeout, self._headers_too_slow
+            )
+
+    def _disarm_header_deadline(self) -> None:
+        if self._header_deadline is not None:
+            self._header_deadline.cancel()
+            self._header_deadline = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_deadline = None
+        self._refuse(b"408 Request Timeout", "request head not received in time")
+
+    def _refuse(self, status: bytes, reason: str) -> None:
+        """Answer ``status`` and close: the client held the connection without a request."""
+        self._refused = True
+        self.logger.warning(reason, extra=logs.fields(client=self.client))
+        if not self.transport.is_closing():
+            self.transport.write(
+                b"HTTP/1.1 " + status + b"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            )
+            self.transport.close()
+
     def on_body(self, body: bytes) -> None:
-        if not self._reparsing:
+        if not self._reparsing and not self._refused:
             super().on_body(body)
 
     def on_message_complete(self) -> None:
-        if not self._reparsing:
+        if not self._reparsing and not self._refused:
             super().on_message_complete()
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
         self._unset_keepalive_if_required()
         try:
             self.parser.feed_data(data)
@@ -238,13 +310,109 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
         return b"".join(head) + rest
 
 
-def config(app: ASGIApp, host: str, port: int, **options: Any) -> uvicorn.Config:
+@dataclass(frozen=True)
+class Tls:
+    """A server's certificate chain and key (PEM): the port then speaks HTTPS only."""
+
+    cert: Path
+    key: Path
+
+    def uvicorn_options(self) -> dict[str, str]:
+        return {"ssl_certfile": str(self.cert), "ssl_keyfile": str(self.key)}
+
+
+def add_tls_options(parser: argparse.ArgumentParser, *, server: bool = True) -> None:
+    """``--tls-cert``/``--tls-key`` (a server's) and ``--tls-ca`` (what our clients trust)."""
+    if server:
+        for flag, what in [("--tls-cert", "certificate chain"), ("--tls-key", "private key")]:
+            add_option(
+                parser, flag, scope="", type=Path, help=f"serve HTTPS with this {what} (PEM)"
+            )
+    add_option(
+        parser,
+        "--tls-ca",
+        scope="",
+        type=Path,
+        help="CA certificates (PEM) our HTTPS clients trust besides the system's",
+    )
+
+
+def tls_of(args: argparse.Namespace) -> Tls | None:
+    """The TLS files the flags name, or None; both or neither must be given."""
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise SystemExit("give both --tls-cert and --tls-key, or neither")
+    return Tls(args.tls_cert, args.tls_key) if args.tls_cert is not None else None
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """How long and how large a request's head may be, and how long an idle connection stays."""
+
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+
+    def protocol(self) -> type[UpgradeIgnoringProtocol]:
+        if (self.header_timeout, self.max_header_bytes) == (
+            DEFAULT_HEADER_TIMEOUT,
+            DEFAULT_MAX_HEADER_BYTES,
+        ):
+            return UpgradeIgnoringProtocol
+        limits = {"header_timeout": self.header_timeout, "max_header_bytes": self.max_header_bytes}
+        return type("LimitedProtocol", (UpgradeIgnoringProtocol,), limits)
+
+
+def add_limit_options(parser: argparse.ArgumentParser) -> None:
+    """``--header-timeout``, ``--max-header-bytes``, ``--idle-timeout``: what a slow or
+    abusive client may hold of a server."""
+    add_option(
+        parser,
+        "--header-timeout",
+        scope="",
+        type=parse_duration,
+        default=DEFAULT_HEADER_TIMEOUT,
+        help="a request's head must arrive within this (else 408 and the connection closes)",
+    )
+    add_option(
+        parser,
+        "--max-header-bytes",
+        scope="",
+        type=int,
+        default=DEFAULT_MAX_HEADER_BYTES,
+        help="largest request head, URL and headers (else 431)",
+    )
+    add_option(
+        parser,
+        "--idle-timeout",
+        scope="",
+        type=parse_duration,
+        default=DEFAULT_IDLE_TIMEOUT,
+        help="an idle keep-alive connection is closed after this",
+    )
+
+
+def limits_of(args: argparse.Namespace) -> ConnectionLimits:
+    return ConnectionLimits(args.header_timeout, args.max_header_bytes, args.idle_timeout)
+
+
+def config(
+    app: ASGIApp,
+    host: str,
+    port: int,
+    *,
+    tls: Tls | None = None,
+    limits: ConnectionLimits = ConnectionLimits(),
+    **options: Any,
+) -> uvicorn.Config:
     """uvicorn's settings for every service (``options``: lifespan, graceful timeout, ...)."""
+    if tls is not None:
+        options.update(tls.uvicorn_options())
     return uvicorn.Config(
         FlowIdMiddleware(app),
         host=host,
         port=port,
-        http=UpgradeIgnoringProtocol,
+        http=limits.protocol(),
+        timeout_keep_alive=int(limits.idle_timeout) or 1,
         ws="none",  # no service serves WebSockets: their upgrades are ignored too
         log_config=None,
         access_log=False,
@@ -258,7 +426,15 @@ class _DrainingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(app: ASGIApp, host: str, port: int) -> None:
+def serve(
+    app: ASGIApp,
+    host: str,
+    port: int,
+    *,
+    tls: Tls | None = None,
+    limits: ConnectionLimits = ConnectionLimits(),
+) -> None:
     """Run ``app`` with uvicorn until SIGTERM/SIGINT (graceful: open requests finish, streams
     end after their current batch: ``draining``)."""
-    _DrainingServer(config(app, host, port, timeout_graceful_shutdown=10)).run()
+    server_config = config(app, host, port, tls=tls, limits=limits, timeout_graceful_shutdown=10)
+    _DrainingServer(server_config).run()

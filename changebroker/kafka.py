@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -9,13 +10,34 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+# librdkafka properties every client adds, ``key=value`` pairs separated by ``;``: how a
+# deployment gives TLS or SASL settings (security.protocol=SASL_SSL;sasl.mechanism=SCRAM-SHA-512;
+# sasl.username=...;sasl.password=...;ssl.ca.location=/etc/kafka/ca.pem).
+CLIENT_CONFIG_ENV = "CHANGEBROKER_KAFKA_CLIENT_CONFIG"
+
+
+def deployment_config(text: str | None = None) -> dict[str, str]:
+    """The properties of ``CHANGEBROKER_KAFKA_CLIENT_CONFIG`` (or ``text``)."""
+    raw = os.environ.get(CLIENT_CONFIG_ENV, "") if text is None else text
+    properties = {}
+    for pair in raw.split(";"):
+        if not pair.strip():
+            continue
+        key, equals, value = pair.partition("=")
+        if not equals or not key.strip():
+            raise ValueError(f"{CLIENT_CONFIG_ENV} wants key=value;key=value, not {pair!r}")
+        properties[key.strip()] = value.strip()
+    return properties
+
 
 def client_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
-    """Base librdkafka settings: loopback-friendly and quiet about transient disconnects."""
+    """Base librdkafka settings: loopback-friendly and quiet about transient disconnects,
+    with the deployment's TLS/SASL properties."""
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "broker.address.family": "v4",
         "log.connection.close": False,
+        **deployment_config(),
     }
     config.update(overrides)
     return config

@@ -129,6 +129,13 @@ def error_response(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+def refuse(status: int, message: str) -> Response:
+    """A request refused by authentication (401) or for a missing scope (403)."""
+    if status == 401:
+        return error_response(401, "UNAUTHORIZED", message, headers={"WWW-Authenticate": "Bearer"})
+    return error_response(403, "FORBIDDEN", message)
+
+
 async def http_error(request: Request, exc: Exception) -> Response:
     """Unknown paths and methods answer in transicator's error shape, like every other error."""
     assert isinstance(exc, HTTPException)

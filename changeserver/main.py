@@ -13,9 +13,9 @@ from typing import Literal
 import uvicorn
 from starlette.types import ASGIApp
 
-from changebroker import config, http
+from changebroker import auth, config, http
 from changebroker.stack.state import default_state_dir
-from changeserver.server import ChangeServer, Settings
+from changeserver.server import DEFAULT_ADMIN_SCOPE, DEFAULT_READ_SCOPE, ChangeServer, Settings
 
 SCOPE = "changeserver"
 
@@ -90,6 +90,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=default_state_dir() / "snapshots",
         help="the replay's snapshots, served at /snapshots",
     )
+    auth.add_options(parser)
+    option(
+        "--read-scope",
+        default=DEFAULT_READ_SCOPE,
+        help="token scope /changes and /snapshots need (auth on)",
+    )
+    option(
+        "--admin-scope",
+        default=DEFAULT_ADMIN_SCOPE,
+        help="token scope /markdown and the stack dump need (auth on)",
+    )
+    http.add_tls_options(parser)
+    http.add_limit_options(parser)
 
 
 def _slot_loss_policy(text: str) -> str:
@@ -110,14 +123,26 @@ class _Server(uvicorn.Server):
         yield
 
 
-def _server(app: ASGIApp, host: str, port: int, lifespan: Literal["on", "off"]) -> _Server:
-    return _Server(http.config(app, host, port, lifespan=lifespan, timeout_graceful_shutdown=10))
+def _server(
+    app: ASGIApp, port: int, lifespan: Literal["on", "off"], args: argparse.Namespace
+) -> _Server:
+    return _Server(
+        http.config(
+            app,
+            args.host,
+            port,
+            tls=http.tls_of(args),
+            limits=http.limits_of(args),
+            lifespan=lifespan,
+            timeout_graceful_shutdown=10,
+        )
+    )
 
 
 async def _serve(changeserver: ChangeServer, args: argparse.Namespace) -> None:
-    servers = [_server(changeserver.api_app, args.host, args.port, "on")]
+    servers = [_server(changeserver.api_app, args.port, "on", args)]
     if changeserver.management_app is not None:
-        servers.append(_server(changeserver.management_app, args.host, args.mgmt_port, "off"))
+        servers.append(_server(changeserver.management_app, args.mgmt_port, "off", args))
 
     def stop() -> None:
         # Long polls answer now with what they have, rather than be cut at the graceful
@@ -135,6 +160,12 @@ async def _serve(changeserver: ChangeServer, args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = config.from_args(Settings, args, dsn=args.pg_url)
-    changeserver = ChangeServer(settings, separate_management=args.mgmt_port is not None)
+    changeserver = ChangeServer(
+        settings,
+        separate_management=args.mgmt_port is not None,
+        authenticator=auth.start(auth.AuthSettings.from_args(args), SCOPE),
+        read_scope=args.read_scope,
+        admin_scope=args.admin_scope,
+    )
     asyncio.run(_serve(changeserver, args))
     return 0

@@ -13,14 +13,19 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
-from changebroker import logs, metrics
+from changebroker import auth, logs, metrics
 from changeserver import api, snapshots
 from changeserver.changelog import ChangeLog, LogReader
 from changeserver.observed import Observed
 from changeserver.replication import Replicator, drop_slot
 
 log = logging.getLogger(__name__)
+
+# With authentication on: what /changes and /snapshots need, and what /markdown needs.
+DEFAULT_READ_SCOPE = "changeserver.read"
+DEFAULT_ADMIN_SCOPE = "changeserver.admin"
 
 
 @dataclass(frozen=True)
@@ -44,7 +49,15 @@ class ChangeServer:
     paths (/health /ready /markdown /metrics /status) unless ``separate_management``;
     ``management_app`` serves those and the stack dump."""
 
-    def __init__(self, settings: Settings, *, separate_management: bool = False) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        separate_management: bool = False,
+        authenticator: auth.Authenticator | None = None,
+        read_scope: str = DEFAULT_READ_SCOPE,
+        admin_scope: str = DEFAULT_ADMIN_SCOPE,
+    ) -> None:
         self.settings = settings
         self.changelog = ChangeLog(settings.db_dir)
         self.reader = LogReader(self.changelog.path)
@@ -81,12 +94,31 @@ class ChangeServer:
         else:
             routes += management
         handlers = api.EXCEPTION_HANDLERS
-        self.api_app = api.ChangesFirst(
-            changes,
-            Starlette(routes=routes, lifespan=self._lifespan, exception_handlers=handlers),
+        authenticator = authenticator or auth.Off()
+
+        def guarded(app: ASGIApp) -> ASGIApp:
+            # Load balancers probe /health and /ready without credentials; /markdown stops the
+            # service and the stack dump shows its internals: admins only.
+            def scope_of(method: str, path: str) -> str:
+                admin = path == "/markdown" or path.endswith("/diagnostics/stack")
+                return admin_scope if admin else read_scope
+
+            return auth.AuthMiddleware(
+                app,
+                authenticator,
+                api.refuse,
+                open_paths=frozenset({"/health", "/ready"}),
+                scope_of=scope_of,
+            )
+
+        self.api_app = guarded(
+            api.ChangesFirst(
+                changes,
+                Starlette(routes=routes, lifespan=self._lifespan, exception_handlers=handlers),
+            )
         )
         self.management_app = (
-            Starlette(routes=management, exception_handlers=handlers)
+            guarded(Starlette(routes=management, exception_handlers=handlers))
             if separate_management
             else None
         )

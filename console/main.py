@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from changebroker import config, http, logs
+from changebroker import auth, config, http, logs
 from console.app import create_app
 from console.upstream import Endpoints
 
@@ -23,7 +23,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=f"{loopback}:{config.DEFAULT_REGISTRY_PORT}",
         help="the schema registry",
     )
-    option("--registry-token", help="the registry's bearer token, when it has one")
     option(
         "--changeserver-url",
         default=f"{loopback}:{config.DEFAULT_CHANGESERVER_PORT}",
@@ -57,6 +56,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=3 * 3600.0,
         help="how long lag samples are kept (in memory)",
     )
+    # The console is a client of every service: it sends their token and trusts their CA.
+    auth.add_client_options(parser)
+    http.add_tls_options(parser)
+    http.add_limit_options(parser)
 
 
 def endpoints_of(args: argparse.Namespace) -> Endpoints:
@@ -66,7 +69,8 @@ def endpoints_of(args: argparse.Namespace) -> Endpoints:
         changeserver=args.changeserver_url.rstrip("/"),
         changeserver_mgmt=args.changeserver_mgmt_url.rstrip("/"),
         bridge=args.bridge_url.rstrip("/"),
-        registry_token=args.registry_token or None,
+        token=args.client_token or None,
+        ca_file=args.tls_ca,
     )
 
 
@@ -82,5 +86,5 @@ def run(args: argparse.Namespace) -> int:
         "console starting",
         extra=logs.fields(host=args.host, port=args.port, read_only=args.read_only),
     )
-    http.serve(app, args.host, args.port)
+    http.serve(app, args.host, args.port, tls=http.tls_of(args), limits=http.limits_of(args))
     return 0

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
+
+from changebroker import auth
 
 
 @dataclass(frozen=True)
@@ -20,7 +23,9 @@ class Endpoints:
     changeserver: str
     changeserver_mgmt: str
     bridge: str
-    registry_token: str | None = None
+    # Sent to every service (they check it when their authentication is on).
+    token: str | None = None
+    ca_file: Path | None = None  # trusted for the services' HTTPS besides the system's CAs
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,12 @@ class Upstream:
     def __init__(self, endpoints: Endpoints, timeout: float = 5.0) -> None:
         self.endpoints = endpoints
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
-        self._client = httpx.AsyncClient(timeout=timeout, limits=limits)
+        self._client = httpx.AsyncClient(
+            timeout=timeout,
+            limits=limits,
+            headers=auth.client_headers(endpoints.token),
+            verify=auth.client_verify(endpoints.ca_file),
+        )
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -99,9 +109,7 @@ class Upstream:
         return await self.call(method, self.endpoints.broker + path, **kwargs)
 
     async def registry(self, method: str, path: str, **kwargs: Any) -> Reply:
-        token = self.endpoints.registry_token
-        headers = {"Authorization": f"Bearer {token}"} if token else None
-        return await self.call(method, self.endpoints.registry + path, headers=headers, **kwargs)
+        return await self.call(method, self.endpoints.registry + path, **kwargs)
 
     async def changeserver(self, path: str, **kwargs: Any) -> Reply:
         return await self.call("GET", self.endpoints.changeserver + path, **kwargs)

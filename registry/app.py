@@ -2,8 +2,9 @@
 
 Requests and responses are JSON, as ``application/vnd.openschema.v1+json``
 (the default) or ``application/json``; every error is
-``{"errorCode", "errorMessage"}``. With an auth token configured, every call
-but ``/health`` needs ``Authorization: Bearer <token>``.
+``{"errorCode", "errorMessage"}``. With authentication on, every call but
+``/health`` needs a bearer token (40101 without a valid one) whose scopes
+allow it (40301): reads need the read scope, writes the write scope.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import hmac
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -24,8 +25,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
-from changebroker import http, logs, pg
+from changebroker import auth, http, logs, pg
 from changebroker import metrics as service_metrics
 from changebroker.http import OneWriteResponse
 from changebroker.notified import NotifiedCache
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 
 OPENSCHEMA_JSON = "application/vnd.openschema.v1+json"
 MEDIA_TYPES = (OPENSCHEMA_JSON, "application/json")
+MAX_BODY_BYTES = 4 * 1024 * 1024  # a schema, with its metadata, as sent
 
 Handler = Callable[[Request, Store], Awaitable[Any]]
 
@@ -57,6 +60,23 @@ def negotiate(accept: str | None) -> str:
     )
 
 
+async def _body(request: Request, limit: int) -> bytes:
+    """The request body, refused (41301) as soon as it passes ``limit`` bytes."""
+    too_large = RegistryError(
+        errors.PAYLOAD_TOO_LARGE, f"the body exceeds {limit} bytes: schemas are smaller than that"
+    )
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def read_json(request: Request) -> dict[str, Any]:
     """The request body as a JSON object; 415 for other media types, 42201 for bad JSON."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -65,7 +85,7 @@ async def read_json(request: Request) -> dict[str, Any]:
             errors.UNSUPPORTED_MEDIA_TYPE,
             f"send the body as {' or '.join(MEDIA_TYPES)}, not {content_type}",
         )
-    raw = await request.body()
+    raw = await _body(request, request.app.state.max_body_bytes)
     if not raw.strip():
         raise RegistryError(errors.INVALID_INPUT, "the request needs a JSON body")
     try:
@@ -92,10 +112,8 @@ def _error_response(error: RegistryError, media_type: str) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status, media_type=media_type)
 
 
-def endpoint(
-    handler: Handler, auth_token: str | None, *, kept: bool = False
-) -> Callable[[Request], Awaitable[Response]]:
-    """Auth, content negotiation and the error format around one handler; a ``kept`` GET is
+def endpoint(handler: Handler, *, kept: bool = False) -> Callable[[Request], Awaitable[Response]]:
+    """Content negotiation and the error format around one handler; a ``kept`` GET is
     answered from memory until the registry's tables change, and any other request drops
     what this process kept once it is done (it may have written)."""
 
@@ -107,12 +125,6 @@ def endpoint(
         if lookup is not None:  # counted whether memory or the database answers
             metrics.lookups.labels(lookup).inc()
         try:
-            if auth_token is not None:
-                supplied = request.headers.get("authorization", "")
-                if not hmac.compare_digest(supplied.encode(), f"Bearer {auth_token}".encode()):
-                    raise RegistryError(
-                        errors.UNAUTHORIZED, "send Authorization: Bearer <the registry's token>"
-                    )
             media_type = negotiate(request.headers.get("accept"))
             if kept:
                 return await _kept_answer(request, handler, cache, media_type)
@@ -309,13 +321,39 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     )
 
 
+def _refuse(status: int, message: str) -> Response:
+    code = errors.UNAUTHORIZED if status == 401 else errors.FORBIDDEN
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(
+        {"errorCode": code, "errorMessage": message},
+        status_code=status,
+        media_type=OPENSCHEMA_JSON,
+        headers=headers,
+    )
+
+
+@dataclass(frozen=True)
+class Scopes:
+    """The token scopes the registry's reads and writes need (with authentication on)."""
+
+    read: str = "registry.read"
+    write: str = "registry.write"
+
+    def of(self, method: str, path: str) -> str:
+        # Testing compatibility is a POST that changes nothing: a read.
+        reads = method in ("GET", "HEAD") or path.startswith("/compatibility/")
+        return self.read if reads else self.write
+
+
 def create_app(
     dsn: str,
     *,
-    auth_token: str | None = None,
+    authenticator: auth.Authenticator | None = None,
+    scopes: Scopes = Scopes(),
     statement_timeout_ms: int = 10_000,
     pool_size: int = 10,
-) -> Starlette:
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> ASGIApp:
     """The registry on the database ``dsn`` (migrated at start)."""
     cache = NotifiedCache(dsn, CHANGES_CHANNEL)
     store = Store(dsn, pool_size=pool_size, statement_timeout_ms=statement_timeout_ms, cache=cache)
@@ -326,6 +364,7 @@ def create_app(
         await store.open()
         await cache.start()
         app.state.store = store
+        app.state.max_body_bytes = max_body_bytes
         try:
             yield
         finally:
@@ -333,11 +372,11 @@ def create_app(
             await store.close()
 
     routes = [
-        Route("/health", endpoint(health, None), methods=["GET"]),
+        Route("/health", endpoint(health), methods=["GET"]),
         service_metrics.route(),
     ]
     routes += [
-        Route(path, endpoint(handler, auth_token, kept=methods == ["GET"]), methods=methods)
+        Route(path, endpoint(handler, kept=methods == ["GET"]), methods=methods)
         for path, methods, handler in ROUTES
     ]
     app = Starlette(
@@ -346,4 +385,10 @@ def create_app(
         exception_handlers={HTTPException: _http_error},
     )
     app.state.cache = cache
-    return app
+    return auth.AuthMiddleware(
+        app,
+        authenticator or auth.Off(),
+        _refuse,
+        open_paths=frozenset({"/health"}),
+        scope_of=scopes.of,
+    )

@@ -11,8 +11,8 @@ from typing import Any
 import uvicorn
 from starlette.types import ASGIApp
 
-from changebroker import config, http, logs
-from registry.app import create_app
+from changebroker import auth, config, http, logs
+from registry.app import MAX_BODY_BYTES, Scopes, create_app
 
 # How the parent hands its settings to worker processes (--workers above 1).
 SETTINGS_ENV = "CHANGEBROKER_REGISTRY_WORKER_SETTINGS"
@@ -23,10 +23,11 @@ log = logging.getLogger(__name__)
 def configure(parser: argparse.ArgumentParser) -> None:
     option = config.service_options(parser, "registry", config.DEFAULT_REGISTRY_PORT)
     option("--pg-url", required=True, help="Postgres DSN of the registry's metadata database")
-    option(
-        "--auth-token",
-        help="when set, every call but /health needs 'Authorization: Bearer <token>'",
-    )
+    auth.add_options(parser)
+    option("--read-scope", default="registry.read", help="token scope reads need (auth on)")
+    option("--write-scope", default="registry.write", help="token scope writes need (auth on)")
+    http.add_tls_options(parser)
+    http.add_limit_options(parser)
     option(
         "--statement-timeout",
         type=config.parse_duration,
@@ -34,6 +35,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="longest a storage call may take before the API answers 50002",
     )
     option("--pool-size", type=int, default=10, help="Postgres connections at most (per worker)")
+    option(
+        "--max-body-bytes",
+        type=int,
+        default=MAX_BODY_BYTES,
+        help="largest request body (a schema): larger ones are refused with 41301",
+    )
     option(
         "--workers",
         type=int,
@@ -44,18 +51,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    auth_settings = auth.AuthSettings.from_args(args)
+    auth.start(auth_settings, "registry")
+    tls, limits = http.tls_of(args), http.limits_of(args)
     settings: dict[str, Any] = {
         "dsn": args.pg_url,
-        "auth_token": args.auth_token or None,
+        "auth": auth_settings.to_json(),
+        "scopes": {"read": args.read_scope, "write": args.write_scope},
         "statement_timeout_ms": int(args.statement_timeout * 1000),
         "pool_size": args.pool_size,
+        "max_body_bytes": args.max_body_bytes,
     }
     log.info(
         "registry starting",
         extra=logs.fields(host=args.host, port=args.port, workers=args.workers),
     )
     if args.workers <= 1:
-        http.serve(create_app(**settings), args.host, args.port)
+        http.serve(_app(settings), args.host, args.port, tls=tls, limits=limits)
         return 0
     # Workers share nothing but Postgres, as separate registry processes do.
     os.environ[SETTINGS_ENV] = json.dumps(settings)
@@ -65,11 +77,14 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         host=args.host,
         port=args.port,
-        http=http.UpgradeIgnoringProtocol,
+        http=limits.protocol(),
+        timeout_keep_alive=int(limits.idle_timeout) or 1,
         ws="none",
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=10,
+        ssl_certfile=tls.cert if tls else None,
+        ssl_keyfile=tls.key if tls else None,
     )
     return 0
 
@@ -77,4 +92,16 @@ def run(args: argparse.Namespace) -> int:
 def worker_app() -> ASGIApp:
     """The app of one worker process, from the settings its parent left in the environment."""
     logs.configure("registry")
-    return http.FlowIdMiddleware(create_app(**json.loads(os.environ[SETTINGS_ENV])))
+    return http.FlowIdMiddleware(_app(json.loads(os.environ[SETTINGS_ENV])))
+
+
+def _app(settings: dict[str, Any]) -> ASGIApp:
+    """The registry app from the JSON settings ``run`` made (the same in every worker)."""
+    return create_app(
+        settings["dsn"],
+        authenticator=auth.AuthSettings.from_json(settings["auth"]).authenticator(),
+        scopes=Scopes(**settings["scopes"]),
+        statement_timeout_ms=settings["statement_timeout_ms"],
+        pool_size=settings["pool_size"],
+        max_body_bytes=settings["max_body_bytes"],
+    )

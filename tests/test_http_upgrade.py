@@ -40,7 +40,7 @@ def test_registry(run, pg_dsn: str) -> None:
         ["registry", "--port", str(port), "--pg-url", pg_dsn],
         "/health",
         port,
-        {"CHANGEBROKER_REGISTRY_AUTH_TOKEN": ""},
+        {"CHANGEBROKER_AUTH": ""},
     )
     schema = {"serialization": "json", "schemaDefinition": {"type": "string"}}
     first, after, again, after_again = jdk_exchange(

@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -49,7 +50,7 @@ from broker.event_types.store import Store
 from broker.publishing.api import ItemFailure, Target, prepare, received_now
 from broker.publishing.partitioning import java_string_hash
 from broker.publishing.producer import Message
-from changebroker import logs, pg
+from changebroker import auth, logs, pg
 from changeserver.sequence import ZERO, Sequence
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,8 @@ class Settings:
     # Of the positions topic; None: what the cluster allows (event types: the broker's).
     replication_factor: int | None = None
     min_insync_replicas: int | None = None
+    client_token: str | None = None  # sent to the changeserver and the broker
+    ca_file: Path | None = None  # trusted for their HTTPS besides the system's CAs
 
 
 @dataclass
@@ -350,10 +353,16 @@ class Bridge:
             self._next_discovery = 0.0
             await store.open()
             await self._chunks.open()
+            client: dict[str, Any] = {
+                "headers": auth.client_headers(s.client_token),
+                "verify": auth.client_verify(s.ca_file),
+            }
             async with (
                 await psycopg.AsyncConnection.connect(s.app_dsn, autocommit=True) as catalog,
-                httpx.AsyncClient(base_url=s.broker_url, timeout=60) as broker,
-                httpx.AsyncClient(base_url=s.changeserver_url, timeout=s.block + 60) as changes,
+                httpx.AsyncClient(base_url=s.broker_url, timeout=60, **client) as broker,
+                httpx.AsyncClient(
+                    base_url=s.changeserver_url, timeout=s.block + 60, **client
+                ) as changes,
             ):
                 self._catalog = catalog
                 self._event_types = EventTypes(store, broker)

@@ -22,14 +22,16 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from broker.bridge.bridge import Bridge, Settings
 from broker.bridge.metrics import BridgeCollector
-from changebroker import config, http, logs, metrics, tasks
+from changebroker import auth, config, http, logs, metrics, tasks
 
 log = logging.getLogger(__name__)
 
 SCOPE = "bridge"
+DEFAULT_ADMIN_SCOPE = "bridge.admin"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -109,6 +111,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     option("--partitions", type=int, default=4, help="partitions of a new table's event type")
     option("--limit", type=int, default=10_000, help="changes read (and committed) at most at once")
     config.add_replication_options(parser)
+    auth.add_options(parser)
+    auth.add_client_options(parser)
+    option(
+        "--admin-scope",
+        default=DEFAULT_ADMIN_SCOPE,
+        help="token scope resuming a unit and asking a snapshot need (auth on)",
+    )
+    http.add_tls_options(parser)
+    http.add_limit_options(parser)
     commands = parser.add_subparsers(dest="bridge_command")
     snapshot = commands.add_parser(
         "snapshot", help="ask the running bridge (--host, --port) to publish TABLE again"
@@ -136,10 +147,16 @@ def settings_of(args: argparse.Namespace) -> Settings:
         limit=args.limit,
         replication_factor=args.replication_factor,
         min_insync_replicas=args.min_insync_replicas,
+        client_token=args.client_token or None,
+        ca_file=args.tls_ca,
     )
 
 
-def create_app(bridge: Bridge) -> Starlette:
+def create_app(
+    bridge: Bridge,
+    authenticator: auth.Authenticator | None = None,
+    admin_scope: str = DEFAULT_ADMIN_SCOPE,
+) -> ASGIApp:
     def lifespan(app: Starlette) -> AbstractAsyncContextManager[None]:
         return tasks.running(bridge.run())
 
@@ -168,7 +185,7 @@ def create_app(bridge: Bridge) -> Starlette:
             return JSONResponse({"detail": str(exc)}, status_code=404)
         return JSONResponse({"table": table, "snapshot": run}, status_code=202)
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/health", health),
             Route("/status", status),
@@ -179,11 +196,28 @@ def create_app(bridge: Bridge) -> Starlette:
         lifespan=lifespan,
     )
 
+    def refuse(status: int, message: str) -> Response:
+        return JSONResponse({"detail": message}, status_code=status)
+
+    return auth.AuthMiddleware(
+        app,
+        authenticator or auth.Off(),
+        refuse,
+        open_paths=frozenset({"/health"}),
+        scope_of=lambda method, path: admin_scope if method == "POST" else None,
+    )
+
 
 def ask_snapshot(args: argparse.Namespace) -> int:
-    url = f"http://{args.host}:{args.port}/units/{args.table}/snapshot"
+    scheme = "https" if args.tls_cert else "http"
+    url = f"{scheme}://{args.host}:{args.port}/units/{args.table}/snapshot"
     try:
-        response = httpx.post(url, timeout=30)
+        response = httpx.post(
+            url,
+            timeout=30,
+            headers=auth.client_headers(args.client_token),
+            verify=auth.client_verify(args.tls_ca),
+        )
     except httpx.HTTPError as exc:
         print(f"no bridge answers at {url}: {exc}", file=sys.stderr)
         return 1
@@ -205,5 +239,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     bridge = Bridge(settings_of(args))
     log.info("bridge starting", extra=logs.fields(port=args.port, name=args.name))
-    http.serve(create_app(bridge), args.host, args.port)
+    authenticator = auth.start(auth.AuthSettings.from_args(args), SCOPE)
+    app = create_app(bridge, authenticator, args.admin_scope)
+    http.serve(app, args.host, args.port, tls=http.tls_of(args), limits=http.limits_of(args))
     return 0

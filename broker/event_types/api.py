@@ -18,6 +18,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from broker import authorization
+from broker.access import Access
 from broker.bodies import json_body
 from broker.errors import BadRequest, Conflict, EventTypeNotFound, NotFound, Unavailable
 from broker.event_types import rules
@@ -26,6 +28,7 @@ from broker.event_types.store import AlreadyExists, Store
 from broker.event_types.topics import EventTypeTopic, TopicError, Topics, topic_config, topic_name
 from broker.settings import Settings
 from changebroker import logs
+from changebroker.auth import audit, principal_of
 from registry.compat import SchemaError, nakadi_evolution, next_version
 
 log = logging.getLogger(__name__)
@@ -37,10 +40,11 @@ STORAGE_ID = "default"
 
 
 class EventTypeApi:
-    def __init__(self, store: Store, topics: Topics, settings: Settings) -> None:
+    def __init__(self, store: Store, topics: Topics, settings: Settings, access: Access) -> None:
         self.store = store
         self.topics = topics
         self.settings = settings
+        self.access = access
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -84,6 +88,11 @@ class EventTypeApi:
         return JSONResponse([timeline])
 
     async def create(self, request: Request) -> Response:
+        principal = principal_of(request)
+        if await self.access.admin.feature("DISABLE_EVENT_TYPE_CREATION") and not (
+            await self.access.admin.is_admin(principal)
+        ):
+            raise Unavailable("creating event types is disabled by the administrators")
         body = await json_body(request)
         event_type = rules.validate_new(body)
         name = event_type["name"]
@@ -108,16 +117,22 @@ class EventTypeApi:
             "event type created",
             extra=logs.fields(event_type=name, topic=topic, partitions=partitions),
         )
+        audit("event type created", principal, name)
         return Response(status_code=201)
 
     async def update(self, request: Request) -> Response:
         name = request.path_params["name"]
+        principal = principal_of(request)
         body = await json_body(request)
         try:
             async with self.store.locked(name) as locked:
                 if locked is None:
                     raise EventTypeNotFound(name)
                 current = locked.current
+                # Refused before anything is read from the body: 403 whatever it says.
+                await self.access.require(
+                    principal, current.body.get("authorization"), "admin", f"event type {name}"
+                )
                 updated = rules.validate_update(body, current.body)
                 new_version = self._next_version(current.body, updated)
                 await locked.update(updated, new_version)
@@ -129,10 +144,13 @@ class EventTypeApi:
                     )
         except TopicError as exc:
             raise Unavailable(f"{exc}; nothing was changed, try again") from None
+        # Streams of readers this change removed end at their next batch.
+        self.access.forget(name)
         log.info(
             "event type updated",
             extra=logs.fields(event_type=name, schema_version=new_version or "unchanged"),
         )
+        audit("event type updated", principal, name)
         return Response(status_code=200)
 
     @staticmethod
@@ -156,16 +174,31 @@ class EventTypeApi:
 
     async def delete(self, request: Request) -> Response:
         name = request.path_params["name"]
+        principal = principal_of(request)
         try:
             async with self.store.locked(name) as locked:
                 if locked is None:
                     raise EventTypeNotFound(name)
+                await self.access.require(
+                    principal,
+                    locked.current.body.get("authorization"),
+                    "admin",
+                    f"event type {name}",
+                )
+                if await self.access.admin.feature(
+                    "DISABLE_EVENT_TYPE_DELETION"
+                ) and not await self.access.admin.is_admin(principal):
+                    authorization.refuse(
+                        principal, f"delete event type {name}", "deletion is disabled"
+                    )
                 await locked.delete()
                 # Raised inside the transaction: a failed topic deletion keeps the event type.
                 await self.topics.delete(locked.current.topic)
         except TopicError as exc:
             raise Unavailable(f"{exc}; nothing was deleted, try again") from None
+        self.access.forget(name)
         log.info("event type deleted", extra=logs.fields(event_type=name))
+        audit("event type deleted", principal, name)
         return Response(status_code=200)
 
     async def schemas(self, request: Request) -> Response:

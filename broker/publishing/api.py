@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from broker import bodies, metrics
+from broker.access import Access
 from broker.bodies import BadBody
 from broker.errors import EventTypeNotFound
 from broker.event_types import effective_schema
@@ -31,6 +32,7 @@ from broker.publishing.enrichment import EnrichmentError, enrich
 from broker.publishing.partitioning import Partitioner, PartitioningError, partitioner
 from broker.publishing.producer import KafkaProducer, Message
 from changebroker import logs
+from changebroker.auth import principal_of
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,8 @@ class Target:
     compacted: bool
     version: str
     validator: effective_schema.EventValidator
+    # The event type's authorization section (its writers publish), None when it has none.
+    authorization: Mapping[str, Any] | None = None
 
     @functools.cached_property
     def partition(self) -> Partitioner:
@@ -81,6 +85,7 @@ class Target:
             compacted=body["cleanup_policy"] == "compact",
             version=stored.schema_version,
             validator=effective_schema.EventValidator(schema),
+            authorization=body.get("authorization"),
         )
 
 
@@ -150,9 +155,10 @@ def _item(event: Any, status: str, step: str, detail: str | None = None) -> dict
 
 
 class Publisher:
-    def __init__(self, store: Store, producer: KafkaProducer) -> None:
+    def __init__(self, store: Store, producer: KafkaProducer, access: Access) -> None:
         self.store = store
         self.producer = producer
+        self.access = access
         # Per process; a revision check per request keeps it right across processes (and
         # across a delete and re-create: the revision holds the new topic).
         self._targets: dict[str, Target] = {}
@@ -180,6 +186,7 @@ class Publisher:
         target = await self.target(name)
         if target is None:
             raise EventTypeNotFound(name)
+        await self.access.require_publish(principal_of(request), name, target.authorization)
         started = time.perf_counter()
         batch = split_batch(await bodies.raw(request))
         messages: list[Message] = []

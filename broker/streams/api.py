@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from broker import bodies, metrics
+from broker.access import Access
 from broker.errors import (
     BadRequest,
     BrokerError,
@@ -45,6 +46,7 @@ from broker.streams.cursors import (
 )
 from broker.streams.event_stream import EventStream, parse_limits
 from broker.streams.watermarks import Watermark, Watermarks
+from changebroker.auth import principal_of
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +103,23 @@ def cursor_errors_as(error: type[BrokerError]) -> Iterator[None]:
 
 class Reading:
     def __init__(
-        self, resolve: TopicResolver, kafka_bootstrap: str, watermarks: Watermarks
+        self,
+        resolve: TopicResolver,
+        kafka_bootstrap: str,
+        watermarks: Watermarks,
+        access: Access,
     ) -> None:
         self._resolve = resolve
         self._bootstrap = kafka_bootstrap
         self._watermarks = watermarks
+        self._access = access
+
+    async def _readable(self, request: Request) -> EventTypeTopic:
+        """The event type the path names (else 404), if the caller may read it (else 403)."""
+        name = request.path_params["name"]
+        topic = await self._topic(name)
+        await self._access.require_event_type(principal_of(request), name, "read")
+        return topic
 
     async def _marks(self, topic: EventTypeTopic) -> dict[int, Watermark]:
         return await self._watermarks.of(topic.topic, range(topic.partitions))
@@ -119,6 +133,8 @@ class Reading:
     async def stream(self, request: Request) -> Response:
         name = request.path_params["name"]
         topic = await self._topic(name)
+        principal = principal_of(request)
+        await self._access.require_consume(principal, [name])
         limits = parse_limits(request.query_params)
         header = request.headers.get("x-nakadi-cursors")
         cursors: list[Cursor] | None = None
@@ -138,12 +154,13 @@ class Reading:
             )
         stream = EventStream(self._bootstrap, topic.topic, positions, limits, topic.timeline)
         gzip = _wants_gzip(request)
-        body = _gzipped(stream.batches()) if gzip else stream.batches()
+        batches = self._access.guarded(stream.batches(), principal, [name])
+        body = _gzipped(batches) if gzip else batches
         return _StreamResponse(stream, body, gzip)
 
     async def partitions(self, request: Request) -> Response:
         name = request.path_params["name"]
-        topic = await self._topic(name)
+        topic = await self._readable(request)
         consumed: dict[int, Cursor] = {}
         if "cursors" in request.query_params:
             try:
@@ -164,7 +181,7 @@ class Reading:
 
     async def partition(self, request: Request) -> Response:
         name, partition_text = request.path_params["name"], request.path_params["partition"]
-        topic = await self._topic(name)
+        topic = await self._readable(request)
         if not partition_text.isdigit() or int(partition_text) >= topic.partitions:
             raise NotFound(f"partition {partition_text} not found in {name}")
         partition = int(partition_text)
@@ -178,7 +195,7 @@ class Reading:
 
     async def _cursor_request(self, request: Request) -> tuple[EventTypeTopic, list[Any]]:
         """The event type and the JSON array body of a cursor operation."""
-        topic = await self._topic(request.path_params["name"])
+        topic = await self._readable(request)
         body = await bodies.json_body(request)
         if not isinstance(body, list):
             raise Unprocessable("the body must be a JSON array")
@@ -252,9 +269,11 @@ def _kafka_unavailable_is_503(endpoint: Endpoint) -> Endpoint:
     return guarded
 
 
-def routes(resolve: TopicResolver, kafka_bootstrap: str, watermarks: Watermarks) -> list[BaseRoute]:
+def routes(
+    resolve: TopicResolver, kafka_bootstrap: str, watermarks: Watermarks, access: Access
+) -> list[BaseRoute]:
     """The reading endpoints; ``watermarks`` is the app's, closed by its lifespan."""
-    reading = Reading(resolve, kafka_bootstrap, watermarks)
+    reading = Reading(resolve, kafka_bootstrap, watermarks, access)
     endpoints: list[tuple[str, Endpoint, str]] = [
         ("/event-types/{name}/events", reading.stream, "GET"),
         ("/event-types/{name}/partitions", reading.partitions, "GET"),

@@ -13,7 +13,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from broker import bodies
-from broker.errors import BadRequest, SubscriptionNotFound
+from broker.access import Access
+from broker.errors import BadRequest, SubscriptionNotFound, Unavailable
 from broker.subscriptions.store import (
     DEFAULT_PAGE,
     MAX_PAGE,
@@ -23,6 +24,7 @@ from broker.subscriptions.store import (
     storable,
     whole_number,
 )
+from changebroker.auth import audit, principal_of
 
 # What ``show_status`` adds to a listed subscription (served by the streams module).
 StatusSource = Callable[["Subscription"], Awaitable[list[dict[str, Any]]]]
@@ -38,17 +40,45 @@ def _page_number(request: Request, name: str, default: int, low: int, high: int)
 
 
 class SubscriptionApi:
-    def __init__(self, subscriptions: Subscriptions, status: StatusSource) -> None:
+    def __init__(self, subscriptions: Subscriptions, status: StatusSource, access: Access) -> None:
         self._subscriptions = subscriptions
         self._status = status
+        self._access = access
+
+    async def _administered(self, request: Request) -> Subscription:
+        """The subscription the path names (else 404) if the caller is one of its admins
+        (else 403)."""
+        subscription_id = request.path_params["id"]
+        subscription = await self._subscriptions.get(subscription_id)
+        if subscription is None:
+            raise SubscriptionNotFound(subscription_id)
+        await self._access.require(
+            principal_of(request),
+            subscription.authorization,
+            "admin",
+            f"subscription {subscription_id}",
+        )
+        return subscription
 
     async def create(self, request: Request) -> Response:
+        principal = principal_of(request)
+        admin = self._access.admin
+        if await admin.feature("DISABLE_SUBSCRIPTION_CREATION") and not await admin.is_admin(
+            principal
+        ):
+            raise Unavailable("creating subscriptions is disabled by the administrators")
         body = await bodies.json_body(request)
+        # Only readers of every event type may subscribe to them.
+        names = body.get("event_types") if isinstance(body, dict) else None
+        for name in names if isinstance(names, list) else ():
+            if isinstance(name, str):
+                await self._access.require_event_type(principal, name, "read")
         subscription, created = await self._subscriptions.create(body)
         location = f"/subscriptions/{subscription.id}"
         headers = {"Location": location}
         if created:
             headers["Content-Location"] = location
+            audit("subscription created", principal, subscription.id)
         return JSONResponse(
             subscription.body(), status_code=201 if created else 200, headers=headers
         )
@@ -91,15 +121,21 @@ class SubscriptionApi:
 
     async def update(self, request: Request) -> Response:
         subscription_id = request.path_params["id"]
+        await self._administered(request)
         body = await bodies.json_body(request)
         if not await self._subscriptions.update_authorization(subscription_id, body):
             raise SubscriptionNotFound(subscription_id)
+        # Streams of readers this change removed end at their next batch.
+        self._access.forget_subscription(subscription_id)
+        audit("subscription authorization changed", principal_of(request), subscription_id)
         return Response(status_code=204)
 
     async def delete(self, request: Request) -> Response:
         subscription_id = request.path_params["id"]
+        await self._administered(request)
         if not await self._subscriptions.delete(subscription_id):
             raise SubscriptionNotFound(subscription_id)
+        audit("subscription deleted", principal_of(request), subscription_id)
         return Response(status_code=204)
 
     def routes(self) -> list[BaseRoute]:

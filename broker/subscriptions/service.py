@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
+from broker.access import Access
 from broker.event_types.store import Store, StoreResolver
 from broker.streams.watermarks import Watermarks
 from broker.subscriptions.api import SubscriptionApi
@@ -17,13 +18,15 @@ from broker.subscriptions.stream_api import SubscriptionStreams
 class SubscriptionService:
     """Everything under ``/subscriptions`` for one app, and its notification listener."""
 
-    def __init__(self, store: Store, pg_dsn: str, bootstrap: str, watermarks: Watermarks) -> None:
+    def __init__(
+        self, store: Store, pg_dsn: str, bootstrap: str, watermarks: Watermarks, access: Access
+    ) -> None:
         self.subscriptions = Subscriptions(store, StoreResolver(store), watermarks)
         self.coordinator = Coordinator(pg_dsn, store.pool, lambda: close_expired(store))
         self.streams = SubscriptionStreams(
-            self.subscriptions, self.coordinator, bootstrap, watermarks
+            self.subscriptions, self.coordinator, bootstrap, watermarks, access
         )
-        self.api = SubscriptionApi(self.subscriptions, self.streams.status)
+        self.api = SubscriptionApi(self.subscriptions, self.streams.status, access)
 
     async def start(self) -> None:
         await self.coordinator.start()

@@ -368,6 +368,10 @@ class Subscriptions:
         ):
             raise SubscriptionError(422, "event_types can't be changed; only authorization can")
         authorization = body.get("authorization")
+        if current.authorization and not authorization:
+            raise SubscriptionError(
+                422, "authorization cannot be removed once set; change its lists instead"
+            )
         async with self.store.pool.connection() as conn:
             await conn.execute(
                 "UPDATE broker_subscriptions SET authz = %s, updated_at = now() WHERE id = %s",

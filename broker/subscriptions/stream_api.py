@@ -18,7 +18,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import anyio
@@ -30,6 +30,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from broker import bodies, metrics
+from broker.access import Access
 from broker.errors import BadRequest, Conflict, SubscriptionNotFound
 from broker.streams.api import STREAM_MEDIA_TYPE, _gzipped, _wants_gzip
 from broker.streams.cursors import OffsetFormatError, format_offset, parse_offset
@@ -54,6 +55,7 @@ from broker.subscriptions.store import (
     whole_number,
 )
 from changebroker import logs
+from changebroker.auth import audit, principal_of
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +68,17 @@ TIME_LAG_READ_SECONDS = 5.0
 class _SessionResponse(StreamingResponse):
     """Closes the session whatever ends the response; the close survives the cancellation."""
 
-    def __init__(self, session: Session, waiter: contextlib.ExitStack, gzip: bool) -> None:
+    def __init__(
+        self,
+        session: Session,
+        lines: AsyncIterator[bytes],
+        waiter: contextlib.ExitStack,
+        gzip: bool,
+    ) -> None:
         headers = {STREAM_ID_HEADER: session.stream_id}
         if gzip:
             headers["Content-Encoding"] = "gzip"
-        body = _gzipped(session.lines()) if gzip else session.lines()
+        body = _gzipped(lines) if gzip else lines
         super().__init__(body, media_type=STREAM_MEDIA_TYPE, headers=headers)
         self._session = session
         self._waiter = waiter
@@ -96,7 +104,9 @@ class SubscriptionStreams:
         coordinator: Coordinator,
         bootstrap: str,
         watermarks: Watermarks,
+        access: Access,
     ) -> None:
+        self.access = access
         self.subscriptions = subscriptions
         self.store = subscriptions.store
         self.coordinator = coordinator
@@ -113,6 +123,10 @@ class SubscriptionStreams:
 
     async def stream(self, request: Request) -> Response:
         subscription = await self._subscription(request)
+        principal = principal_of(request)
+        await self.access.require_consume(
+            principal, subscription.event_types, subscription.authorization, subscription.id
+        )
         values: dict[str, Any] = dict(request.query_params)
         if request.method == "POST":
             body = await bodies.json_body(request)
@@ -145,7 +159,10 @@ class SubscriptionStreams:
             topics,
             changed,
         )
-        return _SessionResponse(session, waiter, _wants_gzip(request))
+        lines = self.access.guarded(
+            session.lines(), principal, subscription.event_types, subscription.id
+        )
+        return _SessionResponse(session, lines, waiter, _wants_gzip(request))
 
     async def _open_session(
         self, subscription: Subscription, stream_id: str, params: StreamParams
@@ -201,6 +218,13 @@ class SubscriptionStreams:
 
     async def commit(self, request: Request) -> Response:
         subscription = await self._subscription(request)
+        # Committing is consuming: the subscription's readers, not blocked from consuming.
+        await self.access.require_consume(
+            principal_of(request),
+            subscription.event_types,
+            subscription.authorization,
+            subscription.id,
+        )
         stream_id = request.headers.get(STREAM_ID_HEADER)
         if not stream_id:
             raise BadRequest(f"the {STREAM_ID_HEADER} header is required to commit")
@@ -319,6 +343,10 @@ class SubscriptionStreams:
     async def reset(self, request: Request) -> Response:
         """PATCH cursors: streams are closed, offsets set, new streams get 409 until they ended."""
         subscription = await self._subscription(request)
+        principal = principal_of(request)
+        await self.access.require(
+            principal, subscription.authorization, "admin", f"subscription {subscription.id}"
+        )
         body = await bodies.json_body(request)
         items = _cursor_items(body, subscription, with_token=False)
         topics = await self.subscriptions.topics(subscription.event_types)
@@ -365,6 +393,7 @@ class SubscriptionStreams:
                 "UPDATE broker_subscriptions SET reset_until = NULL WHERE id = %s",
                 (subscription.id,),
             )
+        audit("cursors reset", principal, subscription.id)
         return Response(status_code=204)
 
     async def _wait_finished(self, stream_ids: list[Any], changed: asyncio.Event) -> None:

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import shutil
+import ssl
 import sys
 import urllib.error
 import urllib.request
@@ -22,7 +23,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from changebroker import config, logs
+from changebroker import auth, config, logs
+from changebroker.auth import AuthSettings
+from changebroker.http import Tls
 from changebroker.stack.kafka import LocalKafkaCluster
 from changebroker.stack.loadbalancer import LoadBalancer
 from changebroker.stack.postgres import LocalPostgres
@@ -91,6 +94,12 @@ class LocalStack:
     external_meta_dsn: str | None = None
     durable: bool = True
     replay_every: float | None = None  # seconds: run the replay as a service on this schedule
+    # Authentication of every service (``up --auth ...``) and the token our own clients
+    # (bridge, console) send; TLS on every port, and the CA our clients trust for it.
+    auth: AuthSettings = field(default_factory=AuthSettings)
+    client_token: str | None = None
+    tls: Tls | None = None
+    ca_file: Path | None = None
     # None: as recorded by the last ``up`` (one of each before any).
     kafka_nodes: int | None = None
     broker_processes: int | None = None
@@ -166,9 +175,31 @@ class LocalStack:
         """Where the replay writes snapshots and the changeserver serves them from."""
         return self.state.root / "snapshots"
 
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls is not None else "http"
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """What our probes trust: the CA file's certificates, else the system's."""
+        if self.ca_file is None:
+            return None
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def _server_args(self) -> list[str]:
+        """Flags every server takes: authentication, TLS."""
+        args = self.auth.args()
+        if self.tls is not None:
+            args += ["--tls-cert", str(self.tls.cert), "--tls-key", str(self.tls.key)]
+        return args
+
+    def _client_args(self) -> list[str]:
+        """Flags of a service that calls the others: the CA to trust (the token goes in the
+        environment, CHANGEBROKER_CLIENT_TOKEN, where ``ps`` does not show it)."""
+        return ["--tls-ca", str(self.ca_file)] if self.ca_file is not None else []
+
     def _reach(self, name: str, port: int) -> str:
         """How a service reaches another service ``name`` listening on ``port``."""
-        return f"http://127.0.0.1:{self.links.get(name, port)}"
+        return f"{self.scheme}://127.0.0.1:{self.links.get(name, port)}"
 
     def _linked_dsn(self, dsn: str) -> str:
         """``dsn`` as our services reach it (through the Postgres link, if there is one)."""
@@ -180,12 +211,13 @@ class LocalStack:
     def services(self) -> list[Service]:
         """Our services in start order: the registry before the broker that uses it."""
         p = self.ports
-        loopback = "http://127.0.0.1"
+        loopback = f"{self.scheme}://127.0.0.1"
         meta_dsn = self._linked_dsn(self.meta_dsn)
+        server, client = self._server_args(), self._client_args()
         return [
             Service(
                 "registry",
-                ["--port", str(p.registry), "--pg-url", meta_dsn],
+                ["--port", str(p.registry), "--pg-url", meta_dsn, *server],
                 f"{loopback}:{p.registry}",
                 f"{loopback}:{p.registry}/health",
             ),
@@ -202,6 +234,7 @@ class LocalStack:
                     "changebroker",
                     "--snapshots-dir",
                     str(self.snapshots_dir),
+                    *server,
                 ],
                 f"{loopback}:{p.changeserver}",
                 f"{loopback}:{p.changeserver_mgmt}/ready",
@@ -219,6 +252,8 @@ class LocalStack:
                     self._reach("changeserver", p.changeserver),
                     "--broker-url",
                     self._reach("broker", p.broker),
+                    *server,
+                    *client,
                 ],
                 f"{loopback}:{p.bridge}",
                 f"{loopback}:{p.bridge}/health",
@@ -240,6 +275,10 @@ class LocalStack:
                     f"{loopback}:{p.changeserver_mgmt}",
                     "--bridge-url",
                     f"{loopback}:{p.bridge}",
+                    *client,
+                    # The console serves people's browsers: TLS, not bearer tokens.
+                    *(["--tls-cert", str(self.tls.cert)] if self.tls else []),
+                    *(["--tls-key", str(self.tls.key)] if self.tls else []),
                 ],
                 f"{loopback}:{p.console}",
                 f"{loopback}:{p.console}/health",
@@ -248,9 +287,14 @@ class LocalStack:
         ]
 
     def _broker_services(self) -> list[Service]:
-        """One broker on the broker port, or several on their own ports behind HAProxy."""
-        loopback = "http://127.0.0.1"
-        registry = ["--registry-url", self._reach("registry", self.ports.registry)]
+        """One broker on the broker port, or several on their own ports behind HAProxy (which
+        checks them over plain HTTP: TLS is for a single broker process)."""
+        loopback = f"{self.scheme}://127.0.0.1"
+        registry = [
+            "--registry-url",
+            self._reach("registry", self.ports.registry),
+            *self._server_args(),
+        ]
         meta_dsn = self._linked_dsn(self.meta_dsn)
         layout = self.layout()
         if layout.broker_processes == 1:
@@ -274,7 +318,7 @@ class LocalStack:
             return []
         args = [
             *("--every", f"{self.replay_every:g}s", "--out", str(self.snapshots_dir)),
-            *("--broker-url", f"http://127.0.0.1:{self.ports.broker}"),
+            *("--broker-url", f"{self.scheme}://127.0.0.1:{self.ports.broker}"),
         ]
         return [Service(REPLAY, args, "", None)]
 
@@ -396,7 +440,7 @@ class LocalStack:
                     # Running is not serving: a frozen or cut-off service is not ready.
                     result[service.name]["ready"] = answers(service.ready_url)
                 if service.status_url:
-                    result[service.name]["status"] = _json(service.status_url)
+                    result[service.name]["status"] = self._json(service.status_url)
         replay_pid = read_pid(self.state.pid_file(REPLAY))
         if replay_pid is not None:
             result[REPLAY] = {"pid": replay_pid, "log": str(self.state.log_file(REPLAY))}
@@ -422,17 +466,32 @@ class LocalStack:
                 env={
                     "CHANGEBROKER_PG_DSN": self._linked_dsn(self.pg_dsn),
                     "CHANGEBROKER_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
+                    "CHANGEBROKER_CLIENT_TOKEN": self.client_token or "",
                 },
             )
         if not wait:
             return
         ready_url = service.ready_url
+        context = self.ssl_context()
         wait_until(
-            lambda: (ready_url is None or answers(ready_url)) and read_pid(pid_file) is not None,
+            lambda: (
+                (ready_url is None or answers(ready_url, context))
+                and read_pid(pid_file) is not None
+            ),
             timeout=120,
             what=f"{service.name} at {ready_url} (see {self.state.log_file(service.name)})",
         )
         log.info("service ready", extra=logs.fields(service=service.name, url=service.base_url))
+
+    def _json(self, url: str) -> Any:
+        """A service's JSON answer, or ``None`` while it does not answer."""
+        headers = auth.client_headers(self.client_token)
+        request = urllib.request.Request(url, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=5, context=self.ssl_context()) as answer:
+                return json.load(answer)
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
 
 
 def newest_snapshot(directory: Path, bridge_position: str | None) -> dict[str, Any] | None:
@@ -461,12 +520,3 @@ def newest_snapshot(directory: Path, bridge_position: str | None) -> dict[str, A
         "lag_bytes_behind_bridge": lag,
         "path": str(directory / snapshot_id),
     }
-
-
-def _json(url: str) -> Any:
-    """A service's JSON answer, or ``None`` while it does not answer."""
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return json.load(response)
-    except (urllib.error.URLError, OSError, ValueError):
-        return None

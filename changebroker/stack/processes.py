@@ -6,6 +6,7 @@ import os
 import random
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -13,10 +14,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 
-def answers(url: str) -> bool:
-    """Whether ``url`` answers 200 now: the readiness probe for our services."""
+def answers(url: str, context: ssl.SSLContext | None = None) -> bool:
+    """Whether ``url`` answers 200 now: the readiness probe for our services (``context``:
+    the TLS trust of an https URL, when not the system's)."""
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
+        with urllib.request.urlopen(url, timeout=2, context=context) as response:
             return bool(response.status == 200)
     except OSError:  # URLError and HTTPError are OSErrors too
         return False

@@ -21,9 +21,10 @@ from changebroker.stack.processes import answers, free_port, wait_until
 
 
 @contextlib.contextmanager
-def serve_in_thread(app: ASGIApp) -> Iterator[str]:
+def serve_in_thread(app: ASGIApp, limits: http.ConnectionLimits | None = None) -> Iterator[str]:
     """Serve ``app`` on a free loopback port; yields its base URL."""
-    server = uvicorn.Server(http.config(app, "127.0.0.1", 0, lifespan="on"))
+    limits = limits or http.ConnectionLimits()
+    server = uvicorn.Server(http.config(app, "127.0.0.1", 0, lifespan="on", limits=limits))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_until(lambda: server.started or not thread.is_alive(), timeout=30, what="uvicorn to start")

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
 
+from changebroker.auth import AuthSettings
 from changebroker.stack.run import serve_in_thread
 from registry.app import create_app
+from tests.support.credentials import tokens_file
 
 OPENSCHEMA = "application/vnd.openschema.v1+json"
 PERSON: dict[str, Any] = {
@@ -474,17 +477,51 @@ def test_unknown_routes_answer_in_the_error_format(client: httpx.Client) -> None
     error(client.patch("/subjects/x"), 405, 40501)
 
 
-def test_token_protects_everything_but_health(registry_dsn: str) -> None:
-    with (
-        serve_in_thread(create_app(registry_dsn, auth_token="s3cret")) as url,
-        httpx.Client(base_url=url) as http,
-    ):
+def test_credentials_and_scopes_protect_everything_but_health(
+    registry_dsn: str, tmp_path: Path
+) -> None:
+    tokens = tokens_file(
+        tmp_path / "tokens.json",
+        {
+            "reader": ("catalog", ["registry.read"]),
+            "writer": ("schemas-team", ["registry.read", "registry.write"]),
+        },
+    )
+    authenticator = AuthSettings(mode="tokens", tokens_file=tokens).authenticator()
+    app = create_app(registry_dsn, authenticator=authenticator)
+    reader = {"authorization": "Bearer reader"}
+    writer = {"authorization": "Bearer writer"}
+    with serve_in_thread(app) as url, httpx.Client(base_url=url) as http:
         assert http.get("/health").status_code == 200
-        error(http.get("/subjects"), 401, 40101)
+        missing = error(http.get("/subjects"), 401, 40101)
+        assert "Bearer" in missing["errorMessage"]
         error(http.get("/subjects", headers={"authorization": "Bearer wrong"}), 401, 40101)
-        error(http.post("/subjects/x/versions", json=json_schema(PERSON)), 401, 40101)
-        allowed = http.get("/subjects", headers={"authorization": "Bearer s3cret"})
-        assert allowed.status_code == 200
+        error(http.post("/subjects/scoped/versions", json=json_schema(PERSON)), 401, 40101)
+        assert http.get("/subjects", headers=reader).status_code == 200
+        # Writes (register, config, delete) need the write scope; a reader gets 40301.
+        error(
+            http.post("/subjects/scoped/versions", json=json_schema(PERSON), headers=reader),
+            403,
+            40301,
+        )
+        config = {"compatibility": "NONE"}
+        error(http.put("/config/scoped", json=config, headers=reader), 403, 40301)
+        error(http.delete("/subjects/scoped", headers=reader), 403, 40301)
+        assert http.get("/subjects/scoped/versions", headers=reader).status_code == 404
+        assert (
+            http.post(
+                "/subjects/scoped/versions", json=json_schema(PERSON), headers=writer
+            ).status_code
+            == 200
+        )
+        # Testing compatibility changes nothing: readers may.
+        check = http.post(
+            "/compatibility/subjects/scoped/versions/latest",
+            json={"schema": PERSON},
+            headers=reader,
+        )
+        assert check.status_code == 200, check.text
+        assert http.put("/config/scoped", json=config, headers=writer).status_code == 200
 
 
 def test_storage_timeout_is_50002_and_changes_nothing(

@@ -25,7 +25,7 @@ def test_registry_command_serves_and_stops_cleanly(pg_dsn: str, tmp_path: Path) 
         ["registry", "--port", str(port), "--pg-url", pg_dsn],
         f"{url}/health",
         tmp_path / "registry.log",
-        env={"CHANGEBROKER_REGISTRY_AUTH_TOKEN": ""},
+        env={"CHANGEBROKER_AUTH": ""},
     ).start()
     try:
         body = {"serialization": "json", "schemaDefinition": {"type": "string"}}
@@ -48,7 +48,7 @@ def test_workers_share_the_port_and_see_each_others_writes(pg_dsn: str, tmp_path
         ["registry", "--port", str(port), "--pg-url", pg_dsn, "--workers", "2"],
         f"{url}/health",
         tmp_path / "registry.log",
-        env={"CHANGEBROKER_REGISTRY_AUTH_TOKEN": ""},
+        env={"CHANGEBROKER_AUTH": ""},
     ).start()
     try:
         body = {"serialization": "json", "schemaDefinition": {"type": "string"}}

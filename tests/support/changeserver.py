@@ -15,6 +15,7 @@ import psycopg
 import pytest
 import yaml
 
+from changebroker.auth import Authenticator
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
 from changeserver.server import ChangeServer, Settings
@@ -89,12 +90,18 @@ def make_server(
         conn.execute(TABLE)
     stack: list[Harness] = []
 
-    def make(separate_management: bool = False, **overrides: Any) -> Harness:
+    def make(
+        separate_management: bool = False,
+        authenticator: Authenticator | None = None,
+        **overrides: Any,
+    ) -> Harness:
         # unique_name is one token per test: number the servers so each has its own slot
         # and its own change log.
         slot = unique_name(f"cs{len(stack)}")
         settings = Settings(dsn=pg_dsn, slot=slot, db_dir=tmp_path / slot, **overrides)
-        server = ChangeServer(settings, separate_management=separate_management)
+        server = ChangeServer(
+            settings, separate_management=separate_management, authenticator=authenticator
+        )
         context = contextlib.ExitStack()
         url = mgmt_url = context.enter_context(serve_in_thread(server.api_app))
         if server.management_app is not None:

@@ -1,0 +1,139 @@
+"""Publishing 1 KB events in batches of 100 with JWT authentication on, against off.
+
+Two brokers on the same Postgres and Kafka, each its own process with one worker: one with
+``--auth off``, one with ``--auth jwt`` (RS256, a JWK set file, audience and issuer checked)
+publishing to an event type whose ``authorization`` names the writers. Each client thread
+sends its own token; a token is verified once and then cached, so the goal is at least 0.9x of
+the unauthenticated rate. The runs alternate (off, jwt, off, jwt) so both see the same load.
+
+    .venv/bin/python -m bench broker_auth
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import jwt
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from bench import services
+from bench.broker_publish import _event, _rate
+from bench.report import Figure, report
+from changebroker import pg
+from changebroker.stack.run import broker_process
+
+BATCH = 100
+THREADS = 4
+ROUNDS = 2
+AUDIENCE = "changebroker-bench"
+ISSUER = "https://bench.invalid"
+SCOPES = "nakadi.event_type.write nakadi.event_stream.write nakadi.event_stream.read"
+
+
+def _jwks(key: rsa.RSAPrivateKey, path: Path) -> None:
+    public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    path.write_text(json.dumps({"keys": [{**public, "kid": "bench", "alg": "RS256"}]}))
+
+
+def _token(key: rsa.RSAPrivateKey, sub: str) -> str:
+    claims = {
+        "sub": sub,
+        "scope": SCOPES,
+        "aud": AUDIENCE,
+        "iss": ISSUER,
+        "exp": int(time.time()) + 3600,
+    }
+    return jwt.encode(claims, key, algorithm="RS256", headers={"kid": "bench"})
+
+
+def _publish_rate(url: str, name: str, body: bytes, tokens: list[str]) -> float:
+    local = threading.local()
+    next_token = iter(tokens)
+    lock = threading.Lock()
+
+    def post() -> int:
+        if not hasattr(local, "client"):
+            with lock:
+                token = next(next_token)
+            headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+            local.client = httpx.Client(base_url=url, timeout=60, headers=headers)
+        response = local.client.post(f"/event-types/{name}/events", content=body)
+        if response.status_code != 200:
+            raise RuntimeError(f"publish answered {response.status_code}: {response.text[:300]}")
+        return BATCH
+
+    return _rate(THREADS, post)
+
+
+def main() -> int:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwks = Path(tempfile.mkstemp(prefix="bench-jwks-", suffix=".json")[1])
+    _jwks(key, jwks)
+    jwt_flags = ["--auth", "jwt", "--auth-jwks", str(jwks)]
+    jwt_flags += ["--auth-audience", AUDIENCE, "--auth-issuer", ISSUER]
+    tokens = [_token(key, f"bench-{n}") for n in range(THREADS)]
+    bootstrap = services.kafka_bootstrap()
+    # Both brokers serve one metadata database: the same event type, through either.
+    with (
+        pg.scratch_database(services.pg_server_dsn(), "bench_auth") as meta_dsn,
+        contextlib.ExitStack() as running,
+    ):
+        urls = {}
+        for mode, flags in (("off", ["--auth", "off"]), ("jwt", jwt_flags)):
+            log = Path(tempfile.mkstemp(prefix=f"bench-broker-{mode}-", suffix=".log")[1])
+            process, urls[mode] = broker_process(meta_dsn, bootstrap, log, "--workers", "1", *flags)
+            process.start()
+            running.callback(process.stop)
+        name = f"bench.auth_{uuid.uuid4().hex[:8]}"
+        writers = [{"data_type": "service", "value": f"bench-{n}"} for n in range(THREADS)]
+        created = httpx.post(
+            f"{urls['jwt']}/event-types",
+            headers={"Authorization": f"Bearer {tokens[0]}"},
+            json={
+                "name": name,
+                "owning_application": "bench",
+                "category": "business",
+                "enrichment_strategies": ["metadata_enrichment"],
+                "partition_strategy": "hash",
+                "partition_key_fields": ["order_number"],
+                "schema": {
+                    "type": "json_schema",
+                    "schema": json.dumps({"properties": {"order_number": {"type": "string"}}}),
+                },
+                "authorization": {"admins": writers, "readers": writers, "writers": writers},
+            },
+            timeout=60,
+        )
+        created.raise_for_status()
+        encoded = [json.dumps(_event(i), separators=(",", ":")).encode() for i in range(BATCH)]
+        body = b"[" + b",".join(encoded) + b"]"
+        rates: dict[str, list[float]] = {"off": [], "jwt": []}
+        for _ in range(ROUNDS):
+            for mode in ("off", "jwt"):
+                rates[mode].append(_publish_rate(urls[mode], name, body, tokens))
+        off, on = (sum(rates[m]) / ROUNDS for m in ("off", "jwt"))
+        report(
+            [
+                Figure(
+                    "broker_auth",
+                    f"1 KB events/s, batches of {BATCH}, --auth jwt (RS256), 1 worker",
+                    on,
+                    "events/s",
+                    baseline=off,
+                    baseline_name="--auth off, same run",
+                )
+            ]
+        )
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

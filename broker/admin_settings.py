@@ -1,0 +1,257 @@
+"""The broker's administration: ``/settings/admins``, ``/settings/blacklist``,
+``/settings/features``, kept in Postgres (``sql/broker/004_settings.sql``).
+
+Every broker process reads the settings again when its copy is older than ``REFRESH``
+(one query a second at most, whatever the request rate), and at once after it changed them
+itself; a blocked application or event type is so refused on its next publish and its open
+streams close within a second.
+
+Administrators are an AdminAuthorization: ``readers`` may read the settings, ``writers`` change
+the blacklist and features, ``admins`` change the administrators; every one of them passes the
+per-resource checks of event types and subscriptions.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from broker import authorization
+from broker.authorization import Operation
+from broker.bodies import json_body
+from broker.errors import Unprocessable
+from changebroker.auth import Principal, audit, principal_of
+
+REFRESH = 1.0  # seconds a process trusts its copy of the settings
+
+BLACKLIST_TYPES = ("CONSUMER_APP", "CONSUMER_ET", "PRODUCER_APP", "PRODUCER_ET")
+FEATURES = (
+    "DISABLE_EVENT_TYPE_CREATION",
+    "DISABLE_EVENT_TYPE_DELETION",
+    "DISABLE_SUBSCRIPTION_CREATION",
+)
+
+
+def initial_admins(subjects: tuple[str, ...]) -> dict[str, list[dict[str, str]]]:
+    """The administrators before the first POST: ``--admins`` subjects, of any type."""
+    attributes = [{"data_type": "*", "value": subject} for subject in subjects]
+    return {"admins": attributes, "readers": attributes, "writers": attributes}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    admins: dict[str, Any]
+    blacklist: frozenset[tuple[str, str]]
+    features: dict[str, bool]
+
+    def blocked(self, kind: str, name: str) -> bool:
+        return (kind, name) in self.blacklist
+
+
+@dataclass
+class AdminSettings:
+    pool: AsyncConnectionPool
+    default_admins: dict[str, Any]
+    _snapshot: Snapshot | None = None
+    _loaded: float = 0.0
+    _listeners: list[Any] = field(default_factory=list)
+
+    async def current(self) -> Snapshot:
+        if self._snapshot is None or time.monotonic() - self._loaded > REFRESH:
+            await self.reload()
+        assert self._snapshot is not None
+        return self._snapshot
+
+    async def reload(self) -> Snapshot:
+        async with self.pool.connection() as conn:
+            admins_row = await (await conn.execute("SELECT authz FROM broker_admins")).fetchone()
+            blacklist = await (
+                await conn.execute("SELECT type, name FROM broker_blacklist")
+            ).fetchall()
+            features = await (
+                await conn.execute("SELECT feature, enabled FROM broker_features")
+            ).fetchall()
+        self._snapshot = Snapshot(
+            admins=admins_row[0] if admins_row else self.default_admins,
+            blacklist=frozenset((kind, name) for kind, name in blacklist),
+            features={feature: bool(enabled) for feature, enabled in features},
+        )
+        self._loaded = time.monotonic()
+        return self._snapshot
+
+    # -- questions the other APIs ask ----------------------------------------------------
+
+    async def is_admin(self, principal: Principal, operation: Operation = "admin") -> bool:
+        if principal.unrestricted:
+            return True
+        admins = (await self.current()).admins
+        return authorization.listed(principal, admins.get(authorization.LISTS[operation]))
+
+    async def feature(self, name: str) -> bool:
+        return (await self.current()).features.get(name, False)
+
+    async def check_producer(self, principal: Principal, event_type: str) -> None:
+        """403 when the application or the event type is blocked from publishing."""
+        await self._check(principal, event_type, "PRODUCER_APP", "PRODUCER_ET", "publish to")
+
+    async def check_consumer(self, principal: Principal, event_types: list[str]) -> None:
+        """403 when the application or one of the event types is blocked from consuming."""
+        for event_type in event_types:
+            await self._check(principal, event_type, "CONSUMER_APP", "CONSUMER_ET", "consume")
+
+    async def consumer_blocked(self, principal: Principal, event_types: list[str]) -> bool:
+        snapshot = await self.current()
+        if not principal.unrestricted and snapshot.blocked("CONSUMER_APP", principal.sub):
+            return True
+        return any(snapshot.blocked("CONSUMER_ET", name) for name in event_types)
+
+    async def _check(
+        self, principal: Principal, event_type: str, app_kind: str, et_kind: str, verb: str
+    ) -> None:
+        snapshot = await self.current()
+        if snapshot.blocked(et_kind, event_type):
+            authorization.refuse(principal, f"{verb} {event_type}", "event type is blocked")
+        if snapshot.blocked(app_kind, principal.sub):
+            authorization.refuse(
+                principal, f"{verb} {event_type}", f"application {principal.sub} is blocked"
+            )
+
+    # -- the /settings endpoints ---------------------------------------------------------
+
+    async def _admin(self, request: Request, operation: Operation) -> Principal:
+        principal = principal_of(request)
+        if not await self.is_admin(principal, operation):
+            authorization.refuse(
+                principal,
+                f"{request.method} {request.url.path}",
+                f"not one of the broker's administrators ({authorization.LISTS[operation]})",
+            )
+        return principal
+
+    async def get_admins(self, request: Request) -> Response:
+        await self._admin(request, "read")
+        return JSONResponse((await self.current()).admins)
+
+    async def post_admins(self, request: Request) -> Response:
+        principal = await self._admin(request, "admin")
+        body = await _json(request)
+        invalid = _admin_authorization_error(body)
+        if invalid:
+            raise Unprocessable(invalid)
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO broker_admins (authz) VALUES (%s)"
+                " ON CONFLICT (singleton) DO UPDATE SET authz = excluded.authz, updated_at = now()",
+                (Jsonb(body),),
+            )
+        audit("admins changed", principal, "/settings/admins", admins=json.dumps(body))
+        return JSONResponse((await self.reload()).admins)
+
+    async def get_blacklist(self, request: Request) -> Response:
+        await self._admin(request, "read")
+        snapshot = await self.current()
+
+        def names(kind: str) -> list[str]:
+            return sorted(name for k, name in snapshot.blacklist if k == kind)
+
+        return JSONResponse(
+            {
+                "producers": {"apps": names("PRODUCER_APP"), "event_types": names("PRODUCER_ET")},
+                "consumers": {"apps": names("CONSUMER_APP"), "event_types": names("CONSUMER_ET")},
+            }
+        )
+
+    async def put_blacklist(self, request: Request) -> Response:
+        return await self._change_blacklist(request, block=True)
+
+    async def delete_blacklist(self, request: Request) -> Response:
+        return await self._change_blacklist(request, block=False)
+
+    async def _change_blacklist(self, request: Request, *, block: bool) -> Response:
+        principal = await self._admin(request, "write")
+        kind, name = request.path_params["blacklist_type"], request.path_params["name"]
+        if kind not in BLACKLIST_TYPES:
+            raise Unprocessable(f"blacklist_type is one of {', '.join(BLACKLIST_TYPES)}")
+        async with self.pool.connection() as conn:
+            if block:
+                await conn.execute(
+                    "INSERT INTO broker_blacklist (type, name) VALUES (%s, %s)"
+                    " ON CONFLICT DO NOTHING",
+                    (kind, name),
+                )
+            else:
+                await conn.execute(
+                    "DELETE FROM broker_blacklist WHERE type = %s AND name = %s", (kind, name)
+                )
+        what = "blocked" if block else "unblocked"
+        audit(what, principal, f"/settings/blacklist/{kind}/{name}")
+        await self.reload()
+        return Response(status_code=204)
+
+    async def get_features(self, request: Request) -> Response:
+        await self._admin(request, "read")
+        features = (await self.current()).features
+        items = [{"feature": name, "enabled": features.get(name, False)} for name in FEATURES]
+        return JSONResponse({"items": items})
+
+    async def post_features(self, request: Request) -> Response:
+        principal = await self._admin(request, "write")
+        body = await _json(request)
+        feature, enabled = body.get("feature"), body.get("enabled")
+        if feature not in FEATURES or not isinstance(enabled, bool):
+            raise Unprocessable(
+                f'send {{"feature": one of {", ".join(FEATURES)}, "enabled": true|false}}'
+            )
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO broker_features (feature, enabled) VALUES (%s, %s)"
+                " ON CONFLICT (feature) DO UPDATE SET enabled = excluded.enabled,"
+                " updated_at = now()",
+                (feature, enabled),
+            )
+        audit("feature set", principal, "/settings/features", feature=feature, enabled=enabled)
+        await self.reload()
+        return Response(status_code=204)
+
+    def routes(self) -> list[Route]:
+        blacklist_entry = "/settings/blacklist/{blacklist_type}/{name}"
+        return [
+            Route("/settings/admins", self.get_admins, methods=["GET"]),
+            Route("/settings/admins", self.post_admins, methods=["POST"]),
+            Route("/settings/blacklist", self.get_blacklist, methods=["GET"]),
+            Route(blacklist_entry, self.put_blacklist, methods=["PUT"]),
+            Route(blacklist_entry, self.delete_blacklist, methods=["DELETE"]),
+            Route("/settings/features", self.get_features, methods=["GET"]),
+            Route("/settings/features", self.post_features, methods=["POST"]),
+        ]
+
+
+async def _json(request: Request) -> dict[str, Any]:
+    body = await json_body(request)
+    if not isinstance(body, dict):
+        raise Unprocessable("the body must be a JSON object")
+    return body
+
+
+def _admin_authorization_error(body: Mapping[str, Any]) -> str | None:
+    for name in ("admins", "readers", "writers"):
+        attributes = body.get(name)
+        if not isinstance(attributes, list) or not attributes:
+            return f"{name} must be a non-empty list of attributes: not enough administrators"
+        for attribute in attributes:
+            if not (
+                isinstance(attribute, dict)
+                and isinstance(attribute.get("data_type"), str)
+                and isinstance(attribute.get("value"), str)
+            ):
+                return f"{name} items are objects with string data_type and value"
+    return None

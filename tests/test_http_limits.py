@@ -1,0 +1,111 @@
+"""Slow and abusive clients: 200 connections sending their request one byte a second are closed
+with 408 once the header timeout passes, oversized heads get 431, and meanwhile the service
+answers /health and a well-behaved client at normal speed."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from changebroker.http import ConnectionLimits
+from changebroker.stack.run import serve_in_thread
+from registry.app import create_app
+
+SLOW_CLIENTS = 200
+HEADER_TIMEOUT = 3.0
+LIMITS = ConnectionLimits(header_timeout=HEADER_TIMEOUT, max_header_bytes=8192)
+
+
+@pytest.fixture(scope="module")
+def registry(registry_dsn: str) -> Iterator[str]:
+    with serve_in_thread(create_app(registry_dsn), LIMITS) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def registry_dsn(pg_server_dsn: str) -> Iterator[str]:
+    from changebroker import pg
+
+    with pg.scratch_database(pg_server_dsn, "t_limits") as dsn:
+        yield dsn
+
+
+async def _trickle(port: int, opened: asyncio.Queue[None]) -> bytes:
+    """Send a request one byte a second until the server answers; what it answered."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    opened.put_nowait(None)
+    request = b"GET /subjects HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"y" * 100 + b"\r\n\r\n"
+    try:
+        for byte in request:
+            writer.write(bytes([byte]))
+            await writer.drain()
+            try:
+                return await asyncio.wait_for(reader.read(), timeout=1.0)
+            except TimeoutError:
+                continue  # nothing yet: the next byte, a second later
+        return b""
+    except ConnectionError:
+        return b""
+    finally:
+        writer.close()
+
+
+def test_slow_clients_are_cut_off_while_others_are_served(registry: str) -> None:
+    port = int(registry.rsplit(":", 1)[1])
+    with httpx.Client(base_url=registry, timeout=10) as client:
+        baseline = _latencies(client, 20)
+
+        async def abuse() -> tuple[list[bytes], list[float], float]:
+            opened: asyncio.Queue[None] = asyncio.Queue()
+            started = time.monotonic()
+            slow = [asyncio.create_task(_trickle(port, opened)) for _ in range(SLOW_CLIENTS)]
+            for _ in range(SLOW_CLIENTS):  # every slow connection is open before measuring
+                await opened.get()
+            during = await asyncio.to_thread(_latencies, client, 20)
+            answers = await asyncio.gather(*slow)
+            return answers, during, time.monotonic() - started
+
+        answers, during, took = asyncio.run(abuse())
+    assert all(a.startswith(b"HTTP/1.1 408") for a in answers), {a[:20] for a in answers}
+    # Each cut off once the header timeout passed, not held for the request's 150 seconds.
+    assert took < HEADER_TIMEOUT + 10, took
+    # The well-behaved client: answered at normal speed during the abuse.
+    assert statistics.median(during) < max(0.25, 5 * statistics.median(baseline)), (
+        baseline,
+        during,
+    )
+
+
+def _latencies(client: httpx.Client, count: int) -> list[float]:
+    took = []
+    for path in ["/health", "/subjects"] * (count // 2):
+        started = time.monotonic()
+        assert client.get(path).status_code == 200
+        took.append(time.monotonic() - started)
+    return took
+
+
+def test_an_oversized_request_head_is_431(registry: str) -> None:
+    response = httpx.get(f"{registry}/subjects", headers={"X-Big": "z" * 10_000}, timeout=10)
+    assert response.status_code == 431
+    assert httpx.get(f"{registry}/health", timeout=10).status_code == 200
+
+
+def test_the_registry_refuses_a_body_past_its_limit(registry_dsn: str) -> None:
+    with (
+        serve_in_thread(create_app(registry_dsn, max_body_bytes=10_000)) as url,
+        httpx.Client(base_url=url, timeout=30) as http,
+    ):
+        huge = {"type": "object", "description": "d" * 20_000}
+        body = {"serialization": "json", "schemaDefinition": huge}
+        refused = http.post("/subjects/huge/versions", json=body)
+        assert refused.status_code == 413, refused.text
+        assert refused.json()["errorCode"] == 41301
+        assert http.get("/subjects/huge/versions").status_code == 404
+        small = {"serialization": "json", "schemaDefinition": {"type": "object"}}
+        assert http.post("/subjects/huge/versions", json=small).status_code == 200
