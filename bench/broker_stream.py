@@ -31,8 +31,8 @@ import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench.report import Figure, report
-from broker.streaming import STREAM_CONSUMER_SETTINGS
-from broker.watermarks import consumer_config
+from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS
+from broker.streams.watermarks import consumer_config
 from changebroker import kafka, pg
 from changebroker.stack.processes import free_port, wait_until
 
@@ -59,9 +59,9 @@ def _event(index: int) -> bytes:
     return json.dumps(event, separators=(",", ":")).encode()
 
 
-def _fill(bootstrap: str, topic: str) -> None:
+def _fill(bootstrap: str, topic: str, events: int = EVENTS) -> None:
     producer = Producer(kafka.producer_config(bootstrap, **{"linger.ms": 20}))
-    for index in range(EVENTS):
+    for index in range(events):
         producer.produce(topic, _event(index), partition=index % PARTITIONS)
         if index % 10_000 == 0:
             producer.poll(0)
@@ -121,14 +121,14 @@ class BenchBroker:
 
 
 @contextlib.contextmanager
-def broker_with_event_type(label: str) -> Iterator[BenchBroker]:
+def broker_with_event_type(label: str, bootstrap: str | None = None) -> Iterator[BenchBroker]:
     """A broker process on a metadata database of its own, with an undefined event type of
-    ``PARTITIONS`` partitions; the event type (and so its topic), the process and the
-    database are removed afterwards."""
+    ``PARTITIONS`` partitions, on ``bootstrap`` (default: the runner's Kafka); the event type
+    (and so its topic), the process and the database are removed afterwards."""
     server_dsn = os.environ.get(
         "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
     )
-    bootstrap = os.environ.get("CHANGEBROKER_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    bootstrap = bootstrap or os.environ.get("CHANGEBROKER_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     database = f"bench_{label}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{database}"')

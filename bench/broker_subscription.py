@@ -31,7 +31,7 @@ from confluent_kafka import Consumer
 
 from bench.broker_stream import EVENTS, PARTITIONS, REPEATS, _fill, broker_with_event_type
 from bench.report import Figure, report
-from broker.streaming import STREAM_CONSUMER_SETTINGS
+from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS
 from changebroker import kafka
 from changebroker.stack.processes import wait_until
 
@@ -47,7 +47,7 @@ def _cursor(line: bytes) -> dict[str, str]:
     return dict(json.loads(line[len(b'{"cursor":') : end + 1]))
 
 
-def _through_subscription(url: str, subscription_id: str) -> float:
+def _through_subscription(url: str, subscription_id: str, events: int = EVENTS) -> float:
     received = 0
     started = time.monotonic()
     with (
@@ -60,7 +60,7 @@ def _through_subscription(url: str, subscription_id: str) -> float:
                 "batch_limit": BATCH_LIMIT,
                 "max_uncommitted_events": MAX_UNCOMMITTED,
                 # The last, partial batches go out at the limit, not at the flush timeout.
-                "stream_limit": EVENTS,
+                "stream_limit": events,
             },
             headers={"Accept-Encoding": "identity"},
         ) as response,
@@ -82,8 +82,8 @@ def _through_subscription(url: str, subscription_id: str) -> float:
             if committed.status_code != 204:
                 raise RuntimeError(f"commit answered {committed.status_code}: {committed.text}")
     elapsed = time.monotonic() - started
-    if received != EVENTS:
-        raise RuntimeError(f"the stream delivered {received} events, expected {EVENTS}")
+    if received != events:
+        raise RuntimeError(f"the stream delivered {received} events, expected {events}")
     return received / elapsed
 
 

@@ -8,7 +8,11 @@
   of the same row;
 * compatibility checks (BACKWARD_TRANSITIVE against the subject's whole history,
   in process and through ``POST /compatibility``) vs jsonschema's ``check_schema``
-  of the same schema, the least any registry does with a schema it is sent.
+  of the same schema, the least any registry does with a schema it is sent;
+* lookups by id again from a registry with a worker process per core.
+
+Each HTTP figure also has the registry's CPU time per operation, steadier than
+rates on a shared machine.
 
 The registry runs as its own process (``changebroker registry``) on a scratch
 database of the server in ``CHANGEBROKER_PG_DSN``, dropped at the end.
@@ -26,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -42,6 +47,8 @@ REGISTRATIONS = 400
 LOOKUPS = 2000
 HISTORY = 25
 COMPAT_CHECKS = 300
+# Lookups are the HTTP path alone once answered from memory: one worker process per core.
+WORKERS = os.cpu_count() or 1
 
 
 def schema_version(index: int) -> dict[str, Any]:
@@ -94,12 +101,28 @@ def timed(work: Callable[[int], None], count: int, clients: int) -> tuple[float,
     return count / elapsed, p99
 
 
+def server_cpu(pid: int) -> float:
+    """CPU seconds of ``pid`` and its children (the workers) so far: steadier than rates on
+    a shared machine."""
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        pids += [int(child) for child in (task / "children").read_text().split()]
+    ticks = 0
+    for each in pids:
+        fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime + stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def registry_process(dsn: str) -> Iterator[str]:
+def registry_process(dsn: str, workers: int = 1) -> Iterator[tuple[str, int]]:
+    """(its URL, its pid)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:
         command = [sys.executable, "-m", "changebroker.cli", "registry", "--port", str(port)]
+        if workers > 1:
+            command += ["--workers", str(workers)]
         process = subprocess.Popen(
             [*command, "--pg-url", dsn],
             stdout=log,
@@ -115,7 +138,7 @@ def registry_process(dsn: str) -> Iterator[str]:
             if process.poll() is not None:
                 log.seek(0)
                 raise RuntimeError(f"the registry exited: {log.read()[-2000:]!r}")
-            yield url
+            yield url, process.pid
         finally:
             process.terminate()
             process.wait(timeout=30)
@@ -126,25 +149,39 @@ def main() -> int:
         "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
     )
     figures: list[Figure] = []
-    with pg.scratch_database(server_dsn, "bench_registry") as dsn, registry_process(dsn) as url:
-        clients = [httpx.Client(base_url=url, timeout=60) for _ in range(CLIENTS)]
-        connections = [psycopg.connect(dsn, autocommit=True) for _ in range(CLIENTS)]
-        try:
-            figures += registration(clients, connections)
-            figures += lookups(clients, connections)
-            figures += compatibility_endpoint(clients)
-        finally:
-            for client in clients:
-                client.close()
-            for conn in connections:
-                conn.close()
+    with pg.scratch_database(server_dsn, "bench_registry") as dsn:
+        with registry_process(dsn) as (url, pid):
+            clients = [httpx.Client(base_url=url, timeout=60) for _ in range(CLIENTS)]
+            connections = [psycopg.connect(dsn, autocommit=True) for _ in range(CLIENTS)]
+            try:
+                figures += registration(clients, connections, pid)
+                figures += lookups(clients, connections, pid)
+                figures += compatibility_endpoint(clients, pid)
+            finally:
+                for client in clients:
+                    client.close()
+                for conn in connections:
+                    conn.close()
+        if WORKERS > 1:
+            figures += lookups_by_workers(dsn)
     figures += compatibility()
     report(figures)
     return 0
 
 
+def per_op(pid: int, work: Callable[[], tuple[float, float]], count: int) -> tuple[float, ...]:
+    """``work()``'s figures and the server's CPU µs per operation while it ran."""
+    before = server_cpu(pid)
+    figures = work()
+    return (*figures, (server_cpu(pid) - before) / count * 1e6)
+
+
+def cpu_figure(metric: str, micros: float) -> Figure:
+    return Figure("registry_throughput", metric, micros, "µs", higher_is_better=False)
+
+
 def registration(
-    clients: list[httpx.Client], connections: list[psycopg.Connection]
+    clients: list[httpx.Client], connections: list[psycopg.Connection], pid: int
 ) -> list[Figure]:
     # Titles make each definition distinct while every version stays compatible.
     base = schema_version(3)
@@ -166,12 +203,15 @@ def registration(
                 (subject_id, 1_000_000 + i, text, text),
             )
 
-    ours_rate, ours_p99 = timed(ours, REGISTRATIONS, CLIENTS)
+    ours_rate, ours_p99, cpu = per_op(
+        pid, lambda: timed(ours, REGISTRATIONS, CLIENTS), REGISTRATIONS
+    )
     base_rate, base_p99 = timed(baseline, REGISTRATIONS, CLIENTS)
     name, raw = "registry_throughput", "psycopg INSERT"
     return [
         Figure(name, "register ops/s", ours_rate, "ops/s", base_rate, raw),
         Figure(name, "register p99", ours_p99, "ms", base_p99, raw, higher_is_better=False),
+        cpu_figure("register, server CPU per op", cpu),
     ]
 
 
@@ -185,7 +225,9 @@ def _subject_id(conn: psycopg.Connection, subject: str) -> int:
     return int(row[0])
 
 
-def lookups(clients: list[httpx.Client], connections: list[psycopg.Connection]) -> list[Figure]:
+def lookups(
+    clients: list[httpx.Client], connections: list[psycopg.Connection], pid: int
+) -> list[Figure]:
     for version in range(HISTORY):
         body = {"serialization": "json", "schemaDefinition": schema_version(version)}
         clients[0].post("/subjects/bench-lookup/versions", json=body).raise_for_status()
@@ -208,7 +250,10 @@ def lookups(clients: list[httpx.Client], connections: list[psycopg.Connection]) 
         def get(i: int, path: str = path) -> None:
             clients[i % CLIENTS].get(path).raise_for_status()
 
-        rate, p99 = timed(get, LOOKUPS, CLIENTS)
+        def run(get: Callable[[int], None] = get) -> tuple[float, float]:
+            return timed(get, LOOKUPS, CLIENTS)
+
+        rate, p99, cpu = per_op(pid, run, LOOKUPS)
         raw = "psycopg SELECT"
         figures += [
             Figure("registry_throughput", f"lookup {label} ops/s", rate, "ops/s", base_rate, raw),
@@ -221,11 +266,47 @@ def lookups(clients: list[httpx.Client], connections: list[psycopg.Connection]) 
                 raw,
                 higher_is_better=False,
             ),
+            cpu_figure(f"lookup {label}, server CPU per op", cpu),
         ]
     return figures
 
 
-def compatibility_endpoint(clients: list[httpx.Client]) -> list[Figure]:
+def lookups_by_workers(dsn: str) -> list[Figure]:
+    """Lookups by id from a registry with a worker process per core, vs the raw SELECT."""
+    with registry_process(dsn, WORKERS) as (url, pid):
+        clients = [httpx.Client(base_url=url, timeout=60) for _ in range(CLIENTS)]
+        connections = [psycopg.connect(dsn, autocommit=True) for _ in range(CLIENTS)]
+        try:
+            latest = clients[0].get("/subjects/bench-lookup/versions/latest/schema").json()
+            path = f"/schemas/{latest['schema']['id']}"
+
+            def get(i: int) -> None:
+                clients[i % CLIENTS].get(path).raise_for_status()
+
+            def raw_select(i: int) -> None:
+                connections[i % CLIENTS].execute(
+                    "SELECT * FROM registry_schemas WHERE id = %s", (int(latest["schema"]["id"]),)
+                ).fetchone()
+
+            rate, p99, cpu = per_op(pid, lambda: timed(get, LOOKUPS, CLIENTS), LOOKUPS)
+            base_rate, base_p99 = timed(raw_select, LOOKUPS, CLIENTS)
+        finally:
+            for client in clients:
+                client.close()
+            for conn in connections:
+                conn.close()
+    name, raw = "registry_throughput", "psycopg SELECT"
+    return [
+        Figure(name, f"lookup by id ops/s, {WORKERS} workers", rate, "ops/s", base_rate, raw),
+        Figure(
+            name, f"lookup by id p99, {WORKERS} workers", p99, "ms", base_p99, raw,
+            higher_is_better=False,
+        ),
+        cpu_figure(f"lookup by id, {WORKERS} workers, server CPU per op", cpu),
+    ]  # fmt: skip
+
+
+def compatibility_endpoint(clients: list[httpx.Client], pid: int) -> list[Figure]:
     """POST /compatibility against the lookup subject's stored history, over HTTP."""
     subject = "bench-lookup"
     config = {"compatibility": "BACKWARD_TRANSITIVE"}
@@ -242,7 +323,9 @@ def compatibility_endpoint(clients: list[httpx.Client]) -> list[Figure]:
     def baseline(i: int) -> None:
         jsonschema.Draft7Validator.check_schema(new)
 
-    ours_rate, ours_p99 = timed(ours, COMPAT_CHECKS, CLIENTS)
+    ours_rate, ours_p99, cpu = per_op(
+        pid, lambda: timed(ours, COMPAT_CHECKS, CLIENTS), COMPAT_CHECKS
+    )
     base_rate, _ = timed(baseline, COMPAT_CHECKS, 1)
     metric = f"POST /compatibility vs {HISTORY} versions (HTTP)"
     return [
@@ -255,6 +338,7 @@ def compatibility_endpoint(clients: list[httpx.Client]) -> list[Figure]:
             "jsonschema check_schema",
         ),
         Figure("registry_throughput", f"{metric} p99", ours_p99, "ms"),
+        cpu_figure(f"{metric}, server CPU per check", cpu),
     ]
 
 

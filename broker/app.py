@@ -27,18 +27,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from broker import metrics, reading
-from broker.event_type_api import EventTypeApi
-from broker.event_types import ENRICHMENT_STRATEGIES
-from broker.kafka_topics import Topics
-from broker.partitioning import STRATEGIES
+from broker import metrics
+from broker.event_types.api import EventTypeApi
+from broker.event_types.rules import ENRICHMENT_STRATEGIES
+from broker.event_types.store import Store, StoreResolver
+from broker.event_types.topics import Topics
 from broker.problems import problem
-from broker.producer import KafkaProducer
-from broker.publishing import Publisher
+from broker.publishing.api import Publisher
+from broker.publishing.partitioning import STRATEGIES
+from broker.publishing.producer import KafkaProducer
 from broker.settings import Settings
-from broker.store import Store, StoreResolver
-from broker.subscription_streams import SubscriptionService
-from broker.watermarks import Watermarks
+from broker.streams import api as streams
+from broker.streams.watermarks import Watermarks
+from broker.subscriptions.service import SubscriptionService
 from changebroker import pg
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,9 @@ PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 def create_app(settings: Settings) -> Starlette:
     store = Store(settings.pg_dsn, settings.pool_size)
-    topics = Topics(settings.kafka_bootstrap, settings.replication_factor)
+    topics = Topics(
+        settings.kafka_bootstrap, settings.replication_factor, settings.min_insync_replicas
+    )
     event_type_api = EventTypeApi(store, topics, settings)
     producer = KafkaProducer(settings.kafka_bootstrap)
     publisher = Publisher(store, producer)
@@ -59,7 +62,8 @@ def create_app(settings: Settings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        # Event type schemas are registry subjects in the same database (broker/store.py).
+        # Event type schemas are registry subjects in the same database
+        # (broker/event_types/store.py).
         await asyncio.to_thread(pg.migrate, settings.pg_dsn, "registry")
         await asyncio.to_thread(pg.migrate, settings.pg_dsn, "broker")
         await store.open()
@@ -92,8 +96,8 @@ def create_app(settings: Settings) -> Starlette:
         Route("/registry/partition-strategies", partition_strategies, methods=["GET"]),
         *event_type_api.routes(),
         *publisher.routes(),
-        # Streams, partitions and cursor operations: broker/reading.py.
-        *reading.routes(StoreResolver(store), settings.kafka_bootstrap, watermarks),
+        # Streams, partitions and cursor operations: broker/streams/api.py.
+        *streams.routes(StoreResolver(store), settings.kafka_bootstrap, watermarks),
         # Subscriptions, their streams, commits and stats: broker/subscription*.py.
         *subscriptions.routes(),
     ]

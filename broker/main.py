@@ -47,12 +47,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=MAX_PARTITIONS,
         help="most partitions default_statistic may ask for",
     )
-    option(
-        "--replication-factor",
-        type=int,
-        default=1,
-        help="Kafka replication factor of new topics (1 suits a single local Kafka)",
-    )
+    config.add_replication_options(parser)
     option(
         "--registry-url",
         help="the schema registry's URL, as `changebroker up` passes it; the broker writes event"
@@ -77,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         default_partitions=args.default_partitions,
         max_partitions=args.max_partitions,
         replication_factor=args.replication_factor,
+        min_insync_replicas=args.min_insync_replicas,
         registry_url=args.registry_url or None,
         pool_size=args.pool_size,
     )

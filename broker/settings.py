@@ -17,7 +17,8 @@ class Settings:
     default_partitions: int = DEFAULT_PARTITIONS
     max_partitions: int = MAX_PARTITIONS
     default_retention_ms: int = DEFAULT_RETENTION_MS
-    # Kafka replication of new topics; 1 suits a single local broker, raise it in production.
-    replication_factor: int = 1
+    # Kafka replication of new topics; None: what the cluster allows (3 and 2 on 3+ nodes).
+    replication_factor: int | None = None
+    min_insync_replicas: int | None = None
     registry_url: str | None = None
     pool_size: int = 10

@@ -65,6 +65,8 @@ def _stack(args: argparse.Namespace) -> LocalStack:
     )
     stack = LocalStack.from_env(StateDir(args.state_dir), ports)
     stack.replay_every = getattr(args, "replay_every", None)
+    stack.kafka_nodes = getattr(args, "kafka_nodes", None)
+    stack.broker_processes = getattr(args, "broker_processes", None)
     return stack
 
 
@@ -72,6 +74,11 @@ def _print_endpoints(endpoints: dict[str, dict[str, object]]) -> None:
     for name, info in endpoints.items():
         where = info.get("dsn") or info.get("bootstrap") or info.get("url")
         print(f"  {name:<14} {where}")
+        nodes = info.get("nodes")
+        if isinstance(nodes, list) and len(nodes) > 1:
+            for node in nodes:
+                state = f"pid {node['pid']}" if node["pid"] else "down"
+                print(f"    node {node['node_id']:<7} {node['bootstrap']} ({state})")
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -107,6 +114,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="changebroker", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -123,6 +137,23 @@ def build_parser() -> argparse.ArgumentParser:
         type=config.parse_duration,
         default=None,
         help="also run `changebroker replay` on this schedule (e.g. 10m), as a service",
+    )
+    config.add_option(
+        up,
+        "--kafka-nodes",
+        scope="",
+        type=_at_least_one,
+        help="Kafka nodes (controller and broker each) on --kafka-port + 2i and"
+        " --kafka-controller-port + 2i; 3 or more replicate every topic 3 times"
+        " (default: as the last `up`, else 1)",
+    )
+    config.add_option(
+        up,
+        "--broker-processes",
+        scope="",
+        type=_at_least_one,
+        help="broker processes; above 1 they run on ports of their own behind HAProxy on"
+        " --broker-port, health-checked on /health (default: as the last `up`, else 1)",
     )
     up.set_defaults(handler=cmd_up)
 

@@ -67,6 +67,27 @@ def add_switch(parser: argparse.ArgumentParser, flag: str, *, scope: str, help: 
     parser.add_argument(flag, action="store_true", default=on, help=f"{help} [env {variable}]")
 
 
+def add_replication_options(parser: argparse.ArgumentParser) -> None:
+    """``--replication-factor`` and ``--min-insync-replicas`` of the topics a service creates;
+    one environment variable each for every service, as the cluster is one."""
+    add_option(
+        parser,
+        "--replication-factor",
+        scope="",
+        type=int,
+        env=ENV_PREFIX + "KAFKA_REPLICATION_FACTOR",
+        help="copies of each new Kafka topic (default: 3 on a cluster of 3 or more, else 1)",
+    )
+    add_option(
+        parser,
+        "--min-insync-replicas",
+        scope="",
+        type=int,
+        env=ENV_PREFIX + "KAFKA_MIN_INSYNC_REPLICAS",
+        help="copies a write needs before it is acknowledged (default: the factor - 1, at least 1)",
+    )
+
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 

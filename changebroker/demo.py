@@ -85,7 +85,14 @@ def kafka_tour(stack: LocalStack) -> None:
     _step("Kafka: produce and consume one record")
     topic = f"demo-{uuid.uuid4().hex[:8]}"
     admin = kafka.admin(stack.kafka_bootstrap)
-    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result()
+    replication = kafka.replication(stack.kafka_bootstrap, None, None)
+    new = NewTopic(
+        topic,
+        num_partitions=1,
+        replication_factor=replication.factor,
+        config=replication.topic_config(),
+    )
+    admin.create_topics([new])[topic].result()
     producer = Producer(kafka.producer_config(stack.kafka_bootstrap))
     producer.produce(topic, json.dumps({"hello": "kafka"}).encode())
     producer.flush(10)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -32,8 +33,8 @@ def admin(bootstrap: str) -> AdminClient:
     return AdminClient(client_config(bootstrap))
 
 
-def wait_until_ready(bootstrap: str, timeout: float = 60.0) -> None:
-    """Block until a broker answers a metadata request, or raise after ``timeout`` seconds."""
+def wait_until_ready(bootstrap: str, timeout: float = 60.0, brokers: int = 1) -> None:
+    """Block until ``brokers`` brokers show in the metadata, or raise after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     # log_level 0: the refused connects while it starts are expected, not news.
     client = AdminClient(client_config(bootstrap, log_level=0))
@@ -41,9 +42,37 @@ def wait_until_ready(bootstrap: str, timeout: float = 60.0) -> None:
     while time.monotonic() < deadline:
         try:
             metadata = client.list_topics(timeout=min(5.0, max(0.5, deadline - time.monotonic())))
-            if metadata.brokers:
+            if len(metadata.brokers) >= brokers:
                 return
         except KafkaException as exc:
             last_error = exc
         time.sleep(0.2)
     raise TimeoutError(f"Kafka at {bootstrap} did not answer within {timeout:.0f}s: {last_error}")
+
+
+@dataclass(frozen=True)
+class Replication:
+    """How many copies a new topic gets, and how many must have a write before it counts."""
+
+    factor: int
+    min_insync: int
+
+    def topic_config(self) -> dict[str, str]:
+        return {"min.insync.replicas": str(self.min_insync)}
+
+
+def replication(bootstrap: str, factor: int | None, min_insync: int | None) -> Replication:
+    """``factor`` and ``min_insync`` as given, else what the cluster allows: 3 copies, 2 in
+    sync on 3 brokers or more (one may go away, no acknowledged write is lost), one of each
+    on a single broker. The brokers are counted from the cluster's metadata."""
+    if factor is None or min_insync is None:
+        metadata = admin(bootstrap).list_topics(timeout=30)
+        allowed = min(3, max(1, len(metadata.brokers)))
+        factor = factor or allowed
+        min_insync = min_insync or max(1, min(factor, allowed) - 1)
+    if not 1 <= min_insync <= factor:
+        raise ValueError(
+            f"min.insync.replicas {min_insync} must be between 1 and the replication factor"
+            f" {factor}: lower it (or raise the factor)"
+        )
+    return Replication(factor, min_insync)

@@ -9,7 +9,9 @@ the registry and the bridge::
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
 import sys
 import time
 from contextvars import ContextVar
@@ -25,16 +27,25 @@ def fields(**values: Any) -> dict[str, Any]:
     return {"fields": values}
 
 
+_NEEDS_QUOTES = re.compile(r'[ ="\n\t]')
+
+
 def _quote(value: Any) -> str:
     text = str(value)
-    if text == "" or any(c in text for c in ' ="\n\t'):
+    if text == "" or _NEEDS_QUOTES.search(text):
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     return text
 
 
+@functools.lru_cache(maxsize=4)
+def _second(epoch_second: int) -> str:
+    """One strftime per second of log lines, not one per line."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_second))
+
+
 class LogfmtFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        ts = _second(int(record.created))
         parts = [
             f"ts={ts}.{int(record.msecs):03d}Z",
             f"level={record.levelname.lower()}",

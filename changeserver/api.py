@@ -5,10 +5,13 @@ One extension transicator clients never send: ``GET /changes?table=<glob>`` (rep
 ``fnmatch`` globs of ``schema.table``) serves every change of the matching tables whatever
 its selector, and no scope or selector may be given with it. The bridge reads this way.
 
-Long polling: a request with nothing to return registers one future under each
+Long polling: a request with nothing to return registers one callback under each
 of its selectors; the replication thread, after each durable batch, wakes the
-futures of the selectors it wrote through ``loop.call_soon_threadsafe``. No
-polling loop, and an idle waiter costs a future and a few set entries.
+callbacks of the selectors it wrote through ``loop.call_soon_threadsafe``. No
+polling loop, and an idle waiter costs a future, a callback and a few set entries.
+A woken waiter whose answer is ready writes it to its connection there and then
+(``http.RESPOND``): one commit's answer is rendered once per query and written to
+every waiting connection in one pass, before any request's task runs again.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,8 +29,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from changebroker import http
 from changeserver import changes, diagnostics
 from changeserver import transicator_pb2 as pb
 from changeserver.changelog import Bounds, LogReader, Snapshot
@@ -44,11 +48,15 @@ ANY_SELECTOR = "*"  # the waiters of ``table`` queries: woken by every durable b
 
 
 class Waiters:
-    """Long-poll waiters keyed by selector, woken from the replication thread."""
+    """Long-poll waiters keyed by selector, woken from the replication thread.
+
+    A waiter is a callback, called once on the event loop when its selectors have news.
+    """
 
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.by_selector: dict[str, set[asyncio.Future[None]]] = {}
+        self.by_selector: dict[str, set[Callable[[], None]]] = {}
+        self.wakes = 0  # how many batches have woken waiters so far
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -59,22 +67,20 @@ class Waiters:
             self.loop.call_soon_threadsafe(self._wake, selectors)
 
     def _wake(self, selectors: set[str]) -> None:
+        self.wakes += 1
         for selector in (*selectors, ANY_SELECTOR):
-            for future in self.by_selector.pop(selector, ()):
-                if not future.done():
-                    future.set_result(None)
+            for wake in self.by_selector.pop(selector, ()):
+                wake()
 
-    def register(self, selectors: list[str]) -> asyncio.Future[None]:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    def register(self, selectors: list[str], wake: Callable[[], None]) -> None:
         for selector in selectors:
-            self.by_selector.setdefault(selector, set()).add(future)
-        return future
+            self.by_selector.setdefault(selector, set()).add(wake)
 
-    def unregister(self, selectors: list[str], future: asyncio.Future[None]) -> None:
+    def unregister(self, selectors: list[str], wake: Callable[[], None]) -> None:
         for selector in selectors:
             waiting = self.by_selector.get(selector)
             if waiting is not None:
-                waiting.discard(future)
+                waiting.discard(wake)
                 if not waiting:
                     del self.by_selector[selector]
 
@@ -231,6 +237,7 @@ class ChangesEndpoint:
         self.reader = reader
         self._version = -1
         self._answers: dict[tuple[Any, ...], Answer] = {}
+        self._checked_wake = -1  # the wake in which the log's version was last read
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.state.marked_down:
@@ -240,11 +247,15 @@ class ChangesEndpoint:
         try:
             request = Request(scope)
             query = parse_query(request)
-            _, body, headers = await self._changes(query)
+            respond = (scope.get("extensions") or {}).get(http.RESPOND)
+            answer = await self._changes(query, respond)
         except BadRequest as bad:
             response = error_response(bad.status, bad.code, bad.error, bad.description)
             await response(scope, receive, send)
             return
+        if answer is None:
+            return  # written when the waiter was woken
+        _, body, headers = answer
         await send({"type": "http.response.start", "status": 200, "headers": list(headers)})
         await send({"type": "http.response.body", "body": body})
 
@@ -264,16 +275,18 @@ class ChangesEndpoint:
             )
         return bounds, rows
 
-    def _answer(self, query: Query) -> Answer:
+    def _answer(self, query: Query, *, checked: bool = False) -> Answer:
         """(any changes?, body, headers), shared by identical queries until the change log changes.
 
         When a batch wakes thousands of waiters on one selector, they all ask the same
-        question: the first reads and renders, the rest reuse its bytes.
+        question: the first reads and renders, the rest reuse its bytes. ``checked``: the
+        log's version was read in this same pass over woken waiters (once is enough).
         """
-        version = self.reader.version()
-        if version != self._version or len(self._answers) > _MAX_ANSWERS:
-            self._answers.clear()
-            self._version = version
+        if not checked:
+            version = self.reader.version()
+            if version != self._version or len(self._answers) > _MAX_ANSWERS:
+                self._answers.clear()
+                self._version = version
         key = (
             tuple(query.selectors),
             query.since,
@@ -295,7 +308,8 @@ class ChangesEndpoint:
             answer = self._answers[key] = (found, body, headers)
         return answer
 
-    async def _changes(self, query: Query) -> Answer:
+    async def _changes(self, query: Query, respond: http.Respond | None) -> Answer | None:
+        """The answer to send; None when a wake already wrote it through ``respond``."""
         answer = found, _, _ = self._answer(query)
         if found or query.block <= 0:
             return answer
@@ -305,11 +319,19 @@ class ChangesEndpoint:
         once = query.limit <= 0
         deadline = time.monotonic() + query.block
         waiters = self.state.waiters
+        loop = asyncio.get_running_loop()
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return answer
-            future = waiters.register(query.selectors)
+            # True once the wake has written the answer.
+            future: asyncio.Future[bool] = loop.create_future()
+
+            def wake(future: asyncio.Future[bool] = future) -> None:
+                if not future.done():
+                    future.set_result(respond is not None and self._respond(query, once, respond))
+
+            waiters.register(query.selectors, wake)
             try:
                 # Ask again once registered: a batch made durable before is not missed.
                 if once and self.reader.version() != version:
@@ -318,16 +340,28 @@ class ChangesEndpoint:
                 if found:
                     return answer
                 # A timer on the future itself: cheaper than wait_for, per waiter.
-                timer = asyncio.get_running_loop().call_later(remaining, _expire, future)
+                timer = loop.call_later(remaining, _expire, future)
                 try:
-                    await future
+                    if await future:
+                        return None
                 finally:
                     timer.cancel()
             finally:
-                waiters.unregister(query.selectors, future)
+                waiters.unregister(query.selectors, wake)
             answer = found, _, _ = self._answer(query)
             if found or once:
                 return answer
+
+    def _respond(self, query: Query, once: bool, respond: http.Respond) -> bool:
+        """On a wake: write the answer now if it is final; False leaves it to the request."""
+        waiters = self.state.waiters
+        checked = self._checked_wake == waiters.wakes
+        self._checked_wake = waiters.wakes
+        try:
+            found, body, headers = self._answer(query, checked=checked)
+        except BadRequest:
+            return False  # the request's task answers the error
+        return (found or once) and respond(200, headers, body)
 
 
 def _too_old(since: Sequence, bounds: Bounds) -> bool:
@@ -343,9 +377,9 @@ def _too_old(since: Sequence, bounds: Bounds) -> bool:
     return since < bounds.purged or Sequence(since.lsn, since.index + 1) < bounds.first
 
 
-def _expire(future: asyncio.Future[None]) -> None:
+def _expire(future: asyncio.Future[bool]) -> None:
     if not future.done():
-        future.set_result(None)
+        future.set_result(False)
 
 
 def _render(
@@ -420,3 +454,28 @@ def _base(prefix: str) -> str:
 def changes_route(state: State, reader: LogReader, prefix: str) -> Route:
     """``/changes`` under ``prefix``."""
     return Route(_base(prefix) + "/changes", ChangesEndpoint(state, reader), methods=["GET"])
+
+
+class ChangesFirst:
+    """``app``, but a GET or HEAD of ``route``'s exact path goes straight to its endpoint.
+
+    Starlette's router and its middleware wrap every request and every send; answering long
+    polls is most of this server's work, and their frames are a good part of what an idle
+    waiter holds. Anything else (other methods: 405) is ``app``'s, as before.
+    """
+
+    def __init__(self, route: Route, app: ASGIApp) -> None:
+        self.path = route.path
+        self.endpoint: ASGIApp = route.endpoint
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["path"] == self.path
+            and scope["method"] in ("GET", "HEAD")
+            and not scope.get("root_path")
+        ):
+            await self.endpoint(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)

@@ -51,10 +51,8 @@ class ChangeServer:
             tables=settings.tables,
         )
         self.state = api.State(streaming=self.replicator.streaming)
-        routes = [
-            api.changes_route(self.state, self.reader, settings.prefix),
-            api.stack_route(settings.prefix),
-        ]
+        changes = api.changes_route(self.state, self.reader, settings.prefix)
+        routes = [changes, api.stack_route(settings.prefix)]
         if settings.snapshots_dir is not None:
             routes.append(
                 snapshots.snapshots_route(
@@ -67,8 +65,9 @@ class ChangeServer:
         else:
             routes += management
         handlers = api.EXCEPTION_HANDLERS
-        self.api_app = Starlette(
-            routes=routes, lifespan=self._lifespan, exception_handlers=handlers
+        self.api_app = api.ChangesFirst(
+            changes,
+            Starlette(routes=routes, lifespan=self._lifespan, exception_handlers=handlers),
         )
         self.management_app = (
             Starlette(routes=management, exception_handlers=handlers)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import hmac
 import json
 import logging
@@ -25,7 +26,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from changebroker import logs, pg
+from changebroker.http import OneWriteResponse
 from registry import errors
+from registry.cache import Cache
 from registry.errors import RegistryError, violations_json
 from registry.store import Store, SubjectKey, parse_version
 
@@ -98,11 +101,16 @@ def _error_response(error: RegistryError, media_type: str) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status, media_type=media_type)
 
 
-def endpoint(handler: Handler, auth_token: str | None) -> Callable[[Request], Awaitable[Response]]:
-    """Auth, content negotiation and the error format around one handler."""
+def endpoint(
+    handler: Handler, auth_token: str | None, *, kept: bool = False
+) -> Callable[[Request], Awaitable[Response]]:
+    """Auth, content negotiation and the error format around one handler; a ``kept`` GET is
+    answered from memory until the registry's tables change, and any other request drops
+    what this process kept once it is done (it may have written)."""
 
     async def run(request: Request) -> Response:
         media_type = OPENSCHEMA_JSON
+        cache: Cache = request.app.state.cache
         try:
             if auth_token is not None:
                 supplied = request.headers.get("authorization", "")
@@ -111,7 +119,13 @@ def endpoint(handler: Handler, auth_token: str | None) -> Callable[[Request], Aw
                         errors.UNAUTHORIZED, "send Authorization: Bearer <the registry's token>"
                     )
             media_type = negotiate(request.headers.get("accept"))
-            result = await handler(request, request.app.state.store)
+            if kept:
+                return await _kept_answer(request, handler, cache, media_type)
+            try:
+                result = await handler(request, request.app.state.store)
+            finally:
+                if request.method != "GET":
+                    cache.invalidate()
             return JSONResponse(result, media_type=media_type)
         except RegistryError as error:
             return _error_response(error, media_type)
@@ -129,6 +143,39 @@ def endpoint(handler: Handler, auth_token: str | None) -> Callable[[Request], Aw
             return _error_response(failure, media_type)
 
     return run
+
+
+# Answers by schema id never change (ids are never reused): clients may keep them too.
+IMMUTABLE = "max-age=31536000, immutable"
+
+
+async def _kept_answer(
+    request: Request, handler: Handler, cache: Cache, media_type: str
+) -> Response:
+    """A GET's answer from memory, else from the handler (then kept); with an ETag, and 304
+    when the client's If-None-Match has it."""
+    key = (request.scope["path"], request.scope["query_string"])
+    answer: tuple[bytes, str] | None = cache.get(key)
+    if answer is None:
+        generation = cache.generation
+        body = bytes(JSONResponse(await handler(request, request.app.state.store)).body)
+        answer = (body, '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"')
+        cache.put(key, answer, len(body), generation)
+    body, etag = answer
+    headers = {"etag": etag}
+    if "id" in request.path_params:
+        headers["cache-control"] = IMMUTABLE
+    if _none_match(request.headers.get("if-none-match"), etag):
+        return OneWriteResponse(status_code=304, headers=headers)
+    return OneWriteResponse(body, media_type=media_type, headers=headers)
+
+
+def _none_match(header: str | None, etag: str) -> bool:
+    """Whether If-None-Match names ``etag`` (weakly compared, as RFC 9110 says) or is ``*``."""
+    if not header:
+        return False
+    tags = [tag.strip().removeprefix("W/") for tag in header.split(",")]
+    return "*" in tags or etag in tags
 
 
 # -- handlers ---------------------------------------------------------------------------
@@ -260,25 +307,30 @@ def create_app(
     pool_size: int = 10,
 ) -> Starlette:
     """The registry on the database ``dsn`` (migrated at start)."""
-    store = Store(dsn, pool_size=pool_size, statement_timeout_ms=statement_timeout_ms)
+    cache = Cache(dsn)
+    store = Store(dsn, pool_size=pool_size, statement_timeout_ms=statement_timeout_ms, cache=cache)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await asyncio.to_thread(pg.migrate, dsn, "registry")
         await store.open()
+        await cache.start()
         app.state.store = store
         try:
             yield
         finally:
+            await cache.close()
             await store.close()
 
     routes = [Route("/health", endpoint(health, None), methods=["GET"])]
     routes += [
-        Route(path, endpoint(handler, auth_token), methods=methods)
+        Route(path, endpoint(handler, auth_token, kept=methods == ["GET"]), methods=methods)
         for path, methods, handler in ROUTES
     ]
-    return Starlette(
+    app = Starlette(
         routes=routes,
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error},
     )
+    app.state.cache = cache
+    return app

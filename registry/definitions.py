@@ -59,18 +59,35 @@ class Definition:
     canonical: str  # one text per definition, whatever its key order or spacing
 
 
+# Canonical texts of definitions already found valid, per format: checking a JSON Schema
+# against its metaschema costs more than comparing it with a version, and clients send the
+# same definitions again (checks before registering, retries). Validity never changes.
+_VALID_TEXT_LIMIT = 16 * 1024 * 1024
+_valid: dict[tuple[str | None, str], None] = {}
+_valid_chars = 0
+
+
 def parse_definition(fmt: str | None, raw: Any) -> Definition:
     """``schemaDefinition`` decoded and checked for ``fmt``; 42201 says what is wrong."""
+    global _valid_chars
     try:
-        value = _checked(fmt, raw)
-        return Definition(value, text_column(canonical(value), "schemaDefinition"))
+        value = _decoded(fmt, raw)
+        text = canonical(value)
+        if (fmt, text) not in _valid:
+            _check(fmt, value)
+            if _valid_chars + len(text) > _VALID_TEXT_LIMIT:
+                _valid.clear()
+                _valid_chars = 0
+            _valid[fmt, text] = None
+            _valid_chars += len(text)
+        return Definition(value, text_column(text, "schemaDefinition"))
     except RecursionError:
         raise RegistryError(
             errors.INVALID_INPUT, "the schema nests too deeply; reuse parts by reference"
         ) from None
 
 
-def _checked(fmt: str | None, raw: Any) -> Any:
+def _decoded(fmt: str | None, raw: Any) -> Any:
     # {} is a real JSON Schema (anything goes); for other formats it says nothing.
     empty_object = isinstance(raw, dict) and not raw and fmt != "JSON"
     if raw is None or (isinstance(raw, str | list) and not raw) or empty_object:
@@ -83,24 +100,28 @@ def _checked(fmt: str | None, raw: Any) -> Any:
             raise RegistryError(
                 errors.INVALID_INPUT, "a JSON schemaDefinition is a JSON Schema object (or boolean)"
             )
-        if isinstance(value, dict):
-            validator = validator_class(value)
-            try:
-                validator.check_schema(value)
-            except jsonschema.SchemaError as error:
-                where = "/".join(str(p) for p in error.absolute_path) or "(root)"
-                raise RegistryError(
-                    errors.INVALID_INPUT, f"invalid JSON Schema at {where}: {error.message}"
-                ) from error
         return value
     if fmt == "AVRO":
-        value = _decode(raw) if isinstance(raw, str) and raw.strip()[:1] in '{["' else raw
+        return _decode(raw) if isinstance(raw, str) and raw.strip()[:1] in '{["' else raw
+    return raw
+
+
+def _check(fmt: str | None, value: Any) -> None:
+    """42201 unless the decoded ``value`` is a valid schema of ``fmt``."""
+    if fmt == "JSON" and isinstance(value, dict):
+        validator = validator_class(value)
+        try:
+            validator.check_schema(value)
+        except jsonschema.SchemaError as error:
+            where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+            raise RegistryError(
+                errors.INVALID_INPUT, f"invalid JSON Schema at {where}: {error.message}"
+            ) from error
+    elif fmt == "AVRO":
         try:
             parse_avro(value)
         except SchemaError as error:
             raise RegistryError(errors.INVALID_INPUT, f"invalid Avro schema: {error}") from error
-        return value
-    return raw
 
 
 def canonical(value: Any) -> str:

@@ -23,8 +23,10 @@ from psycopg_pool import AsyncConnectionPool
 
 from changebroker import logs
 from registry import errors
+from registry.cache import Cache
 from registry.compat import Mode, Violation, check_labelled
 from registry.definitions import (
+    canonical,
     engine_format,
     format_of_serialization,
     normalize_format,
@@ -122,7 +124,15 @@ def _optional_text(body: Mapping[str, Any], key: str) -> str | None:
 
 
 class Store:
-    def __init__(self, dsn: str, *, pool_size: int = 10, statement_timeout_ms: int = 10_000):
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        pool_size: int = 10,
+        statement_timeout_ms: int = 10_000,
+        cache: Cache | None = None,
+    ):
+        self.cache = cache or Cache(dsn)  # one that never listens keeps nothing
         self.pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             dsn,
             connection_class=Conn,
@@ -283,15 +293,24 @@ class Store:
         self, key: SubjectKey, version: int | None, definition: Any
     ) -> list[Violation]:
         """Violations of the subject's mode by ``definition`` against history up to ``version``."""
-        async with self.pool.connection() as conn:
-            subject = await _get(conn, key)
-            row = await _version_row(conn, subject["id"], version)
-            if row is None:
-                raise _version_missing(key, version)
-            history = [h for h in await _history(conn, subject["id"]) if h[0] <= row["version"]]
-        fmt = subject["format"] or format_of_serialization(row["serialization"])
+        # The parsed history is kept until the registry's tables change.
+        cache_key = ("compatibility", key, version)
+        kept: tuple[Mode, str | None, list[tuple[int, Any]]] | None = self.cache.get(cache_key)
+        if kept is None:
+            generation = self.cache.generation
+            async with self.pool.connection() as conn:
+                subject = await _get(conn, key)
+                row = await _version_row(conn, subject["id"], version)
+                if row is None:
+                    raise _version_missing(key, version)
+                history = await _history(conn, subject["id"], until=row["version"])
+            fmt = subject["format"] or format_of_serialization(row["serialization"])
+            kept = (Mode(subject["compatibility"]), fmt, history)
+            size = sum(len(canonical(definition)) for _, definition in history)
+            self.cache.put(cache_key, kept, size, generation)
+        mode, fmt, history = kept
         parsed = parse_definition(fmt, definition)
-        return _violations(Mode(subject["compatibility"]), parsed.value, history, fmt)
+        return _violations(mode, parsed.value, history, fmt)
 
 
 # -- in a transaction the caller holds ----------------------------------------------------
@@ -503,13 +522,17 @@ async def _version_row(db: Db, subject_id: int, version: int | None) -> DictRow 
     return await (await db.execute(query, (subject_id, version))).fetchone()
 
 
-async def _history(db: Db, subject_id: int, *, latest_only: bool = False) -> list[tuple[int, Any]]:
-    """(version, definition), oldest first; non-transitive checks need the latest alone."""
+async def _history(
+    db: Db, subject_id: int, *, latest_only: bool = False, until: int | None = None
+) -> list[tuple[int, Any]]:
+    """(version, definition), oldest first, up to version ``until`` if given; non-transitive
+    checks need the latest alone."""
     rows = await (
         await db.execute(
             "SELECT version, canonical FROM registry_schemas WHERE subject_id = %s"
+            " AND (%s::int IS NULL OR version <= %s)"
             " ORDER BY version DESC" + (" LIMIT 1" if latest_only else ""),
-            (subject_id,),
+            (subject_id, until, until),
         )
     ).fetchall()
     return [(r["version"], json.loads(r["canonical"])) for r in reversed(rows)]

@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from broker.offsets import parse_offset
+from broker.streams.cursors import parse_offset
 from replay.columns import Column, primary_key, union_columns
 
 

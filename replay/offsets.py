@@ -1,7 +1,7 @@
 """What each run reads: per partition, from the base snapshot's cursor to the end ``--until``
 names, as Kafka offsets (first to read, end exclusive).
 
-Nakadi cursors name the last event consumed (broker/offsets.py), so a cursor ``c`` starts a
+Nakadi cursors name the last event consumed (broker/streams/cursors.py), so a cursor ``c`` starts a
 read at ``c + 1`` and, as an end, includes ``c``. Kafka offsets of a transactional topic have
 gaps (commit markers); a cursor may name one, which is harmless: it still says "everything up
 to here". Ends are at most the partition's last stable offset (what ``read_committed``
@@ -20,7 +20,7 @@ from datetime import datetime
 from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from broker.offsets import OffsetFormatError, format_offset, parse_offset
+from broker.streams.cursors import OffsetFormatError, format_offset, parse_offset
 from changebroker import kafka
 from replay.catalog import TableSpec
 from replay.snapshots import Cursors

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything changebroker needs on a Debian host, idempotently:
-# Java (a JDK with --test), Maven and PostgreSQL from Debian (when absent; Chromium too with
-# --test), the virtual environment at .venv with the project in it, and the Kafka / Spark-connector jars from
+# Java (a JDK with --test), Maven, PostgreSQL and HAProxy from Debian (when absent; Chromium
+# too with --test), the virtual environment at .venv with the project in it, and the Kafka / Spark-connector jars from
 # Maven Central into .state/cache. `--test` adds the test and lint tools.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +24,8 @@ if [[ -n "$extras" ]] && [[ ! -x /usr/bin/chromium ]]; then
   missing+=(chromium chromium-driver)
 fi
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+# `up --broker-processes N` puts the broker processes behind HAProxy (the cluster tests too).
+[[ -x /usr/sbin/haproxy ]] || command -v haproxy >/dev/null || missing+=(haproxy)
 if ((${#missing[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "missing system packages: ${missing[*]} (run: sudo apt-get install ${missing[*]})" >&2

@@ -45,10 +45,10 @@ from broker.bridge.transactions import (
     ensure_positions_topic,
     load_position,
 )
-from broker.partitioning import java_string_hash
-from broker.producer import Message
-from broker.publishing import ItemFailure, Target, prepare, received_now
-from broker.store import Store
+from broker.event_types.store import Store
+from broker.publishing.api import ItemFailure, Target, prepare, received_now
+from broker.publishing.partitioning import java_string_hash
+from broker.publishing.producer import Message
 from changebroker import logs, pg
 from changeserver.sequence import ZERO, Sequence
 
@@ -105,7 +105,9 @@ class Settings:
     partitions: int = 4
     limit: int = 10_000
     block: int = 5
-    replication_factor: int = 1
+    # Of the positions topic; None: what the cluster allows (event types: the broker's).
+    replication_factor: int | None = None
+    min_insync_replicas: int | None = None
 
 
 @dataclass
@@ -320,7 +322,9 @@ class Bridge:
 
     async def _session(self) -> None:
         s = self.settings
-        await asyncio.to_thread(ensure_positions_topic, s.kafka_bootstrap, s.replication_factor)
+        await asyncio.to_thread(
+            ensure_positions_topic, s.kafka_bootstrap, s.replication_factor, s.min_insync_replicas
+        )
         producer = await asyncio.to_thread(Transactions, s.kafka_bootstrap, s.name)
         store = Store(s.meta_dsn, pool_size=2)
         try:

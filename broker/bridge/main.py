@@ -111,6 +111,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     option("--partitions", type=int, default=4, help="partitions of a new table's event type")
     option("--limit", type=int, default=10_000, help="changes read (and committed) at most at once")
+    config.add_replication_options(parser)
     commands = parser.add_subparsers(dest="bridge_command")
     snapshot = commands.add_parser(
         "snapshot", help="ask the running bridge (--host, --port) to publish TABLE again"
@@ -136,6 +137,8 @@ def settings_of(args: argparse.Namespace) -> Settings:
         outbox_table=args.outbox_table,
         partitions=args.partitions,
         limit=args.limit,
+        replication_factor=args.replication_factor,
+        min_insync_replicas=args.min_insync_replicas,
     )
 
 

@@ -21,18 +21,21 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from broker.producer import Message
+from broker.publishing.producer import Message
 from changebroker import kafka
 
 POSITIONS_TOPIC = "changebroker.bridge.positions"
 
 
-def ensure_positions_topic(bootstrap: str, replication_factor: int) -> None:
+def ensure_positions_topic(
+    bootstrap: str, replication_factor: int | None, min_insync_replicas: int | None
+) -> None:
+    replication = kafka.replication(bootstrap, replication_factor, min_insync_replicas)
     new = NewTopic(
         POSITIONS_TOPIC,
         num_partitions=1,
-        replication_factor=replication_factor,
-        config={"cleanup.policy": "compact"},
+        replication_factor=replication.factor,
+        config={"cleanup.policy": "compact", **replication.topic_config()},
     )
     admin = kafka.admin(bootstrap)  # held: a collected client fails its pending futures
     future = admin.create_topics([new])[POSITIONS_TOPIC]

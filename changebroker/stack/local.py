@@ -1,9 +1,11 @@
 """``up`` / ``down`` / ``status``: the whole local stack as one unit.
 
-Postgres and Kafka are started here unless CHANGEBROKER_PG_DSN /
-CHANGEBROKER_KAFKA_BOOTSTRAP point at existing ones; the project's own
-services then start as child processes of their own (``changebroker
-<service>``), each with a pid file, a log file and a readiness URL.
+Postgres and Kafka (one node, or a cluster of ``kafka_nodes``) are started here unless
+CHANGEBROKER_PG_DSN / CHANGEBROKER_KAFKA_BOOTSTRAP point at existing ones; the project's
+own services then start as child processes of their own (``changebroker <service>``),
+each with a pid file, a log file and a readiness URL. With ``broker_processes`` above one,
+the broker port is HAProxy's, in front of that many broker processes on ports of their own.
+The shape chosen at ``up`` is recorded (``run/layout.json``) for ``status`` and ``down``.
 """
 
 from __future__ import annotations
@@ -16,14 +18,22 @@ import shutil
 import sys
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from changebroker import config, logs
-from changebroker.stack.kafka import LocalKafka
+from changebroker.stack.kafka import LocalKafkaCluster
+from changebroker.stack.loadbalancer import LoadBalancer
 from changebroker.stack.postgres import LocalPostgres
-from changebroker.stack.processes import answers, read_pid, start_detached, stop_pid, wait_until
+from changebroker.stack.processes import (
+    answers,
+    free_port,
+    read_pid,
+    start_detached,
+    stop_pid,
+    wait_until,
+)
 from changebroker.stack.state import StateDir
 from changeserver.sequence import Sequence
 
@@ -46,8 +56,17 @@ class Ports:
 
 
 @dataclass
+class Layout:
+    """How many Kafka nodes and broker processes, and the processes' own ports."""
+
+    kafka_nodes: int = 1
+    broker_processes: int = 1
+    broker_ports: list[int] = field(default_factory=list)  # behind the load balancer
+
+
+@dataclass
 class Service:
-    """One of our own services, run as ``changebroker <name> <args>``."""
+    """One of our own services, run as ``changebroker <command or name> <args>``."""
 
     name: str
     args: list[str]
@@ -55,6 +74,7 @@ class Service:
     ready_url: str | None  # None: no HTTP port, started once its process runs
     # What ``status`` adds from the running service (the bridge's per-table progress).
     status_url: str | None = None
+    command: str | None = None  # when several processes of one service have names of their own
 
 
 @dataclass
@@ -66,6 +86,9 @@ class LocalStack:
     external_meta_dsn: str | None = None
     durable: bool = True
     replay_every: float | None = None  # seconds: run the replay as a service on this schedule
+    # None: as recorded by the last ``up`` (one of each before any).
+    kafka_nodes: int | None = None
+    broker_processes: int | None = None
 
     @classmethod
     def from_env(cls, state: StateDir, ports: Ports) -> LocalStack:
@@ -82,8 +105,37 @@ class LocalStack:
         return LocalPostgres(self.state, self.ports.postgres, durable=self.durable)
 
     @property
-    def kafka(self) -> LocalKafka:
-        return LocalKafka(self.state, self.ports.kafka, self.ports.kafka_controller)
+    def layout_file(self) -> Path:
+        return self.state.run / "layout.json"
+
+    def layout(self) -> Layout:
+        """The shape asked for, else the one the last ``up`` recorded."""
+        recorded = Layout()
+        if self.layout_file.exists():
+            recorded = Layout(**json.loads(self.layout_file.read_text()))
+        processes = self.broker_processes or recorded.broker_processes
+        ports = recorded.broker_ports if len(recorded.broker_ports) == processes else []
+        return Layout(self.kafka_nodes or recorded.kafka_nodes, processes, ports)
+
+    def _record_layout(self) -> Layout:
+        layout = self.layout()
+        if layout.broker_processes > 1 and not layout.broker_ports:
+            ports: set[int] = set()
+            while len(ports) < layout.broker_processes:
+                ports.add(free_port())
+            layout.broker_ports = sorted(ports)
+        self.layout_file.write_text(json.dumps(asdict(layout)))
+        return layout
+
+    @property
+    def kafka(self) -> LocalKafkaCluster:
+        return LocalKafkaCluster(
+            self.state, self.ports.kafka, self.ports.kafka_controller, self.layout().kafka_nodes
+        )
+
+    @property
+    def load_balancer(self) -> LoadBalancer:
+        return LoadBalancer(self.state, self.ports.broker, self.layout().broker_ports)
 
     @property
     def pg_dsn(self) -> str:
@@ -134,19 +186,7 @@ class LocalStack:
                 f"{loopback}:{p.changeserver}",
                 f"{loopback}:{p.changeserver_mgmt}/ready",
             ),
-            Service(
-                "broker",
-                [
-                    "--port",
-                    str(p.broker),
-                    "--pg-url",
-                    self.meta_dsn,
-                    "--registry-url",
-                    f"{loopback}:{p.registry}",
-                ],
-                f"{loopback}:{p.broker}",
-                f"{loopback}:{p.broker}/health",
-            ),
+            *self._broker_services(),
             # Last: it reads the changeserver, and creates event types on the broker.
             Service(
                 "bridge",
@@ -187,6 +227,26 @@ class LocalStack:
             *self._replay_service(),
         ]
 
+    def _broker_services(self) -> list[Service]:
+        """One broker on the broker port, or several on their own ports behind HAProxy."""
+        loopback = "http://127.0.0.1"
+        registry = ["--registry-url", f"{loopback}:{self.ports.registry}"]
+        layout = self.layout()
+        if layout.broker_processes == 1:
+            port = self.ports.broker
+            args = ["--port", str(port), "--pg-url", self.meta_dsn, *registry]
+            return [Service("broker", args, f"{loopback}:{port}", f"{loopback}:{port}/health")]
+        return [
+            Service(
+                f"broker-{i}",
+                ["--port", str(port), "--pg-url", self.meta_dsn, *registry],
+                f"{loopback}:{port}",
+                f"{loopback}:{port}/health",
+                command="broker",
+            )
+            for i, port in enumerate(layout.broker_ports, start=1)
+        ]
+
     def _replay_service(self) -> list[Service]:
         """The replay on a schedule, when asked: last, it reads what the bridge writes."""
         if not self.replay_every:
@@ -198,6 +258,7 @@ class LocalStack:
         return [Service(REPLAY, args, "", None)]
 
     def up(self, *, with_services: bool = True) -> dict[str, Any]:
+        layout = self._record_layout()
         if not self.external_pg_dsn:
             self.postgres.start()
         if not self.external_kafka:
@@ -205,6 +266,8 @@ class LocalStack:
         if with_services:
             for service in self.services():
                 self._start_service(service)
+                if service.name == f"broker-{layout.broker_processes}":
+                    self.load_balancer.start()  # before the bridge, which uses the broker port
         endpoints = self.status()
         (self.state.run / "stack.json").write_text(json.dumps(endpoints, indent=2))
         return endpoints
@@ -213,14 +276,17 @@ class LocalStack:
         # The scheduled replay whether or not this ``down`` was told about it.
         names = [REPLAY, *(s.name for s in reversed(self.services()) if s.name != REPLAY)]
         stopped = [name for name in names if stop_pid(self.state.pid_file(name))]
-        if not self.external_kafka and self.kafka.stop():
-            stopped.append("kafka")
+        if self.load_balancer.stop():
+            stopped.append("loadbalancer")
+        if not self.external_kafka:
+            stopped += self.kafka.stop()
         if not self.external_pg_dsn and self.postgres.stop():
             stopped.append("postgres")
         (self.state.run / "stack.json").unlink(missing_ok=True)
         if purge:
             self.postgres.purge()
             self.kafka.purge()
+            self.layout_file.unlink(missing_ok=True)
             shutil.rmtree(self.state.root / "data", ignore_errors=True)
             shutil.rmtree(self.snapshots_dir, ignore_errors=True)
             shutil.rmtree(self.state.logs, ignore_errors=True)
@@ -239,6 +305,17 @@ class LocalStack:
             result["kafka"] = {
                 "bootstrap": self.kafka_bootstrap,
                 "external": bool(self.external_kafka),
+            }
+            if not self.external_kafka:
+                result["kafka"]["nodes"] = self.kafka.status()
+        balancer = self.load_balancer
+        balancer_pid = read_pid(balancer.pid_file)
+        if balancer_pid is not None:
+            result["loadbalancer"] = {
+                "url": balancer.url,
+                "pid": balancer_pid,
+                "backends": [f"http://127.0.0.1:{port}" for port in balancer.backends],
+                "health_check": "GET /health",
             }
         for service in self.services():
             pid = read_pid(self.state.pid_file(service.name))
@@ -259,7 +336,13 @@ class LocalStack:
         pid_file = self.state.pid_file(service.name)
         if read_pid(pid_file) is None:
             start_detached(
-                [sys.executable, "-m", "changebroker.cli", service.name, *service.args],
+                [
+                    sys.executable,
+                    "-m",
+                    "changebroker.cli",
+                    service.command or service.name,
+                    *service.args,
+                ],
                 log_file=self.state.log_file(service.name),
                 pid_file=pid_file,
                 env={

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -113,3 +114,22 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def free_port_run(count: int) -> int:
+    """The first of ``count`` consecutive free ports (a local Kafka cluster's nodes take
+    ``port + 2i``), below the ephemeral range so clients' own ports do not land there."""
+    for _ in range(200):
+        base = random.randrange(15_000, 30_000)
+        if all(_bindable(port) for port in range(base, base + count)):
+            return base
+    raise RuntimeError(f"found no {count} consecutive free ports between 15000 and 30000")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True

@@ -35,7 +35,7 @@ BEGIN
 END
 $$;
 
--- As broker.store.SUBJECT_METADATA says them.
+-- As broker.event_types.store.SUBJECT_METADATA says them.
 INSERT INTO registry_subjects
     (tenant, namespace, subject, app, description, status, compatibility, format)
 SELECT 'changebroker', 'event-types', name, 'changebroker-broker',

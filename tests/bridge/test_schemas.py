@@ -8,7 +8,7 @@ import json
 
 import httpx
 
-from broker.store import SUBJECT_NAMESPACE, SUBJECT_TENANT
+from broker.event_types.store import SUBJECT_NAMESPACE, SUBJECT_TENANT
 from changebroker.stack.processes import wait_until
 from tests.bridge.conftest import Rebuilt, Stack
 

@@ -17,7 +17,7 @@ from broker.bridge.values import (
     TIMESTAMP,
     TIMESTAMPTZ,
 )
-from broker.effective_schema import EventValidator
+from broker.event_types.effective_schema import EventValidator
 
 CASES = [
     (BOOL, "true", True),

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from broker.offsets import Offset, OffsetFormatError, format_offset, parse_offset
+from broker.streams.cursors import Offset, OffsetFormatError, format_offset, parse_offset
 from tests.broker.stream_support import OFFSET_PATTERN
 
 

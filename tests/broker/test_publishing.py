@@ -13,7 +13,7 @@ import psycopg
 import pytest
 import zstandard
 
-from broker.partitioning import java_string_hash
+from broker.publishing.partitioning import java_string_hash
 from tests.broker.conftest import business_event_type
 from tests.broker.kafka_read import read_all, topic_of
 from tests.broker.swagger import assert_problem, validate

@@ -13,8 +13,8 @@ import httpx
 
 from broker.app import create_app
 from broker.bridge.event_types import EventTypes
+from broker.event_types.store import Store
 from broker.settings import Settings
-from broker.store import Store
 from changebroker.stack.processes import free_port, wait_until
 from tests.broker.conftest import business_event_type
 from tests.broker.kafka_read import read_all, topic_of

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from broker import streaming
+from broker.streams import event_stream
 from changebroker.stack.processes import wait_until
 from tests.broker.stream_support import (
     OFFSET_PATTERN,
@@ -164,9 +164,9 @@ def test_a_client_going_away_closes_its_consumer(
         ) as response:
             first = next(response.iter_lines())
             assert json.loads(first) == {"cursor": {"partition": "0", "offset": "001-0001--1"}}
-            assert streaming.open_streams >= 1
+            assert event_stream.open_streams >= 1
     wait_until(
-        lambda: streaming.open_streams == 0, timeout=30, what="the stream's consumer to close"
+        lambda: event_stream.open_streams == 0, timeout=30, what="the stream's consumer to close"
     )
 
 

@@ -13,8 +13,8 @@ import pytest
 from jsonschema import FormatChecker
 from jsonschema.validators import Draft4Validator
 
-from broker import effective_schema
-from broker.effective_schema import EventValidator, is_date_time
+from broker.event_types import effective_schema
+from broker.event_types.effective_schema import EventValidator, is_date_time
 
 _formats = FormatChecker(formats=())
 _formats.checks("date-time")(is_date_time)

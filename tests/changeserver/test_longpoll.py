@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import concurrent.futures
+import logging
+import socket
 from typing import Any
 
 import psycopg
+import pytest
 
 from changebroker.stack.processes import wait_until
 from tests.changeserver.conftest import Harness
@@ -50,3 +53,65 @@ def test_two_selectors_and_snapshot(cs: Harness) -> None:
         body = waiter.result(timeout=60)
     assert _ids(body) == ["3"]
     assert cs.server.state.waiters.by_selector == {}
+
+
+def _exchange(url: str, requests: list[str]) -> bytes:
+    """``requests`` (GET paths) over one connection, the last with Connection: close."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        for index, path in enumerate(requests):
+            last = index == len(requests) - 1
+            connection = "Connection: close\r\n" if last else ""
+            sock.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\n{connection}\r\n".encode())
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    return received
+
+
+def _without_date_and_flow_id(raw: bytes) -> bytes:
+    lines = raw.split(b"\r\n")
+    return b"\r\n".join(
+        line for line in lines if not line.lower().startswith((b"date:", b"x-flow-id:"))
+    )
+
+
+def test_a_woken_answer_is_the_bytes_an_immediate_one_would_be(
+    cs: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A wake writes the answer to the connection itself: the same bytes as answering at once,
+    logged with its status and flow id, and a kept-alive connection goes on serving."""
+    caplog.set_level(logging.INFO, logger="changebroker.access")
+    since = cs.changes(scope="a")["lastSequence"]
+    path = f"/changes?scope=a&since={since}&block=120"
+    with concurrent.futures.ThreadPoolExecutor() as pool:
+        woken = pool.submit(_exchange, cs.url, [path])
+        kept_alive = pool.submit(_exchange, cs.url, [path, "/changes?scope=a&limit=0"])
+        wait_until(
+            lambda: len(cs.server.state.waiters.by_selector.get("a", ())) == 2,
+            timeout=30,
+            what="both waiters",
+        )
+        cs.sql("INSERT INTO items VALUES (1, 'x', 'a')")
+        woken_bytes, kept_alive_bytes = woken.result(timeout=60), kept_alive.result(timeout=60)
+    at_once = _exchange(cs.url, [path])
+    assert b'"changes":[{' in at_once
+    assert _without_date_and_flow_id(woken_bytes) == _without_date_and_flow_id(at_once)
+    first, second = kept_alive_bytes.split(b"HTTP/1.1 200 OK", 2)[1:]
+    keep_alive_first = _without_date_and_flow_id(b"HTTP/1.1 200 OK" + first)
+    assert keep_alive_first == _without_date_and_flow_id(at_once).replace(
+        b"connection: close\r\n", b""
+    )
+    assert b'"changes":[]' in second and b"connection: close" in second
+    assert cs.server.state.waiters.by_selector == {}
+    flow_ids = [
+        line.split(b":", 1)[1].strip().decode()
+        for line in (woken_bytes + kept_alive_bytes).split(b"\r\n")
+        if line.lower().startswith(b"x-flow-id:")
+    ]
+    logged = {
+        record.fields["status"]  # type: ignore[attr-defined]
+        for record in caplog.records
+        if record.name == "changebroker.access" and record.fields["path"] == "/changes"  # type: ignore[attr-defined]
+    }
+    assert len(flow_ids) == 3 and logged == {200}

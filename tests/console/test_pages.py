@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 from playwright.sync_api import Page, expect
 
-from broker.store import SUBJECT_NAMESPACE, SUBJECT_TENANT
+from broker.event_types.store import SUBJECT_NAMESPACE, SUBJECT_TENANT
 from changebroker.stack.processes import wait_until
 from console.sampler import total_unconsumed
 from tests.bridge.conftest import Rebuilt, Stack

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 
+from changebroker.stack.processes import wait_until
 from tests.support.apps import CliProcess
 
 
@@ -38,3 +39,32 @@ def test_registry_command_serves_and_stops_cleanly(pg_dsn: str, tmp_path: Path) 
     assert code in (0, -signal.SIGTERM), log
     assert "Finished server process" in log
     assert "migration applied" in log and "component=registry" in log
+
+
+def test_workers_share_the_port_and_see_each_others_writes(pg_dsn: str, tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = CliProcess(
+        ["registry", "--port", str(port), "--pg-url", pg_dsn, "--workers", "2"],
+        f"{url}/health",
+        tmp_path / "registry.log",
+        env={"CHANGEBROKER_REGISTRY_AUTH_TOKEN": ""},
+    ).start()
+    try:
+        body = {"serialization": "json", "schemaDefinition": {"type": "string"}}
+        # A connection each: the kernel spreads them over both workers.
+        for _ in range(8):
+            assert httpx.get(f"{url}/subjects").json() == {"name": []}
+        assert httpx.post(f"{url}/subjects/workers/versions", json=body).status_code == 200
+        wait_until(
+            lambda: all(
+                httpx.get(f"{url}/subjects").json() == {"name": ["workers"]} for _ in range(8)
+            ),
+            timeout=10,
+            what="every worker to answer the new subject",
+        )
+    finally:
+        code = process.stop()
+    log = (tmp_path / "registry.log").read_text()
+    assert code in (0, -signal.SIGTERM), log
+    assert log.count("Started server process") == 2

@@ -18,14 +18,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from broker import event_types
 from broker.bodies import BadBody, json_body
-from broker.event_types import InvalidEventType
-from broker.kafka_topics import TopicError, Topics, topic_config, topic_name
+from broker.event_types import rules
+from broker.event_types.rules import InvalidEventType
+from broker.event_types.store import AlreadyExists, Store, SubjectConflict
+from broker.event_types.topics import EventTypeTopic, TopicError, Topics, topic_config, topic_name
 from broker.problems import problem
 from broker.settings import Settings
-from broker.store import AlreadyExists, Store, SubjectConflict
-from broker.topics import EventTypeTopic
 from changebroker import logs
 from registry.compat import SchemaError, nakadi_evolution, next_version
 
@@ -89,13 +88,13 @@ class EventTypeApi:
     async def create(self, request: Request) -> Response:
         try:
             body = await json_body(request)
-            event_type = event_types.validate_new(body)
+            event_type = rules.validate_new(body)
         except BadBody as bad:
             return bad.response
         except InvalidEventType as exc:
             return problem(422, str(exc))
         name = event_type["name"]
-        partitions = event_types.partition_count(
+        partitions = rules.partition_count(
             event_type,
             default=self.settings.default_partitions,
             maximum=self.settings.max_partitions,
@@ -132,7 +131,7 @@ class EventTypeApi:
                     return not_found(name)
                 current = locked.current
                 try:
-                    updated = event_types.validate_update(body, current.body)
+                    updated = rules.validate_update(body, current.body)
                     new_version = self._next_version(current.body, updated)
                 except InvalidEventType as exc:
                     return problem(422, str(exc))

@@ -1,10 +1,17 @@
-"""Kafka topics behind event types: created with the event type, deleted with it."""
+"""Kafka topics behind event types: created with the event type, deleted with it.
+
+:class:`EventTypeTopic` is where an event type's events live in Kafka, the contract
+between writing and reading: event type metadata (:mod:`broker.event_types.store`) owns
+the mapping; the streaming and cursor endpoints only need it through
+:class:`TopicResolver`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
@@ -16,6 +23,21 @@ from confluent_kafka.admin import (
 )
 
 from changebroker import kafka
+
+
+@dataclass(frozen=True)
+class EventTypeTopic:
+    event_type: str
+    topic: str
+    partitions: int
+    # Nakadi timelines: offsets read ``001-<timeline as 4 hex>-<kafka offset>``; we run one.
+    timeline: int = 1
+
+
+class TopicResolver(Protocol):
+    """``await resolve("order.created")`` -> its topic, or ``None`` when it does not exist."""
+
+    async def __call__(self, event_type: str) -> EventTypeTopic | None: ...
 
 
 class TopicError(RuntimeError):
@@ -33,16 +55,26 @@ def topic_config(event_type: dict[str, Any], default_retention_ms: int) -> dict[
 
 
 class Topics:
-    def __init__(self, bootstrap: str, replication_factor: int) -> None:
+    def __init__(
+        self, bootstrap: str, replication_factor: int | None, min_insync_replicas: int | None
+    ) -> None:
+        self._bootstrap = bootstrap
         self._admin: AdminClient = kafka.admin(bootstrap)
-        self._replication_factor = replication_factor
+        self._asked = (replication_factor, min_insync_replicas)
+        # Resolved from the cluster at the first creation, then kept: a node that is down
+        # at that moment must not shrink the replication of every later topic.
+        self._replication: kafka.Replication | None = None
 
     async def create(self, topic: str, partitions: int, config: dict[str, str]) -> None:
+        if self._replication is None:
+            self._replication = await asyncio.to_thread(
+                kafka.replication, self._bootstrap, *self._asked
+            )
         new = NewTopic(
             topic,
             num_partitions=partitions,
-            replication_factor=self._replication_factor,
-            config=config,
+            replication_factor=self._replication.factor,
+            config={**self._replication.topic_config(), **config},
         )
         await self._wait(self._admin.create_topics([new])[topic], f"create topic {topic}")
 

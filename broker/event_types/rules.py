@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 from jsonschema.validators import Draft4Validator
 
-from broker import effective_schema
+from broker.event_types import effective_schema
 from registry.compat.nakadi import unsupported_keywords
 
 NAME = re.compile(r"[a-zA-Z][-0-9a-zA-Z_]*(\.[0-9a-zA-Z][-0-9a-zA-Z_]*)*")

@@ -21,14 +21,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from broker import bodies, effective_schema, metrics
+from broker import bodies, metrics
 from broker.bodies import BadBody
-from broker.enrichment import EnrichmentError, enrich
-from broker.event_type_api import not_found
-from broker.partitioning import Partitioner, PartitioningError, partitioner
+from broker.event_types import effective_schema
+from broker.event_types.api import not_found
+from broker.event_types.store import Revision, Store, StoredEventType
 from broker.problems import problem
-from broker.producer import KafkaProducer, Message
-from broker.store import Revision, Store, StoredEventType
+from broker.publishing.enrichment import EnrichmentError, enrich
+from broker.publishing.partitioning import Partitioner, PartitioningError, partitioner
+from broker.publishing.producer import KafkaProducer, Message
 from changebroker import logs
 
 log = logging.getLogger(__name__)

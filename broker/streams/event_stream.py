@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from broker.offsets import format_offset
-from broker.watermarks import consumer_config
+from broker.streams.cursors import format_offset
+from broker.streams.watermarks import consumer_config
 
 log = logging.getLogger(__name__)
 

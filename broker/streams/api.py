@@ -19,12 +19,22 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from broker import bodies, cursor_ops
-from broker.cursors import Cursor, CursorError, parse_cursor, parse_cursors, position
+from broker import bodies
+from broker.event_types.topics import EventTypeTopic, TopicResolver
 from broker.problems import problem
-from broker.streaming import EventStream, LimitError, parse_limits
-from broker.topics import EventTypeTopic, TopicResolver
-from broker.watermarks import Watermark, Watermarks
+from broker.streams.cursors import (
+    Cursor,
+    CursorError,
+    distance,
+    lag,
+    parse_cursor,
+    parse_cursors,
+    partition_view,
+    position,
+    shift,
+)
+from broker.streams.event_stream import EventStream, LimitError, parse_limits
+from broker.streams.watermarks import Watermark, Watermarks
 
 log = logging.getLogger(__name__)
 
@@ -133,9 +143,9 @@ class Reading:
         marks = await self._marks(topic)
         try:
             views = [
-                cursor_ops.lag(consumed[p], mark, topic.timeline, name)
+                lag(consumed[p], mark, topic.timeline, name)
                 if p in consumed
-                else cursor_ops.partition_view(p, mark, topic.timeline)
+                else partition_view(p, mark, topic.timeline)
                 for p, mark in marks.items()
             ]
         except CursorError as error:
@@ -153,10 +163,10 @@ class Reading:
         mark = (await self._watermarks.of(topic.topic, [partition]))[partition]
         consumed_offset = request.query_params.get("consumed_offset")
         if consumed_offset is None:
-            return JSONResponse(cursor_ops.partition_view(partition, mark, topic.timeline))
+            return JSONResponse(partition_view(partition, mark, topic.timeline))
         try:
             cursor = parse_cursor({"partition": partition_text, "offset": consumed_offset}, topic)
-            return JSONResponse(cursor_ops.lag(cursor, mark, topic.timeline, name))
+            return JSONResponse(lag(cursor, mark, topic.timeline, name))
         except CursorError as error:
             return problem(422, str(error))
 
@@ -201,7 +211,7 @@ class Reading:
                 {
                     "initial_cursor": {"partition": a.partition_text, "offset": a.offset_text},
                     "final_cursor": {"partition": b.partition_text, "offset": b.offset_text},
-                    "distance": cursor_ops.distance(a, b, marks[a.partition], topic.event_type),
+                    "distance": distance(a, b, marks[a.partition], topic.event_type),
                 }
                 for a, b in pairs
             ]
@@ -217,10 +227,7 @@ class Reading:
         try:
             cursors = parse_cursors(items, topic)
             marks = await self._marks(topic)
-            views = [
-                cursor_ops.lag(c, marks[c.partition], topic.timeline, topic.event_type)
-                for c in cursors
-            ]
+            views = [lag(c, marks[c.partition], topic.timeline, topic.event_type) for c in cursors]
         except CursorError as error:
             return problem(422, str(error))
         return JSONResponse(views)
@@ -242,9 +249,7 @@ class Reading:
             cursors = [
                 {
                     "partition": c.partition_text,
-                    "offset": cursor_ops.shift(
-                        c, by, marks[c.partition], topic.timeline, topic.event_type
-                    ),
+                    "offset": shift(c, by, marks[c.partition], topic.timeline, topic.event_type),
                 }
                 for c, by in shifted
             ]

@@ -1,35 +1,38 @@
-"""Nakadi subscriptions: ``/subscriptions`` and ``/subscriptions/{id}`` (create, list, get, ...).
+"""Subscriptions in Postgres (``sql/broker/002_subscriptions.sql``) and the lock every change takes.
 
 A subscription is identified by (owning_application, event_types, consumer_group):
 creating it again answers 200 with the one that exists. Its cursors are set when it
 is first streamed or reset (``initialise``), from ``read_from``: ``begin``, ``end``
-or ``initial_cursors``. Streaming, commits, resets and stats are in
-:mod:`broker.subscription_streams`; both keep their state in the tables of
-``sql/broker/002_subscriptions.sql``.
+or ``initial_cursors``. Every change to a subscription's streams runs under
+:func:`locked` (its row lock); :func:`rebalance_partitions` re-assigns its partitions
+and :func:`close_expired` frees those of broker processes that are gone. The HTTP side
+is :mod:`broker.subscriptions.api` and :mod:`broker.subscriptions.stream_api`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlencode
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.responses import Response
 
-from broker import bodies, coordination
-from broker.cursors import Cursor, CursorError, parse_cursor, position
+from broker.event_types.store import Store, _utc
+from broker.event_types.topics import EventTypeTopic, TopicResolver
 from broker.problems import problem
-from broker.store import Store, _utc
-from broker.topics import EventTypeTopic, TopicResolver
-from broker.watermarks import Watermarks
+from broker.streams.cursors import Cursor, CursorError, parse_cursor, position
+from broker.streams.watermarks import Watermarks
+from broker.subscriptions import coordination, rebalance
+from changebroker import logs
+
+log = logging.getLogger(__name__)
 
 READ_FROM = ("begin", "end", "cursors")
 DEFAULT_CONSUMER_GROUP = "default"
@@ -37,6 +40,8 @@ DEFAULT_PAGE = 20
 MAX_PAGE = 1000
 # Nakadi: a subscription spans at most this many partitions (its streams' maximum).
 MAX_PARTITIONS = 100
+# How long ended sessions stay, for whoever looks at them by hand.
+SESSION_RETENTION_SECONDS = 3600.0
 
 PartitionKey = tuple[str, int]
 
@@ -376,105 +381,121 @@ class Subscriptions:
         return True
 
 
-# What ``show_status`` adds to a listed subscription (served by the streams module).
-StatusSource = Callable[["Subscription"], Awaitable[list[dict[str, Any]]]]
+@contextlib.asynccontextmanager
+async def locked(
+    store: Store, subscription_id: str
+) -> AsyncIterator[tuple[psycopg.AsyncConnection[Any], dict[str, Any] | None]]:
+    """A transaction holding the subscription's row lock: every change to it runs in one."""
+    async with store.pool.connection() as conn, conn.transaction():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                "SELECT id::text, initialised, coalesce(reset_until > now(), false) AS resetting"
+                " FROM broker_subscriptions WHERE id = %s FOR UPDATE",
+                (subscription_id,),
+            )
+            row = await cur.fetchone()
+        yield conn, row
 
 
-def not_found(subscription_id: str) -> Response:
-    return problem(404, f'Subscription with id "{subscription_id}" does not exist')
-
-
-def _page_number(request: Request, name: str, default: int, low: int, high: int) -> int:
-    text = request.query_params.get(name)
-    if text is None:
-        return default
-    if not whole_number(text) or not low <= int(text) <= high:
-        raise SubscriptionError(400, f"{name} must be a whole number from {low} to {high}")
-    return int(text)
-
-
-class SubscriptionApi:
-    def __init__(self, subscriptions: Subscriptions, status: StatusSource) -> None:
-        self._subscriptions = subscriptions
-        self._status = status
-
-    async def create(self, request: Request) -> Response:
-        try:
-            body = await bodies.json_body(request)
-            subscription, created = await self._subscriptions.create(body)
-        except bodies.BadBody as bad:
-            return bad.response
-        except SubscriptionError as error:
-            return error.response()
-        location = f"/subscriptions/{subscription.id}"
-        headers = {"Location": location}
-        if created:
-            headers["Content-Location"] = location
-        return JSONResponse(
-            subscription.body(), status_code=201 if created else 200, headers=headers
+async def rebalance_partitions(conn: psycopg.AsyncConnection[Any], subscription_id: str) -> None:
+    """Re-assign every partition among the live streams; call with the subscription locked."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            "SELECT stream_id::text, requested, commit_timeout FROM broker_subscription_sessions"
+            " WHERE subscription_id = %s AND closed_at IS NULL AND alive_until > now()"
+            " ORDER BY created_at, stream_id",
+            (subscription_id,),
         )
+        sessions = await cur.fetchall()
+        await cur.execute(
+            "SELECT event_type, partition, owner::text, next_owner::text,"
+            " coalesce(release_deadline > now(), false) AS holding, assignment_type"
+            " FROM broker_subscription_partitions WHERE subscription_id = %s",
+            (subscription_id,),
+        )
+        rows = await cur.fetchall()
+    slots = [
+        rebalance.Slot(s["stream_id"], frozenset((e, int(p)) for e, p in s["requested"]))
+        for s in sessions
+    ]
+    live = {s.stream_id: s for s in slots}
+    timeouts = {s["stream_id"]: s["commit_timeout"] for s in sessions}
+    current: dict[PartitionKey, str] = {}
+    for row in rows:
+        key = (row["event_type"], row["partition"])
+        for candidate in (row["next_owner"], row["owner"]):
+            if candidate in live:
+                current[key] = candidate
+                break
+    target = rebalance.assign([(r["event_type"], r["partition"]) for r in rows], slots, current)
+    for row in rows:
+        key = (row["event_type"], row["partition"])
+        to = target[key]
+        kind = "direct" if to is not None and key in live[to].requested else "auto"
+        owner, where = row["owner"], (subscription_id, *key)
+        if owner in live and (to == owner or to is None):
+            if row["next_owner"] is None and row["assignment_type"] == kind:
+                continue
+            await conn.execute(
+                "UPDATE broker_subscription_partitions SET next_owner = NULL,"
+                " release_offset = NULL, release_deadline = NULL, assignment_type = %s"
+                " WHERE subscription_id = %s AND event_type = %s AND partition = %s",
+                (kind, *where),
+            )
+        elif owner in live:
+            await conn.execute(
+                "UPDATE broker_subscription_partitions SET next_owner = %s, assignment_type = %s,"
+                " release_deadline = coalesce(release_deadline, now() + make_interval(secs => %s))"
+                " WHERE subscription_id = %s AND event_type = %s AND partition = %s",
+                (to, kind, timeouts[owner], *where),
+            )
+        elif owner is not None and row["holding"]:
+            # An ended stream may still commit what it was sent until its deadline.
+            await conn.execute(
+                "UPDATE broker_subscription_partitions SET next_owner = %s, assignment_type = %s"
+                " WHERE subscription_id = %s AND event_type = %s AND partition = %s",
+                (to, kind, *where),
+            )
+        elif owner != to or row["next_owner"] is not None:
+            await conn.execute(
+                "UPDATE broker_subscription_partitions SET owner = %s, next_owner = NULL,"
+                " release_offset = NULL, release_deadline = NULL, assignment_type = %s"
+                " WHERE subscription_id = %s AND event_type = %s AND partition = %s",
+                (to, kind, *where),
+            )
+    await conn.execute(*notify_sql(subscription_id))
 
-    async def index(self, request: Request) -> Response:
-        query = request.query_params
-        try:
-            limit = _page_number(request, "limit", DEFAULT_PAGE, 1, MAX_PAGE)
-            offset = _page_number(request, "offset", 0, 0, 2**62)
-        except SubscriptionError as error:
-            return error.response()
-        owner = query.get("owning_application")
-        event_types = query.getlist("event_type")
-        if not storable([owner, *event_types]):
-            return problem(400, "owning_application and event_type must not contain NUL")
-        found, more = await self._subscriptions.page(owner, event_types, limit, offset)
-        items = [s.body() for s in found]
-        if query.get("show_status", "false").lower() == "true":
-            for item, subscription in zip(items, found, strict=True):
-                item["status"] = await self._status(subscription)
-        filters: list[tuple[str, str]] = []
-        if owner is not None:
-            filters.append(("owning_application", owner))
-        filters += [("event_type", name) for name in event_types]
 
-        def link(at: int) -> dict[str, str]:
-            params = [*filters, ("offset", str(at)), ("limit", str(limit))]
-            return {"href": f"/subscriptions?{urlencode(params)}"}
+async def close_expired(store: Store) -> None:
+    """Close the sessions whose process stopped renewing them, and rebalance their partitions.
 
-        links: dict[str, Any] = {}
-        if offset > 0:
-            links["prev"] = link(max(offset - limit, 0))
-        if more:
-            links["next"] = link(offset + limit)
-        return JSONResponse({"items": items, "_links": links})
-
-    async def get(self, request: Request) -> Response:
-        subscription_id = request.path_params["id"]
-        subscription = await self._subscriptions.get(subscription_id)
-        if subscription is None:
-            return not_found(subscription_id)
-        return JSONResponse(subscription.body())
-
-    async def update(self, request: Request) -> Response:
-        subscription_id = request.path_params["id"]
-        try:
-            body = await bodies.json_body(request)
-            found = await self._subscriptions.update_authorization(subscription_id, body)
-        except bodies.BadBody as bad:
-            return bad.response
-        except SubscriptionError as error:
-            return error.response()
-        return Response(status_code=204) if found else not_found(subscription_id)
-
-    async def delete(self, request: Request) -> Response:
-        subscription_id = request.path_params["id"]
-        if await self._subscriptions.delete(subscription_id):
-            return Response(status_code=204)
-        return not_found(subscription_id)
-
-    def routes(self) -> list[BaseRoute]:
-        return [
-            Route("/subscriptions", self.create, methods=["POST"]),
-            Route("/subscriptions", self.index, methods=["GET"]),
-            Route("/subscriptions/{id}", self.get, methods=["GET"]),
-            Route("/subscriptions/{id}", self.update, methods=["PUT"]),
-            Route("/subscriptions/{id}", self.delete, methods=["DELETE"]),
-        ]
+    Sessions that can no longer commit are deleted after ``SESSION_RETENTION_SECONDS``: nothing
+    reads them any more (a partition whose owner is unknown is simply free).
+    """
+    async with store.pool.connection() as conn:
+        await conn.execute(
+            "DELETE FROM broker_subscription_sessions WHERE finished"
+            " AND commit_deadline < now() - make_interval(secs => %s)",
+            (SESSION_RETENTION_SECONDS,),
+        )
+        cur = await conn.execute(
+            "SELECT DISTINCT subscription_id::text FROM broker_subscription_sessions"
+            " WHERE closed_at IS NULL AND alive_until < now()"
+        )
+        expired = [row[0] for row in await cur.fetchall()]
+    for subscription_id in expired:
+        async with locked(store, subscription_id) as (conn, row):
+            if row is None:
+                continue
+            # Its process is gone: nobody can commit for it any more.
+            await conn.execute(
+                "UPDATE broker_subscription_sessions SET closed_at = alive_until,"
+                " commit_deadline = alive_until, finished = true"
+                " WHERE subscription_id = %s AND closed_at IS NULL AND alive_until < now()",
+                (subscription_id,),
+            )
+            await rebalance_partitions(conn, subscription_id)
+        log.warning(
+            "subscription streams of a gone broker process closed",
+            extra=logs.fields(subscription_id=subscription_id),
+        )

@@ -29,7 +29,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from broker.topics import EventTypeTopic
+from broker.event_types.topics import EventTypeTopic
 from registry import store as registry
 from registry.errors import RegistryError
 
@@ -279,7 +279,7 @@ async def _add_version(
 
 
 class StoreResolver:
-    """The :class:`broker.topics.TopicResolver` the reading endpoints use."""
+    """The :class:`broker.event_types.topics.TopicResolver` the reading endpoints use."""
 
     def __init__(self, store: Store) -> None:
         self._store = store

@@ -1,0 +1,189 @@
+"""Cursors: Nakadi's offset format, client cursors checked against Kafka, and their arithmetic.
+
+Offsets on the wire read ``001-<timeline, 4 hex>-<kafka offset, 18 digits>``. A cursor
+names the last event consumed, so reading resumes at ``offset + 1``; ``-1`` (written
+``001-0001--1``) is "before the first event". ``begin`` (any case) means before the
+oldest event still available, which the caller resolves against the partition's low
+watermark.
+
+Cursors from clients are ``{"partition", "offset"}`` objects; errors carry Nakadi's
+texts and the endpoint decides the status (the stream answers 412, cursor operations
+422, as Nakadi does).
+
+Cursor arithmetic works on Kafka watermarks: positions are "last consumed" Kafka
+offsets (-1 before the first event), so ``newest - position`` is the number of events
+still to read, and a distance counts events after the initial cursor up to and
+including the final one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from broker.event_types.topics import EventTypeTopic
+from broker.streams.watermarks import Watermark
+
+BEGIN = "begin"
+OFFSET_DIGITS = 18
+# Nakadi's version of the offset format; the only one it and we write.
+FORMAT_VERSION = "001"
+
+_OFFSET = re.compile(r"^001-([0-9a-fA-F]{4})-(-1|[0-9]{1,18})$")
+# Nakadi clients from before timelines send bare Kafka offsets (the manual's "12").
+_LEGACY = re.compile(r"^(-1|[0-9]{1,18})$")
+
+
+class OffsetFormatError(ValueError):
+    """The text is neither ``begin`` nor an offset in Nakadi's format."""
+
+
+@dataclass(frozen=True)
+class Offset:
+    """A parsed cursor offset: ``begin``, or the last consumed Kafka offset (-1 = none)."""
+
+    kafka_offset: int | None
+    timeline: int
+
+    @property
+    def is_begin(self) -> bool:
+        return self.kafka_offset is None
+
+
+def format_offset(kafka_offset: int, timeline: int = 1) -> str:
+    """``format_offset(1)`` -> ``"001-0001-000000000000000001"``; ``-1`` -> ``"001-0001--1"``."""
+    digits = "-1" if kafka_offset < 0 else f"{kafka_offset:0{OFFSET_DIGITS}d}"
+    return f"{FORMAT_VERSION}-{timeline:04x}-{digits}"
+
+
+def parse_offset(text: str, timeline: int = 1) -> Offset:
+    """Parse a cursor's offset; a bare number is taken on ``timeline`` (legacy clients)."""
+    if text.lower() == BEGIN:
+        return Offset(None, timeline)
+    match = _OFFSET.match(text)
+    if match is not None:
+        return Offset(int(match.group(2)), int(match.group(1), 16))
+    if _LEGACY.match(text):
+        return Offset(int(text), timeline)
+    raise OffsetFormatError(text)
+
+
+class CursorError(ValueError):
+    """A cursor that cannot be used; ``str(error)`` says why, in Nakadi's words."""
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """A cursor as sent: the partition as a number, the offset parsed, the original texts kept."""
+
+    partition: int
+    offset: Offset
+    partition_text: str
+    offset_text: str
+
+
+def parse_cursor(item: object, topic: EventTypeTopic) -> Cursor:
+    """One ``{"partition": "0", "offset": "..."}`` object; its partition must exist."""
+    if not isinstance(item, dict):
+        raise CursorError(f"a cursor must be an object with partition and offset, got {item!r}")
+    partition_text, offset_text = item.get("partition"), item.get("offset")
+    if partition_text is None:
+        raise CursorError("partition must not be null")
+    if offset_text is None:
+        raise CursorError("offset must not be null")
+    if not isinstance(partition_text, str) or not isinstance(offset_text, str):
+        raise CursorError(
+            f"invalid cursor format, partition: {partition_text} offset: {offset_text}"
+            " (both are strings)"
+        )
+    if not partition_text.isdigit() or int(partition_text) >= topic.partitions:
+        raise CursorError(f"non existing partition {partition_text}")
+    try:
+        offset = parse_offset(offset_text, topic.timeline)
+    except OffsetFormatError:
+        raise CursorError(
+            f"invalid cursor format, partition: {partition_text} offset: {offset_text}"
+        ) from None
+    if offset.timeline != topic.timeline:
+        raise CursorError(
+            f"invalid cursor format, partition: {partition_text} offset: {offset_text}"
+            f" (timeline {offset.timeline} does not exist; the current one is {topic.timeline})"
+        )
+    return Cursor(int(partition_text), offset, partition_text, offset_text)
+
+
+def parse_cursors(items: object, topic: EventTypeTopic) -> list[Cursor]:
+    """A JSON array of cursors, at most one per partition."""
+    if not isinstance(items, list):
+        raise CursorError("cursors must be a JSON array of {partition, offset} objects")
+    cursors = [parse_cursor(item, topic) for item in items]
+    seen: set[int] = set()
+    for cursor in cursors:
+        if cursor.partition in seen:
+            raise CursorError(f"partition {cursor.partition_text} appears in more than one cursor")
+        seen.add(cursor.partition)
+    return cursors
+
+
+def position(cursor: Cursor, watermark: Watermark, event_type: str) -> int:
+    """The Kafka offset of the last consumed event the cursor names, checked to be available.
+
+    ``begin`` is just before the oldest event held; an offset before that was
+    deleted by retention, one past the newest event does not exist yet.
+    """
+    if cursor.offset.is_begin:
+        return watermark.oldest_position
+    assert cursor.offset.kafka_offset is not None
+    consumed = cursor.offset.kafka_offset
+    if consumed < watermark.oldest_position:
+        raise CursorError(
+            f"offset {cursor.offset_text} for partition {cursor.partition_text} event type"
+            f" {event_type} is unavailable as retention time of data elapsed."
+            " PATCH partition offset with valid and available offset"
+        )
+    if consumed > watermark.newest_position:
+        raise CursorError(
+            f"invalid offset {cursor.offset_text} for partition {cursor.partition_text}"
+            " (it is past the newest event; GET the partitions for the newest offset)"
+        )
+    return consumed
+
+
+def partition_view(
+    partition: int, mark: Watermark, timeline: int, consumed: int | None = None
+) -> dict[str, object]:
+    """Nakadi's ``Partition``: oldest / newest available offsets, and the lag after ``consumed``."""
+    view: dict[str, object] = {
+        "partition": str(partition),
+        "oldest_available_offset": format_offset(mark.low, timeline),
+        "newest_available_offset": format_offset(mark.newest_position, timeline),
+    }
+    if consumed is not None:
+        view["unconsumed_events"] = mark.newest_position - consumed
+    return view
+
+
+def lag(cursor: Cursor, mark: Watermark, timeline: int, event_type: str) -> dict[str, object]:
+    """The partition of ``cursor`` with the events published after it as ``unconsumed_events``."""
+    return partition_view(cursor.partition, mark, timeline, position(cursor, mark, event_type))
+
+
+def distance(initial: Cursor, final: Cursor, mark: Watermark, event_type: str) -> int:
+    """Events after ``initial`` up to ``final``; negative when ``final`` comes first."""
+    if initial.partition != final.partition:
+        raise CursorError(
+            "cursors with different partition. Pairs of cursors should have matching partitions."
+        )
+    return position(final, mark, event_type) - position(initial, mark, event_type)
+
+
+def shift(cursor: Cursor, by: int, mark: Watermark, timeline: int, event_type: str) -> str:
+    """The offset ``by`` events after (before, when negative) ``cursor``; it must be available."""
+    target = position(cursor, mark, event_type) + by
+    if not mark.oldest_position <= target <= mark.newest_position:
+        raise CursorError(
+            f"shifting offset {cursor.offset_text} of partition {cursor.partition_text} by {by}"
+            f" leaves the available range: from {format_offset(mark.oldest_position, timeline)}"
+            f" to {format_offset(mark.newest_position, timeline)}"
+        )
+    return format_offset(target, timeline)

@@ -1,0 +1,458 @@
+"""One stream of a subscription in this process: its Kafka consumer, its partitions, its batches.
+
+A partition moves between streams (rebalance, direct request, a stream ending)
+only once what its owner sent is committed (``release_offset``) or at
+``release_deadline`` (the owner's commit_timeout), whichever comes first: the
+owner stops sending it at once, a commit reaching ``release_offset`` hands it
+over, and the next owner takes it itself when the deadline passes. A stream with
+events uncommitted for commit_timeout is closed and can no longer commit; a
+stream that ends otherwise can still commit for commit_timeout after its last
+batch, as the manual says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from broker.event_types.topics import EventTypeTopic
+from broker.streams.event_stream import (
+    MESSAGES_PER_POLL,
+    STREAM_CONSUMER_SETTINGS,
+    Batcher,
+    LimitError,
+    PartitionBatch,
+    StreamLimits,
+    parse_limits,
+    poll,
+)
+from broker.streams.watermarks import consumer_config
+from broker.subscriptions.store import (
+    PartitionKey,
+    Subscription,
+    locked,
+    notify_sql,
+    rebalance_partitions,
+    whole_number,
+)
+from changebroker import logs
+
+if TYPE_CHECKING:
+    from broker.subscriptions.stream_api import SubscriptionStreams
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_UNCOMMITTED = 10
+MAX_COMMIT_TIMEOUT = 60.0
+# Streams notice notifications between polls: this bounds how late a rebalance is seen.
+SUBSCRIPTION_POLL_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class StreamParams:
+    limits: StreamLimits
+    max_uncommitted: int
+    commit_timeout: float
+    requested: frozenset[PartitionKey]
+
+
+def parse_params(values: Mapping[str, Any]) -> StreamParams:
+    """Query parameters (GET) or the body (POST): Nakadi's defaults and its rules (422)."""
+    texts = {k: str(v) for k, v in values.items() if v is not None and k != "partitions"}
+    limits = parse_limits(texts)
+    raw_max = texts.get("max_uncommitted_events", str(DEFAULT_MAX_UNCOMMITTED))
+    if not whole_number(raw_max) or int(raw_max) < 1:
+        raise LimitError("max_uncommitted_events must be a whole number of at least 1")
+    try:
+        commit_timeout = float(texts.get("commit_timeout", "0"))
+    except ValueError:
+        raise LimitError("commit_timeout must be a number of seconds") from None
+    if not 0 <= commit_timeout <= MAX_COMMIT_TIMEOUT:
+        raise LimitError("commit_timeout must be between 0 and 60 seconds")
+    requested: set[PartitionKey] = set()
+    partitions = values.get("partitions") or []
+    if not isinstance(partitions, list):
+        raise LimitError("partitions must be an array of {event_type, partition}")
+    for item in partitions:
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("event_type"), str)
+            or not whole_number(str(item.get("partition", "")))
+        ):
+            raise LimitError(f"each partition needs event_type and partition, got {item!r}")
+        requested.add((item["event_type"], int(item["partition"])))
+    # Nakadi: 0 is the maximum, 60 s.
+    return StreamParams(
+        limits, int(raw_max), commit_timeout or MAX_COMMIT_TIMEOUT, frozenset(requested)
+    )
+
+
+@dataclass
+class _Batch(PartitionBatch):
+    """A subscription partition's batches: cursors carry the event type and a cursor token."""
+
+    event_type_json: bytes = b""
+    sent: int = -1  # the offset of the last event sent
+
+    def cursor_end(self) -> bytes:
+        return (
+            b'","event_type":"'
+            + self.event_type_json
+            + b'","cursor_token":"'
+            + str(uuid.uuid4()).encode()
+            + b'"}'
+        )
+
+    def line(self) -> bytes:
+        if self.pending:
+            self.sent = self.last_offset
+        return super().line()
+
+
+def _with_info(line: bytes, debug: str) -> bytes:
+    """The line (one JSON object and its newline) with ``info.debug`` added."""
+    return line[:-2] + b',"info":' + json.dumps({"debug": debug}).encode() + b"}\n"
+
+
+class SessionEnded(Exception):
+    """The session was closed by someone else (a cursor reset, the subscription deleted)."""
+
+
+class Session:
+    """One stream of a subscription in this process: its Kafka consumer and its partitions."""
+
+    def __init__(
+        self,
+        streams: SubscriptionStreams,
+        subscription: Subscription,
+        stream_id: str,
+        params: StreamParams,
+        topics: Mapping[str, EventTypeTopic],
+        changed: asyncio.Event,
+    ) -> None:
+        self._streams = streams
+        self._store = streams.store
+        self.subscription_id = subscription.id
+        self.stream_id = stream_id
+        self._params = params
+        self._topics = dict(topics)
+        self._changed = changed
+        self._batcher = Batcher(params.limits)
+        self._streaming: dict[PartitionKey, _Batch] = {}
+        # Partitions given up but still held: the offset last sent, until it is committed.
+        self._releasing: dict[PartitionKey, int] = {}
+        self._committed: dict[PartitionKey, int] = {}
+        self._takeover_at: float | None = None
+        self._uncommitted_since: float | None = None
+        self._last_sent_at = time.monotonic()
+        self._commit_timed_out = False
+        self._closed = False
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="subscription")
+        self._consumer: Consumer | None = None
+
+    # Kafka, on the session's own thread.
+    def _open(self) -> None:
+        self._consumer = Consumer(
+            consumer_config(self._streams.bootstrap) | STREAM_CONSUMER_SETTINGS
+        )
+
+    def _reassign(self, add: list[TopicPartition], remove: list[TopicPartition]) -> None:
+        assert self._consumer is not None
+        if remove:
+            self._consumer.incremental_unassign(remove)
+        if add:
+            self._consumer.incremental_assign(add)
+
+    def _poll(self, timeout: float, most: int) -> list[Any]:
+        assert self._consumer is not None
+        return poll(self._consumer, timeout, most)
+
+    def _close_consumer(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def _topic_partition(self, key: PartitionKey, offset: int | None = None) -> TopicPartition:
+        topic = self._topics[key[0]].topic
+        return (
+            TopicPartition(topic, key[1])
+            if offset is None
+            else TopicPartition(topic, key[1], offset)
+        )
+
+    async def _kafka(self, function: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+
+    def _sent(self, key: PartitionKey) -> int:
+        batch = self._streaming.get(key)
+        if batch is not None:
+            return batch.sent
+        return self._releasing.get(key, self._committed.get(key, -1))
+
+    def _uncommitted(self) -> int:
+        """Events sent and not yet committed (what max_uncommitted_events limits)."""
+        total = 0
+        for key, batch in self._streaming.items():
+            total += max(batch.sent - self._committed[key], 0)
+        for key, sent in self._releasing.items():
+            total += max(sent - self._committed[key], 0)
+        return total
+
+    async def _refresh(self, out: list[bytes]) -> None:
+        """Follow Postgres: partitions gained, given up, moving to us; commits made."""
+        async with self._store.pool.connection() as conn:
+            # The session and our partitions in one round trip: every commit causes one.
+            cur = await conn.execute(
+                "SELECT s.open, p.event_type, p.partition, p.committed, p.owner::text,"
+                " p.next_owner::text, p.release_offset,"
+                " greatest(extract(epoch FROM p.release_deadline - now()), 0)"
+                " FROM (SELECT closed_at IS NULL AS open FROM broker_subscription_sessions"
+                " WHERE stream_id = %s) s"
+                " LEFT JOIN broker_subscription_partitions p ON p.subscription_id = %s"
+                " AND (p.owner = %s OR p.next_owner = %s)",
+                (self.stream_id, self.subscription_id, self.stream_id, self.stream_id),
+            )
+            found = await cur.fetchall()
+        if not found or not found[0][0]:
+            raise SessionEnded()
+        rows = [row[1:] for row in found if row[1] is not None]
+        me = self.stream_id
+        owned: set[PartitionKey] = set()
+        add: list[TopicPartition] = []
+        remove: list[TopicPartition] = []
+        hand_over: list[PartitionKey] = []
+        mark: list[tuple[PartitionKey, int]] = []
+        waits: list[float] = []
+        advanced = False
+        for event_type, partition, committed, owner, next_owner, release_offset, wait in rows:
+            key = (event_type, partition)
+            if owner != me:
+                waits.append(float(wait or 0))
+                continue
+            owned.add(key)
+            advanced |= committed > self._committed.get(key, committed)
+            self._committed[key] = committed
+            if next_owner is None and key not in self._streaming:
+                self._releasing.pop(key, None)
+                self._start(key, committed)
+                add.append(self._topic_partition(key, committed + 1))
+            elif next_owner is not None:
+                if key in self._streaming:
+                    self._stop(key, out)
+                    remove.append(self._topic_partition(key))
+                sent = self._releasing.setdefault(key, committed)
+                if sent <= committed:
+                    hand_over.append(key)
+                elif release_offset is None:
+                    mark.append((key, sent))
+        for key in [*self._streaming, *self._releasing]:
+            if key not in owned:
+                if key in self._streaming:
+                    self._stop(key, out)
+                    remove.append(self._topic_partition(key))
+                self._releasing.pop(key, None)
+        if add or remove:
+            await self._kafka(self._reassign, add, remove)
+        if hand_over or mark:
+            await self._hand_over(hand_over, mark)
+        self._takeover_at = time.monotonic() + min(waits) if waits else None
+        if advanced:
+            self._uncommitted_since = time.monotonic()
+
+    def _start(self, key: PartitionKey, committed: int) -> None:
+        topic = self._topics[key[0]]
+        batch = _Batch(
+            b'{"cursor":{"partition":"' + str(key[1]).encode() + b'","offset":"',
+            committed,
+            topic.timeline,
+            time.monotonic() + self._params.limits.batch_flush_timeout,
+            event_type_json=json.dumps(key[0])[1:-1].encode(),
+            sent=committed,
+        )
+        self._streaming[key] = batch
+        self._batcher.partitions[(topic.topic, key[1])] = batch
+
+    def _stop(self, key: PartitionKey, out: list[bytes]) -> None:
+        """Stop sending a partition; what waits for its batch is sent first, to be committed."""
+        batch = self._streaming.pop(key)
+        del self._batcher.partitions[(self._topics[key[0]].topic, key[1])]
+        if batch.pending:
+            out.append(batch.line())
+        self._releasing[key] = batch.sent
+
+    async def _hand_over(
+        self, keys: list[PartitionKey], marks: list[tuple[PartitionKey, int]]
+    ) -> None:
+        async with locked(self._store, self.subscription_id) as (conn, row):
+            if row is None:
+                raise SessionEnded()
+            for event_type, partition in keys:
+                await conn.execute(
+                    "UPDATE broker_subscription_partitions SET owner = next_owner,"
+                    " next_owner = NULL, release_offset = NULL, release_deadline = NULL"
+                    " WHERE subscription_id = %s AND event_type = %s AND partition = %s"
+                    " AND owner = %s AND next_owner IS NOT NULL",
+                    (self.subscription_id, event_type, partition, self.stream_id),
+                )
+            for (event_type, partition), sent in marks:
+                await conn.execute(
+                    "UPDATE broker_subscription_partitions SET release_offset = %s"
+                    " WHERE subscription_id = %s AND event_type = %s AND partition = %s"
+                    " AND owner = %s",
+                    (sent, self.subscription_id, event_type, partition, self.stream_id),
+                )
+            await conn.execute(*notify_sql(self.subscription_id))
+        for key in keys:
+            self._releasing.pop(key, None)
+
+    async def _take_over(self) -> None:
+        """The owner's deadline passed: the partitions moving to this stream are ours now."""
+        self._takeover_at = None
+        async with locked(self._store, self.subscription_id) as (conn, row):
+            if row is None:
+                raise SessionEnded()
+            await conn.execute(
+                "UPDATE broker_subscription_partitions SET owner = next_owner, next_owner = NULL,"
+                " release_offset = NULL, release_deadline = NULL"
+                " WHERE subscription_id = %s AND next_owner = %s AND release_deadline <= now()",
+                (self.subscription_id, self.stream_id),
+            )
+            await conn.execute(*notify_sql(self.subscription_id))
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        """The stream's batches; ends on a limit, a timeout, commit timeout or a reset.
+
+        The session is closed before the response ends, so a client that saw the end
+        finds the session closed (a commit after a commit timeout is refused at once).
+        """
+        async for chunk in self._batches():
+            yield chunk
+        await self.close()
+
+    async def _batches(self) -> AsyncIterator[bytes]:
+        limits = self._params.limits
+        await self._kafka(self._open)
+        started = time.monotonic()
+        ends_at = started + limits.stream_timeout
+        debug = "Stream started"
+        self._changed.set()
+        while True:
+            out: list[bytes] = []
+            try:
+                if self._changed.is_set():
+                    self._changed.clear()
+                    await self._refresh(out)
+                if self._takeover_at is not None and time.monotonic() >= self._takeover_at:
+                    await self._take_over()
+                    continue
+            except SessionEnded:
+                if out:
+                    yield b"".join(out)
+                return
+            now = time.monotonic()
+            uncommitted = self._uncommitted()
+            if uncommitted == 0:
+                self._uncommitted_since = None
+            elif self._uncommitted_since is None:
+                self._uncommitted_since = now
+            elif now - self._uncommitted_since >= self._params.commit_timeout:
+                self._commit_timed_out = True
+                log.info(
+                    "subscription stream closed: commit timeout",
+                    extra=logs.fields(stream_id=self.stream_id),
+                )
+                return
+            # Nakadi sends at most max_uncommitted_events - uncommitted, in batches of
+            # min(batch_limit, that). Polls take no more than that less what already waits
+            # for its batch, so whatever waits can always be sent.
+            allowance = self._params.max_uncommitted - uncommitted
+            waiting = sum(len(batch.pending) for batch in self._streaming.values())
+            wake = min(
+                self._batcher.next_flush(ends_at),
+                self._takeover_at or math.inf,
+                (self._uncommitted_since or math.inf) + self._params.commit_timeout,
+            )
+            messages = []
+            if allowance > waiting and self._streaming:
+                wait = min(max(wake - now, 0.0), SUBSCRIPTION_POLL_SECONDS)
+                most = min(allowance - waiting, MESSAGES_PER_POLL)
+                messages = await self._kafka(self._poll, wait, most)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), max(wake - now, 0.0))
+            taken, limit_reached = self._batcher.take(messages, allowance)
+            out += taken
+            now = time.monotonic()
+            over = limit_reached or now >= ends_at
+            # What waits fills the allowance, spread over partitions none of which has a full
+            # batch: nothing more is read before a commit, so it goes now, not at the flush
+            # timeout (Nakadi, reading ahead, would send as much in fuller batches).
+            waiting = sum(len(batch.pending) for batch in self._streaming.values())
+            stuck = 0 < waiting >= self._params.max_uncommitted - self._uncommitted()
+            out += self._batcher.due(now, over or stuck)
+            if out:
+                if debug:
+                    out[0] = _with_info(out[0], debug)
+                    debug = ""
+                if any(b'"events"' in line for line in out):
+                    self._last_sent_at = now
+                yield b"".join(out)
+            if over or self._batcher.keep_alive_limit_reached():
+                return
+
+    async def close(self) -> None:
+        """The stream is over: what it sent stays committable for commit_timeout, the rest moves."""
+        if self._closed:
+            return
+        self._closed = True
+        self._streams.coordinator.local_sessions.discard(self.stream_id)
+        await self._kafka(self._close_consumer)
+        self._executor.shutdown(wait=False)
+        remaining = (
+            0.0
+            if self._commit_timed_out
+            else max(self._params.commit_timeout - (time.monotonic() - self._last_sent_at), 0.0)
+        )
+        async with locked(self._store, self.subscription_id) as (conn, row):
+            if row is None:
+                return
+            await conn.execute(
+                "UPDATE broker_subscription_sessions SET finished = true,"
+                " closed_at = coalesce(closed_at, now()),"
+                " commit_deadline = coalesce(commit_deadline, now() + make_interval(secs => %s))"
+                " WHERE stream_id = %s",
+                (remaining, self.stream_id),
+            )
+            cur = await conn.execute(
+                "SELECT event_type, partition, committed FROM broker_subscription_partitions"
+                " WHERE subscription_id = %s AND owner = %s",
+                (self.subscription_id, self.stream_id),
+            )
+            for event_type, partition, committed in await cur.fetchall():
+                sent = self._sent((event_type, partition))
+                if sent > committed and remaining > 0:
+                    await conn.execute(
+                        "UPDATE broker_subscription_partitions SET release_offset = %s,"
+                        " release_deadline = now() + make_interval(secs => %s)"
+                        " WHERE subscription_id = %s AND event_type = %s AND partition = %s",
+                        (sent, remaining, self.subscription_id, event_type, partition),
+                    )
+                else:
+                    await conn.execute(
+                        "UPDATE broker_subscription_partitions SET owner = next_owner,"
+                        " next_owner = NULL, release_offset = NULL, release_deadline = NULL"
+                        " WHERE subscription_id = %s AND event_type = %s AND partition = %s",
+                        (self.subscription_id, event_type, partition),
+                    )
+            await rebalance_partitions(conn, self.subscription_id)
