@@ -232,8 +232,7 @@ def _write_table(
         table = _empty(spark, spec)
     target = str(directory / relative)
     table.write.format(options.format).save(target)
-    # From the files' footers (or the Delta log); counting while writing (an Observation)
-    # hung the write in this Spark version.
+    # From the files' footers (or the Delta log): a short job, no data read.
     rows = spark.read.format(options.format).load(target).count()
     return TableEntry(
         event_type=spec.event_type,
