@@ -33,7 +33,7 @@ INSERT INTO things (id, label, amount, at, blob, doc, r)
     SELECT i, 'thing ' || i, i * 1.25, '2026-11-23 10:00:00+00'::timestamptz + i * interval '1 s',
            decode(md5(i::text), 'hex'), jsonb_build_object('i', i), i / 3.0
     FROM generate_series(1, 300) i;
-INSERT INTO pairs SELECT i % 7, 'k' || i, i * 1000000007 FROM generate_series(1, 100) i;
+INSERT INTO pairs SELECT i % 7, 'k' || i, i::bigint * 1000000007 FROM generate_series(1, 100) i;
 """
 
 MORE = """
