@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 
 from bench.report import RESULTS_ENV, Figure, format_table
-from changebroker.stack.local import LocalStack, Ports
-from changebroker.stack.state import StateDir, default_state_dir
+from bench.services import local_stack
 
 BENCH_DIR = Path(__file__).resolve().parent
 NOT_BENCHMARKS = {"__init__", "__main__", "report"}
@@ -34,7 +33,7 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"no such benchmark: {', '.join(unknown)}; have: {', '.join(discover())}")
         return 2
-    stack = LocalStack.from_env(StateDir(default_state_dir()), Ports())
+    stack = local_stack()
     stack.up(with_services=False)
     env = {
         **os.environ,

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,8 @@ import psycopg
 from confluent_kafka import Consumer, TopicPartition
 
 from bench.report import Figure, report
-from changebroker import kafka, pg
+from bench.services import app_and_meta_databases, kafka_bootstrap
+from changebroker import kafka
 from changebroker.stack.processes import answers, free_port, wait_until
 
 NAME = "bridge_latency"
@@ -147,14 +147,8 @@ def services(
 
 
 def main() -> int:
-    server_dsn = os.environ.get(
-        "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
-    )
-    bootstrap = os.environ.get("CHANGEBROKER_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-    with (
-        pg.scratch_database(server_dsn, "bench") as app_dsn,
-        pg.scratch_database(server_dsn, "bench_meta") as meta_dsn,
-    ):
+    bootstrap = kafka_bootstrap()
+    with app_and_meta_databases() as (app_dsn, meta_dsn):
         with psycopg.connect(app_dsn, autocommit=True) as conn:
             conn.execute(_SETUP)
         with tempfile.TemporaryDirectory() as tmp:

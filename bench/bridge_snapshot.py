@@ -33,7 +33,7 @@ import psycopg
 
 from bench.bridge_latency import services
 from bench.report import Figure, report
-from changebroker import pg
+from bench.services import app_and_meta_databases, kafka_bootstrap
 from changebroker.stack.processes import wait_until
 
 NAME = "bridge_snapshot"
@@ -127,14 +127,8 @@ def _wait_done(bridge_url: str, run: str | None = None) -> float:
 
 
 def main() -> int:
-    server_dsn = os.environ.get(
-        "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
-    )
-    bootstrap = os.environ.get("CHANGEBROKER_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-    with (
-        pg.scratch_database(server_dsn, "bench") as app_dsn,
-        pg.scratch_database(server_dsn, "bench_meta") as meta_dsn,
-    ):
+    bootstrap = kafka_bootstrap()
+    with app_and_meta_databases() as (app_dsn, meta_dsn):
         with psycopg.connect(app_dsn, autocommit=True) as conn:
             conn.execute(_SETUP.format(rows=ROWS))
         copy_rate = _copy_rows_per_second(app_dsn)

@@ -6,30 +6,33 @@ post batches and wait for each answer. The baseline writes the same bytes with
 the same producer settings (acks=all, idempotence), waiting for each batch's
 acknowledgements, from as many threads, in the same run.
 
+Then single events as a producer fleet sends them: 64 concurrent keep-alive
+connections, each posting one event and waiting for its answer, with the rate
+and the p50/p99 latency; the baseline is one raw producer with 64 single events
+in flight, each awaited as a request awaits its acknowledgement.
+
     .venv/bin/python -m bench broker_publish
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-import subprocess
+import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 import httpx
-import psycopg
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
+from bench import services
 from bench.report import Figure, report
-from changebroker import kafka, pg
-from changebroker.stack.processes import free_port, wait_until
+from changebroker import kafka
 
 BATCH_SIZES = (1, 100, 1000)
 THREADS = 4
@@ -38,6 +41,7 @@ WORKERS = os.cpu_count() or 1
 PARTITIONS = 4
 SECONDS_PER_RUN = 8.0
 EVENT_BYTES = 1024
+CONNECTIONS = 64  # single-event publishing: concurrent keep-alive connections
 
 
 def _event(index: int) -> dict[str, object]:
@@ -87,6 +91,115 @@ def _through_api(url: str, name: str, batch: bytes, size: int) -> float:
     return _rate(THREADS, post)
 
 
+async def _post_one(
+    port: int, path: str, body: bytes, deadline: float, latencies: list[float]
+) -> None:
+    """One keep-alive connection posting ``body`` until ``deadline``, each answer awaited."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    request = (
+        f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    try:
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            answer = await reader.readexactly(length)
+            if not head.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(f"publish answered {head[:12]!r}: {answer[:300]!r}")
+            latencies.append(time.perf_counter() - started)
+    finally:
+        writer.close()
+
+
+def _single_events_api(port: int, name: str, event: bytes) -> tuple[float, list[float]]:
+    """(events/s, latencies) of CONNECTIONS connections each publishing one event at a time."""
+    latencies: list[float] = []
+
+    async def fleet() -> float:
+        deadline = time.monotonic() + SECONDS_PER_RUN
+        started = time.monotonic()
+        path = f"/event-types/{name}/events"
+        body = b"[" + event + b"]"
+        await asyncio.gather(
+            *(_post_one(port, path, body, deadline, latencies) for _ in range(CONNECTIONS))
+        )
+        return len(latencies) / (time.monotonic() - started)
+
+    return asyncio.run(fleet()), latencies
+
+
+def _single_events_raw(bootstrap: str, topic: str, event: bytes) -> tuple[float, list[float]]:
+    """The same with one raw producer: CONNECTIONS single events in flight, each awaited."""
+    producer = Producer(kafka.producer_config(bootstrap))
+    stopping = threading.Event()
+
+    def poll() -> None:
+        while not stopping.is_set():
+            producer.poll(0.05)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    latencies: list[float] = []
+
+    async def one(deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        while time.monotonic() < deadline:
+            acknowledged: asyncio.Future[None] = loop.create_future()
+
+            def delivered(
+                error: object, _: object, done: asyncio.Future[None] = acknowledged
+            ) -> None:
+                failure = RuntimeError(f"the raw producer failed: {error}") if error else None
+                loop.call_soon_threadsafe(_settle, done, failure)
+
+            started = time.perf_counter()
+            producer.produce(topic, event, on_delivery=delivered)
+            await acknowledged
+            latencies.append(time.perf_counter() - started)
+
+    async def fleet() -> float:
+        deadline = time.monotonic() + SECONDS_PER_RUN
+        started = time.monotonic()
+        await asyncio.gather(*(one(deadline) for _ in range(CONNECTIONS)))
+        return len(latencies) / (time.monotonic() - started)
+
+    try:
+        return asyncio.run(fleet()), latencies
+    finally:
+        stopping.set()
+        poller.join()
+        producer.flush(30)
+
+
+def _settle(future: asyncio.Future[None], failure: Exception | None) -> None:
+    if failure is None:
+        future.set_result(None)
+    else:
+        future.set_exception(failure)
+
+
+def _single_event_figures(port: int, name: str, bootstrap: str, topic: str) -> list[Figure]:
+    event = json.dumps(_event(0), separators=(",", ":")).encode()
+    api, api_latencies = _single_events_api(port, name, event)
+    raw, raw_latencies = _single_events_raw(bootstrap, topic, event)
+    ours, theirs = (statistics.quantiles(ls, n=100) for ls in (api_latencies, raw_latencies))
+    what = f"single 1 KB events, {CONNECTIONS} connections, {WORKERS} workers"
+    baseline = "raw confluent-kafka producer"
+    return [
+        Figure("broker_publish", f"{what}: events/s", api, "events/s", raw, baseline),
+        Figure("broker_publish", f"{what}: p50", ours[49] * 1000, "ms", theirs[49] * 1000,
+               baseline, higher_is_better=False),
+        Figure("broker_publish", f"{what}: p99", ours[98] * 1000, "ms", theirs[98] * 1000,
+               baseline, higher_is_better=False),
+    ]  # fmt: skip
+
+
 def _raw(bootstrap: str, topic: str, events: list[bytes]) -> float:
     local = threading.local()
 
@@ -102,110 +215,54 @@ def _raw(bootstrap: str, topic: str, events: list[bytes]) -> float:
 
 
 def main() -> int:
-    server_dsn = os.environ.get(
-        "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
-    )
-    bootstrap = os.environ.get("CHANGEBROKER_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-    database = f"bench_broker_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{database}"')
-    meta_dsn = pg.with_database(server_dsn, database)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = Path(tempfile.mkstemp(prefix="bench-broker-", suffix=".log")[1])
-    broker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "changebroker.cli",
-            "broker",
-            "--port",
-            str(port),
-            "--pg-url",
-            meta_dsn,
-            "--workers",
-            str(WORKERS),
-        ],
-        env={**os.environ, "CHANGEBROKER_KAFKA_BOOTSTRAP": bootstrap},
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
+    bootstrap = services.kafka_bootstrap()
     raw_topic = f"bench-raw-{uuid.uuid4().hex[:8]}"
     admin = kafka.admin(bootstrap)
-    try:
-        wait_until(
-            lambda: _healthy(url) or broker.poll() is not None, timeout=60, what="the broker"
-        )
-        if broker.poll() is not None:
-            raise RuntimeError(f"the broker exited: {log.read_text()[-2000:]}")
-        admin.create_topics([NewTopic(raw_topic, num_partitions=PARTITIONS, replication_factor=1)])[
-            raw_topic
-        ].result(30)
-        name = f"bench.orders_{uuid.uuid4().hex[:8]}"
-        statistic = {
-            "messages_per_minute": 1,
-            "message_size": 1,
-            "read_parallelism": PARTITIONS,
-            "write_parallelism": 1,
-        }
-        created = httpx.post(
-            f"{url}/event-types",
-            json={
-                "name": name,
-                "owning_application": "bench",
-                "category": "business",
-                "enrichment_strategies": ["metadata_enrichment"],
-                "partition_strategy": "hash",
-                "partition_key_fields": ["order_number"],
-                "default_statistic": statistic,
-                "schema": {
-                    "type": "json_schema",
-                    "schema": json.dumps(
-                        {
-                            "properties": {
-                                "order_number": {"type": "string"},
-                                "payload": {"type": "string"},
-                            },
-                            "required": ["order_number"],
-                        }
-                    ),
+    with services.broker("broker", "--workers", str(WORKERS)) as (url, _):
+        try:
+            admin.create_topics(
+                [NewTopic(raw_topic, num_partitions=PARTITIONS, replication_factor=1)]
+            )[raw_topic].result(30)
+            name = f"bench.orders_{uuid.uuid4().hex[:8]}"
+            schema = {
+                "properties": {
+                    "order_number": {"type": "string"},
+                    "payload": {"type": "string"},
                 },
-            },
-            timeout=60,
-        )
-        created.raise_for_status()
-        figures = []
-        for size in BATCH_SIZES:
-            events = [_event(i) for i in range(size)]
-            encoded = [json.dumps(e, separators=(",", ":")).encode() for e in events]
-            body = b"[" + b",".join(encoded) + b"]"
-            api = _through_api(url, name, body, size)
-            raw = _raw(bootstrap, raw_topic, encoded)
-            figures.append(
-                Figure(
-                    "broker_publish",
-                    f"1 KB events/s, batches of {size}, {WORKERS} workers",
-                    api,
-                    "events/s",
-                    baseline=raw,
-                    baseline_name="raw confluent-kafka producer",
-                )
+                "required": ["order_number"],
+            }
+            services.create_event_type(
+                url,
+                name,
+                PARTITIONS,
+                category="business",
+                enrichment_strategies=["metadata_enrichment"],
+                partition_strategy="hash",
+                partition_key_fields=["order_number"],
+                schema={"type": "json_schema", "schema": json.dumps(schema)},
             )
-        report(figures)
-        return 0
-    finally:
-        broker.terminate()
-        broker.wait(30)
-        admin.delete_topics([raw_topic])
-        with psycopg.connect(server_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE "{database}" WITH (FORCE)')
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+            figures = []
+            for size in BATCH_SIZES:
+                events = [_event(i) for i in range(size)]
+                encoded = [json.dumps(e, separators=(",", ":")).encode() for e in events]
+                body = b"[" + b",".join(encoded) + b"]"
+                api = _through_api(url, name, body, size)
+                raw = _raw(bootstrap, raw_topic, encoded)
+                figures.append(
+                    Figure(
+                        "broker_publish",
+                        f"1 KB events/s, batches of {size}, {WORKERS} workers",
+                        api,
+                        "events/s",
+                        baseline=raw,
+                        baseline_name="raw confluent-kafka producer",
+                    )
+                )
+            figures += _single_event_figures(int(url.rsplit(":", 1)[1]), name, bootstrap, raw_topic)
+            report(figures)
+            return 0
+        finally:
+            admin.delete_topics([raw_topic])
 
 
 if __name__ == "__main__":

@@ -15,26 +15,22 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from bench import services
 from bench.report import Figure, report
 from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS
 from broker.streams.watermarks import consumer_config
-from changebroker import kafka, pg
-from changebroker.stack.processes import free_port, wait_until
+from changebroker import kafka
 
 PARTITIONS = 4
 EVENTS = 200_000
@@ -121,69 +117,40 @@ class BenchBroker:
 
 
 @contextlib.contextmanager
-def broker_with_event_type(label: str, bootstrap: str | None = None) -> Iterator[BenchBroker]:
-    """A broker process on a metadata database of its own, with an undefined event type of
-    ``PARTITIONS`` partitions, on ``bootstrap`` (default: the runner's Kafka); the event type
-    (and so its topic), the process and the database are removed afterwards."""
-    server_dsn = os.environ.get(
-        "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
-    )
-    bootstrap = bootstrap or os.environ.get("CHANGEBROKER_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-    database = f"bench_{label}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{database}"')
-    meta_dsn = pg.with_database(server_dsn, database)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = Path(tempfile.mkstemp(prefix=f"bench-{label}-", suffix=".log")[1])
-    broker = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "changebroker.cli", "broker"),
-            *("--port", str(port), "--pg-url", meta_dsn, "--workers", "1"),
-        ],
-        env={**os.environ, "CHANGEBROKER_KAFKA_BOOTSTRAP": bootstrap},
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
+def broker_with_event_type(
+    label: str, *flags: str, bootstrap: str | None = None
+) -> Iterator[BenchBroker]:
+    """A broker process (one worker, unless ``flags`` say otherwise) on a metadata database of
+    its own, with an undefined event type of ``PARTITIONS`` partitions, on ``bootstrap``
+    (default: the runner's Kafka); the event type (and so its topic), the process and the
+    database are removed afterwards."""
+    bootstrap = bootstrap or services.kafka_bootstrap()
     name = f"bench.{label}_{uuid.uuid4().hex[:8]}"
-    try:
-        wait_until(
-            lambda: _healthy(url) or broker.poll() is not None, timeout=60, what="the broker"
-        )
-        if broker.poll() is not None:
-            raise RuntimeError(f"the broker exited: {log.read_text()[-2000:]}")
-        created = httpx.post(
-            f"{url}/event-types",
-            json={
-                "name": name,
-                "owning_application": "bench",
-                "category": "undefined",
-                "partition_strategy": "random",
-                "default_statistic": {
-                    "messages_per_minute": 1,
-                    "message_size": 1,
-                    "read_parallelism": PARTITIONS,
-                    "write_parallelism": 1,
-                },
-                "schema": {"type": "json_schema", "schema": "{}"},
-            },
-            timeout=60,
-        )
-        created.raise_for_status()
-        with psycopg.connect(meta_dsn) as conn:
-            row = conn.execute(
-                "SELECT topic FROM broker_event_types WHERE name = %s", (name,)
-            ).fetchone()
-        assert row is not None, f"{name} has no topic"
-        yield BenchBroker(url, name, row[0], bootstrap)
-    finally:
-        if broker.poll() is None:
+    with services.broker(label, "--workers", "1", *flags, bootstrap=bootstrap) as (url, meta_dsn):
+        try:
+            yield BenchBroker(url, name, _create(url, name, meta_dsn), bootstrap)
+        finally:
             # Deleting the event type deletes its topic: the filled data does not linger.
-            httpx.delete(f"{url}/event-types/{name}", timeout=60)
-        broker.terminate()
-        broker.wait(30)
-        with psycopg.connect(server_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE "{database}" WITH (FORCE)')
+            with contextlib.suppress(httpx.HTTPError):
+                httpx.delete(f"{url}/event-types/{name}", timeout=60)
+
+
+def _create(url: str, name: str, meta_dsn: str) -> str:
+    """An undefined event type of ``PARTITIONS`` partitions; its topic."""
+    services.create_event_type(
+        url,
+        name,
+        PARTITIONS,
+        category="undefined",
+        partition_strategy="random",
+        schema={"type": "json_schema", "schema": "{}"},
+    )
+    with psycopg.connect(meta_dsn) as conn:
+        row = conn.execute(
+            "SELECT topic FROM broker_event_types WHERE name = %s", (name,)
+        ).fetchone()
+    assert row is not None, f"{name} has no topic"
+    return str(row[0])
 
 
 def main() -> int:
@@ -213,13 +180,6 @@ def main() -> int:
         ]
         report(figures)
     return 0
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 if __name__ == "__main__":

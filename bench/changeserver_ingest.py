@@ -24,8 +24,6 @@ must still catch up with that backlog while the small ones keep committing.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,8 +35,9 @@ import httpx
 import psycopg
 
 from bench.report import Figure, report
+from bench.services import pg_server_dsn
 from changebroker import pg
-from changebroker.stack.processes import answers, free_port, wait_until
+from changebroker.stack.run import changeserver_process
 
 SMALL_TRANSACTIONS = 40_000
 SMALL_ROWS = 4
@@ -72,31 +71,15 @@ END $$;
 
 
 def main() -> int:
-    server_dsn = os.environ.get(
-        "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
-    )
-    database = f"bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{database}"')
-    dsn = pg.with_database(server_dsn, database)
-    port, mgmt = free_port(), free_port()
-    with tempfile.TemporaryDirectory() as state:
-        log = open(Path(state) / "changeserver.log", "ab")  # noqa: SIM115 (the child's output)
-        command = [
-            sys.executable, "-m", "changebroker.cli", "changeserver", "--pg-url", dsn,
-            "--slot", database, "--db-dir", str(Path(state) / "log"),
-            "--port", str(port), "--mgmt-port", str(mgmt),
-        ]  # fmt: skip
-        server = subprocess.Popen(
-            command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    with (
+        pg.scratch_database(pg_server_dsn(), "bench") as dsn,
+        tempfile.TemporaryDirectory() as state,
+    ):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(_SETUP)
+        server, port, mgmt = changeserver_process(dsn, Path(state), f"bench_{uuid.uuid4().hex[:8]}")
+        server.start()
         try:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute(_SETUP)
-            ready = f"http://127.0.0.1:{mgmt}/ready"
-            wait_until(lambda: answers(ready), timeout=60, what="the changeserver")
             changes = SMALL_TRANSACTIONS * SMALL_ROWS + LARGE_TRANSACTIONS * LARGE_ROWS + 2
             with ThreadPoolExecutor(1) as pool:
                 start_served = pool.submit(_served, port, "start")
@@ -113,11 +96,7 @@ def main() -> int:
                 durable_from = start_served.result()
             httpx.get(f"http://127.0.0.1:{mgmt}/markdown")  # the slot goes at shutdown
         finally:
-            server.terminate()
-            server.wait(timeout=60)
-            log.close()
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE "{database}" WITH (FORCE)')
+            server.stop()
     report(
         [
             Figure(

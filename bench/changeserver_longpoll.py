@@ -21,7 +21,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,8 +31,9 @@ import httpx
 import psycopg
 
 from bench.report import Figure, report
+from bench.services import pg_server_dsn
 from changebroker import pg
-from changebroker.stack.processes import answers, free_port, wait_until
+from changebroker.stack.run import changeserver_process
 
 CLIENTS = (1_000, 5_000, 10_000)
 P99_GOAL_MS = {1_000: 15.0, 5_000: 50.0, 10_000: 100.0}
@@ -169,28 +169,21 @@ async def _one_among_idle(
 
 
 def main() -> int:
-    server_dsn = os.environ.get(
-        "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
-    )
-    database = f"bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{database}"')
-    dsn = pg.with_database(server_dsn, database)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE items (id serial PRIMARY KEY, name text, _change_selector text)")
-    port, mgmt = free_port(), free_port()
     figures: list[Figure] = []
-    with tempfile.TemporaryDirectory() as state:
-        log = open(Path(state) / "changeserver.log", "ab")  # noqa: SIM115 (the child's output)
-        command = [
-            sys.executable, "-m", "changebroker.cli", "changeserver", "--pg-url", dsn,
-            "--slot", database, "--db-dir", str(Path(state) / "log"),
-            "--port", str(port), "--mgmt-port", str(mgmt),
-        ]  # fmt: skip
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    with (
+        pg.scratch_database(pg_server_dsn(), "bench") as dsn,
+        tempfile.TemporaryDirectory() as state,
+    ):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "CREATE TABLE items (id serial PRIMARY KEY, name text, _change_selector text)"
+            )
+        process, port, mgmt = changeserver_process(
+            dsn, Path(state), f"bench_{uuid.uuid4().hex[:8]}"
+        )
+        server = process.start().process
+        assert server is not None
         try:
-            ready = f"http://127.0.0.1:{mgmt}/ready"
-            wait_until(lambda: answers(ready), timeout=60, what="the changeserver")
             since = httpx.get(f"http://127.0.0.1:{port}/changes?selector=lp").json()["lastSequence"]
             for clients in CLIENTS:
                 latencies, per_client, cpu_per_response, client_cpu, since = asyncio.run(
@@ -225,11 +218,7 @@ def main() -> int:
                 ]  # fmt: skip
             httpx.get(f"http://127.0.0.1:{mgmt}/markdown")  # the slot goes at shutdown
         finally:
-            server.terminate()
-            server.wait(timeout=60)
-            log.close()
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE "{database}" WITH (FORCE)')
+            process.stop()
     report(figures)
     return 0
 

@@ -167,8 +167,8 @@ def main() -> int:
     with (
         _kafka(1) as one,
         _kafka(3) as three,
-        broker_with_event_type("one_node", one.bootstrap) as single,
-        broker_with_event_type("cluster", three.bootstrap) as clustered,
+        broker_with_event_type("one_node", bootstrap=one.bootstrap) as single,
+        broker_with_event_type("cluster", bootstrap=three.bootstrap) as clustered,
     ):
         publish: dict[str, list[float]] = {"one": [], "three": []}
         subscribe: dict[str, list[float]] = {"one": [], "three": []}

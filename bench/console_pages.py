@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,9 +21,10 @@ from pathlib import Path
 
 import httpx
 
-from bench.broker_stream import _healthy, broker_with_event_type
+from bench.broker_stream import broker_with_event_type
 from bench.report import Figure, report
-from changebroker.stack.processes import free_port, wait_until
+from changebroker.stack.processes import free_port
+from changebroker.stack.run import CliProcess
 
 EVENT_TYPES = 1000
 SUBSCRIPTIONS = 1000
@@ -95,21 +95,16 @@ def main() -> int:
         console_url = f"http://127.0.0.1:{port}"
         dead = f"http://127.0.0.1:{free_port()}"  # the pages measured need the broker only
         log = Path(tempfile.mkstemp(prefix="bench-console-", suffix=".log")[1])
-        console = subprocess.Popen(
+        console = CliProcess(
             [
-                *(sys.executable, "-m", "changebroker.cli", "console", "--port", str(port)),
-                *("--broker-url", url, "--registry-url", dead, "--bridge-url", dead),
+                *("console", "--port", str(port), "--broker-url", url),
+                *("--registry-url", dead, "--bridge-url", dead),
                 *("--changeserver-url", dead, "--changeserver-mgmt-url", dead),
             ],
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
-        )
+            ready_url=f"{console_url}/health",
+            log_path=log,
+        ).start()
         try:
-            wait_until(
-                lambda: _healthy(console_url) or console.poll() is not None,
-                timeout=60,
-                what="the console",
-            )
             sid = ids[0]
             name = names[0]
             with (
@@ -164,8 +159,7 @@ def main() -> int:
                         )
                     )
         finally:
-            console.terminate()
-            console.wait(timeout=30)
+            console.stop()
     report(figures)
     if over:
         print(f"over the {GOAL_MS:.0f} ms goal: {', '.join(over)}")

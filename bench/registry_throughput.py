@@ -38,6 +38,7 @@ import jsonschema
 import psycopg
 
 from bench.report import Figure, report
+from bench.services import pg_server_dsn
 from changebroker import pg
 from changebroker.stack.processes import answers, free_port, wait_until
 from registry.compat import Mode, check
@@ -145,9 +146,7 @@ def registry_process(dsn: str, workers: int = 1) -> Iterator[tuple[str, int]]:
 
 
 def main() -> int:
-    server_dsn = os.environ.get(
-        "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
-    )
+    server_dsn = pg_server_dsn()
     figures: list[Figure] = []
     with pg.scratch_database(server_dsn, "bench_registry") as dsn:
         with registry_process(dsn) as (url, pid):

@@ -34,6 +34,7 @@ import httpx
 from confluent_kafka import Producer
 
 from bench.report import Figure, report
+from bench.services import kafka_bootstrap, pg_server_dsn
 from changebroker import kafka, pg
 from changebroker.stack.processes import answers, free_port, wait_until
 from replay import ReplayOptions, run_replay
@@ -185,10 +186,8 @@ def _process_cpu() -> float:
 
 
 def main() -> int:
-    server_dsn = os.environ.get(
-        "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
-    )
-    bootstrap = os.environ.get("CHANGEBROKER_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    server_dsn = pg_server_dsn()
+    bootstrap = kafka_bootstrap()
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     figures = []
     with (

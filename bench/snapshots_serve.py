@@ -13,7 +13,6 @@ text values and JSON that /snapshots adds).
 
 from __future__ import annotations
 
-import os
 import socket
 import statistics
 import subprocess
@@ -28,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from bench.report import Figure, report
+from bench.services import pg_server_dsn
 from changebroker import pg
 from changebroker.stack.processes import answers, free_port, wait_until
 from tests.support.snapshots import write_snapshot
@@ -90,9 +90,7 @@ def _pyarrow_seconds(path: Path) -> float:
 
 
 def main() -> int:
-    server_dsn = os.environ.get(
-        "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
-    )
+    server_dsn = pg_server_dsn()
     name = "snapshots_serve"
     with pg.scratch_database(server_dsn, "bench") as dsn, tempfile.TemporaryDirectory() as tmp:
         with psycopg.connect(dsn, autocommit=True) as conn:

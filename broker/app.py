@@ -4,7 +4,7 @@ Build it for tests (Postgres metadata database, Kafka bootstrap)::
 
     from broker.app import create_app
     from broker.settings import Settings
-    from tests.support.apps import serve_in_thread
+    from changebroker.stack.run import serve_in_thread
 
     settings = Settings(pg_dsn=pg_dsn, kafka_bootstrap=kafka_bootstrap)
     with serve_in_thread(create_app(settings)) as url:
@@ -24,27 +24,27 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from broker import metrics
+from broker.errors import BrokerError
 from broker.event_types.api import EventTypeApi
 from broker.event_types.rules import ENRICHMENT_STRATEGIES
 from broker.event_types.store import Store, StoreResolver
 from broker.event_types.topics import Topics
-from broker.problems import problem
+from broker.problems import problem, render
 from broker.publishing.api import Publisher
 from broker.publishing.partitioning import STRATEGIES
 from broker.publishing.producer import KafkaProducer
 from broker.settings import Settings
 from broker.streams import api as streams
 from broker.streams.watermarks import Watermarks
+from broker.subscriptions.lag import SubscriptionLag
 from broker.subscriptions.service import SubscriptionService
+from changebroker import metrics as service_metrics
 from changebroker import pg
 
 log = logging.getLogger(__name__)
-
-PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def create_app(settings: Settings) -> Starlette:
@@ -59,6 +59,8 @@ def create_app(settings: Settings) -> Starlette:
     subscriptions = SubscriptionService(
         store, settings.pg_dsn, settings.kafka_bootstrap, watermarks
     )
+    lag = SubscriptionLag(store, settings.kafka_bootstrap)
+    lag_refresh = service_metrics.Interval(settings.lag_interval, lag.refresh)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -75,13 +77,12 @@ def create_app(settings: Settings) -> Starlette:
             await subscriptions.stop()
             await asyncio.to_thread(producer.close)
             await watermarks.close()
+            await lag.close()
             await store.close()
+            service_metrics.worker_exiting()
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "OK"})
-
-    async def metrics_text(request: Request) -> Response:
-        return PlainTextResponse(metrics.render(), media_type=PROMETHEUS_TEXT)
 
     async def enrichment_strategies(request: Request) -> Response:
         return JSONResponse(list(ENRICHMENT_STRATEGIES))
@@ -91,20 +92,26 @@ def create_app(settings: Settings) -> Starlette:
 
     routes: list[BaseRoute] = [
         Route("/health", health, methods=["GET"]),
-        Route("/metrics", metrics_text, methods=["GET"]),
+        # Process, request and publishing metrics (broker/metrics.py), and every subscription's
+        # lag, read in the background at most once per --lag-interval.
+        service_metrics.route([lag], [lag_refresh]),
         Route("/registry/enrichment-strategies", enrichment_strategies, methods=["GET"]),
         Route("/registry/partition-strategies", partition_strategies, methods=["GET"]),
         *event_type_api.routes(),
         *publisher.routes(),
         # Streams, partitions and cursor operations: broker/streams/api.py.
         *streams.routes(StoreResolver(store), settings.kafka_bootstrap, watermarks),
-        # Subscriptions, their streams, commits and stats: broker/subscription*.py.
+        # Subscriptions, their streams, commits and stats: broker/subscriptions/.
         *subscriptions.routes(),
     ]
     return Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={HTTPException: _http_problem, Exception: _internal_problem},
+        exception_handlers={
+            BrokerError: render,
+            HTTPException: _http_problem,
+            Exception: _internal_problem,
+        },
     )
 
 

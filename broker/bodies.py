@@ -1,4 +1,4 @@
-"""Request bodies: gzip-, zstd-encoded or plain, parsed as JSON, with Problem answers when not.
+"""Request bodies: gzip-, zstd-encoded or plain, parsed as JSON; :class:`BadBody` when not.
 
 A body is read up to ``MAX_BODY_BYTES``, and decoded up to it too, so a small
 compressed body cannot expand without bound; past that the answer is 413.
@@ -15,9 +15,8 @@ from typing import Any
 
 import zstandard
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 
-from broker.problems import problem
+from broker.errors import BrokerError
 
 # 1000 events of Nakadi's 999,000-byte maximum would not fit; batches that big are split
 # by clients anyway, and one request must not hold gigabytes of memory.
@@ -27,16 +26,15 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 ZSTD_STEP_BYTES = 2048
 
 
-class BadBody(Exception):
-    """The body cannot be read; ``response`` is the Problem to answer."""
+class BadBody(BrokerError):
+    """The body cannot be read: 400, or 413 when too large, 415 for an unknown encoding."""
 
-    def __init__(self, response: JSONResponse) -> None:
-        self.response = response
+    status = 400
 
 
 def _too_large() -> BadBody:
     return BadBody(
-        problem(413, f"the body exceeds {MAX_BODY_BYTES} bytes: send the events in smaller batches")
+        f"the body exceeds {MAX_BODY_BYTES} bytes: send the events in smaller batches", status=413
     )
 
 
@@ -51,7 +49,7 @@ def _gunzip(data: bytes) -> bytes:
         if not inflater.eof:
             raise zlib.error("the gzip stream is truncated")
     except zlib.error as exc:
-        raise BadBody(problem(400, f"the body is not valid gzip: {exc}")) from None
+        raise BadBody(f"the body is not valid gzip: {exc}") from None
     return plain
 
 
@@ -72,7 +70,7 @@ def _unzstd(data: bytes) -> bytes:
             if inflater.unused_data:
                 rest = memoryview(inflater.unused_data + rest.tobytes())
     except zstandard.ZstdError as exc:
-        raise BadBody(problem(400, f"the body is not valid zstd: {exc}")) from None
+        raise BadBody(f"the body is not valid zstd: {exc}") from None
     return bytes(plain)
 
 
@@ -85,9 +83,8 @@ async def raw(request: Request) -> bytes:
     decode = DECODERS.get(encoding)
     if decode is None and encoding not in ("", "identity"):
         raise BadBody(
-            problem(
-                415, f"Content-Encoding {encoding!r} is not supported: send gzip, zstd or identity"
-            )
+            f"Content-Encoding {encoding!r} is not supported: send gzip, zstd or identity",
+            status=415,
         )
     chunks: list[bytes] = []
     received = 0
@@ -121,9 +118,9 @@ def parse(data: bytes) -> Any:
     try:
         return DECODER.decode(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise BadBody(problem(400, f"the body is not valid JSON: {exc}")) from None
+        raise BadBody(f"the body is not valid JSON: {exc}") from None
     except RecursionError:
-        raise BadBody(problem(400, "the body nests too deeply to read")) from None
+        raise BadBody("the body nests too deeply to read") from None
 
 
 async def json_body(request: Request) -> Any:

@@ -8,13 +8,15 @@ import gc
 import json
 import logging
 import os
+from pathlib import Path
 
 import uvicorn
 from starlette.types import ASGIApp
 
 from broker.app import create_app
 from broker.settings import DEFAULT_PARTITIONS, MAX_PARTITIONS, Settings
-from changebroker import config, http, logs
+from changebroker import config, http, logs, metrics
+from changebroker.stack.state import default_state_dir
 
 # How the parent hands its settings to worker processes (--workers above 1).
 SETTINGS_ENV = "CHANGEBROKER_BROKER_WORKER_SETTINGS"
@@ -23,11 +25,7 @@ log = logging.getLogger(__name__)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    def option(flag: str, **kwargs: object) -> None:
-        config.add_option(parser, flag, scope="broker", **kwargs)  # type: ignore[arg-type]
-
-    option("--host", default="127.0.0.1", help="address to listen on")
-    option("--port", type=int, default=config.DEFAULT_BROKER_PORT, help="port to listen on")
+    option = config.service_options(parser, "broker", config.DEFAULT_BROKER_PORT)
     option("--pg-url", required=True, help="Postgres DSN of the broker's metadata database")
     option(
         "--kafka-bootstrap",
@@ -61,20 +59,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="processes serving the port; publishing is CPU-bound, so one per core scales it",
     )
+    option(
+        "--metrics-dir",
+        type=Path,
+        help="with --workers above 1: where the workers keep their /metrics values (emptied"
+        " at start; default: run/broker-<port>-metrics under the state folder)",
+    )
+    option(
+        "--lag-interval",
+        type=config.parse_duration,
+        default=15.0,
+        help="longest the per-subscription lag in /metrics may be old",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     if not 1 <= args.default_partitions <= args.max_partitions:
         raise SystemExit("--default-partitions must be between 1 and --max-partitions")
-    settings = Settings(
-        pg_dsn=args.pg_url,
-        kafka_bootstrap=args.kafka_bootstrap,
-        default_partitions=args.default_partitions,
-        max_partitions=args.max_partitions,
-        replication_factor=args.replication_factor,
-        min_insync_replicas=args.min_insync_replicas,
-        registry_url=args.registry_url or None,
-        pool_size=args.pool_size,
+    settings = config.from_args(
+        Settings, args, pg_dsn=args.pg_url, registry_url=args.registry_url or None
     )
     log.info(
         "broker starting", extra=logs.fields(host=args.host, port=args.port, workers=args.workers)
@@ -84,7 +87,11 @@ def run(args: argparse.Namespace) -> int:
         tune_gc()
         http.serve(app, args.host, args.port)
         return 0
-    # Workers share nothing but Postgres and Kafka, as separate broker processes do.
+    # Workers share nothing but Postgres, Kafka and the metrics directory, whose files each
+    # worker writes and whichever answers a scrape adds up.
+    metrics.use_multiprocess_dir(
+        args.metrics_dir or default_state_dir() / "run" / f"broker-{args.port}-metrics"
+    )
     os.environ[SETTINGS_ENV] = json.dumps(dataclasses.asdict(settings))
     uvicorn.run(
         "broker.main:worker_app",

@@ -1,14 +1,18 @@
 """Nakadi's error body: Problem JSON (RFC 7807), ``application/problem+json``.
 
-Every broker endpoint answers errors through :func:`problem`, so the status,
-title and body shape are the same everywhere.
+Every broker error answers through :func:`problem`, so the status, title and
+body shape are the same everywhere; :func:`render` is the app's one handler
+of :class:`broker.errors.BrokerError`.
 """
 
 from __future__ import annotations
 
 from http import HTTPStatus
 
-from starlette.responses import JSONResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from broker.errors import BrokerError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
@@ -23,3 +27,9 @@ def problem(status: int, detail: str | None = None, *, title: str | None = None)
     if detail is not None:
         body["detail"] = detail
     return JSONResponse(body, status_code=status, media_type=PROBLEM_MEDIA_TYPE)
+
+
+async def render(request: Request, exc: Exception) -> Response:
+    """The Problem of a :class:`BrokerError` an endpoint raised."""
+    assert isinstance(exc, BrokerError), exc
+    return problem(exc.status, exc.detail, title=exc.title)

@@ -22,3 +22,6 @@ class Settings:
     min_insync_replicas: int | None = None
     registry_url: str | None = None
     pool_size: int = 10
+    # The longest the per-subscription lag in /metrics may be old (read from Postgres and
+    # Kafka in the background, never per scrape).
+    lag_interval: float = 15.0

@@ -22,6 +22,20 @@ class ServiceMain(Protocol):
     def run(self, args: argparse.Namespace) -> int: ...
 
 
+# Each port of the local stack and its option.
+PORT_FLAGS = {
+    "postgres": "--pg-port",
+    "kafka": "--kafka-port",
+    "kafka_controller": "--kafka-controller-port",
+    "broker": "--broker-port",
+    "registry": "--registry-port",
+    "changeserver": "--changeserver-port",
+    "changeserver_mgmt": "--changeserver-mgmt-port",
+    "bridge": "--bridge-port",
+    "console": "--console-port",
+}
+
+
 def _stack_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dir",
@@ -30,17 +44,7 @@ def _stack_options(parser: argparse.ArgumentParser) -> None:
         help="data, logs, pids and jar cache [env CHANGEBROKER_STATE_DIR; default .state/]",
     )
     defaults = Ports()
-    for flag, attr in [
-        ("--pg-port", "postgres"),
-        ("--kafka-port", "kafka"),
-        ("--kafka-controller-port", "kafka_controller"),
-        ("--broker-port", "broker"),
-        ("--registry-port", "registry"),
-        ("--changeserver-port", "changeserver"),
-        ("--changeserver-mgmt-port", "changeserver_mgmt"),
-        ("--bridge-port", "bridge"),
-        ("--console-port", "console"),
-    ]:
+    for attr, flag in PORT_FLAGS.items():
         config.add_option(
             parser,
             flag,
@@ -53,15 +57,7 @@ def _stack_options(parser: argparse.ArgumentParser) -> None:
 
 def _stack(args: argparse.Namespace) -> LocalStack:
     ports = Ports(
-        postgres=args.pg_port,
-        kafka=args.kafka_port,
-        kafka_controller=args.kafka_controller_port,
-        broker=args.broker_port,
-        registry=args.registry_port,
-        changeserver=args.changeserver_port,
-        changeserver_mgmt=args.changeserver_mgmt_port,
-        bridge=args.bridge_port,
-        console=args.console_port,
+        **{attr: getattr(args, flag[2:].replace("-", "_")) for attr, flag in PORT_FLAGS.items()}
     )
     stack = LocalStack.from_env(StateDir(args.state_dir), ports)
     stack.replay_every = getattr(args, "replay_every", None)
@@ -84,7 +80,7 @@ def _print_endpoints(endpoints: dict[str, dict[str, object]]) -> None:
 def cmd_up(args: argparse.Namespace) -> int:
     stack = _stack(args)
     print(f"starting the local stack (state: {stack.state.root})", flush=True)
-    endpoints = stack.up()
+    endpoints = stack.up(supervise=not args.no_supervise)
     print("running:")
     _print_endpoints(endpoints)
     if args.demo:
@@ -92,6 +88,24 @@ def cmd_up(args: argparse.Namespace) -> int:
 
         return demo.run(stack)
     return 0
+
+
+def cmd_supervise(args: argparse.Namespace) -> int:
+    import signal
+
+    from changebroker.stack.supervisor import Supervisor
+
+    supervisor = Supervisor(LocalStack.load(StateDir(args.state_dir)))
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: supervisor.stopping.set())
+    supervisor.run()
+    return 0
+
+
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from changebroker.chaos import campaign
+
+    return campaign.run(args.minutes, args.seed, args.state_dir)
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -130,6 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _stack_options(up)
     up.add_argument("--demo", action="store_true", help="then run a short demo against it")
+    up.add_argument(
+        "--no-supervise",
+        action="store_true",
+        help="start no supervisor (by default one restarts whatever part of the stack dies)",
+    )
     config.add_option(
         up,
         "--replay-every",
@@ -156,6 +175,29 @@ def build_parser() -> argparse.ArgumentParser:
         " --broker-port, health-checked on /health (default: as the last `up`, else 1)",
     )
     up.set_defaults(handler=cmd_up)
+
+    supervise = commands.add_parser(
+        "supervise", help="restart whatever part of the stack `up` started dies (`up` runs it)"
+    )
+    supervise.add_argument(
+        "--state-dir",
+        type=Path,
+        default=default_state_dir(),
+        help="the stack's state folder [env CHANGEBROKER_STATE_DIR; default .state/]",
+    )
+    supervise.set_defaults(handler=cmd_supervise)
+
+    chaos = commands.add_parser(
+        "chaos",
+        help="a fault campaign: a private stack under load, faults on a seeded schedule,"
+        " invariants checked; exit 1 on any violation",
+    )
+    chaos.add_argument("--minutes", type=float, default=2.0, help="how long faults are injected")
+    chaos.add_argument("--seed", type=int, default=1, help="the schedule's random seed")
+    chaos.add_argument(
+        "--state-dir", type=Path, default=None, help="keep the stack here (default: a temp dir)"
+    )
+    chaos.set_defaults(handler=cmd_chaos)
 
     down = commands.add_parser("down", help="stop what `up` started; data is kept")
     _stack_options(down)

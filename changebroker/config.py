@@ -8,10 +8,16 @@ so containers and CI configure by environment and people by flags.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+SettingsT = TypeVar("SettingsT", bound="DataclassInstance")
 
 ENV_PREFIX = "CHANGEBROKER_"
 
@@ -58,6 +64,30 @@ def add_option(
         required=required and value is None,
         help=f"{help} [env {variable}; default {value!r}]",
     )
+
+
+def options(parser: argparse.ArgumentParser, scope: str) -> Callable[..., None]:
+    """``option("--port", type=int, default=8080, help=...)``: :func:`add_option` in ``scope``."""
+
+    def option(flag: str, **kwargs: Any) -> None:
+        add_option(parser, flag, scope=scope, **kwargs)
+
+    return option
+
+
+def service_options(parser: argparse.ArgumentParser, scope: str, port: int) -> Callable[..., None]:
+    """:func:`options` for an HTTP service, with its ``--host`` and ``--port`` added."""
+    option = options(parser, scope)
+    option("--host", default="127.0.0.1", help="address to listen on")
+    option("--port", type=int, default=port, help="port to listen on")
+    return option
+
+
+def from_args(cls: type[SettingsT], args: argparse.Namespace, **given: Any) -> SettingsT:
+    """The settings dataclass ``cls``: the fields in ``given``, each other one from the option
+    of its name (a field no option names keeps its default)."""
+    names = [f.name for f in dataclasses.fields(cls) if f.name not in given]
+    return cls(**given, **{name: getattr(args, name) for name in names if hasattr(args, name)})
 
 
 def add_switch(parser: argparse.ArgumentParser, flag: str, *, scope: str, help: str) -> None:

@@ -1,4 +1,5 @@
-"""ASGI plumbing every HTTP service shares: X-Flow-Id, access lines, serving.
+"""ASGI plumbing every HTTP service shares: X-Flow-Id, access lines, request durations,
+serving, Accept.
 
 Error bodies are not here on purpose: each API has its own error format
 (transicator, Nakadi Problem, OpenSchema), and each service owns its own.
@@ -8,9 +9,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import httptools
@@ -23,10 +26,14 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
-from changebroker import logs
+from changebroker import logs, metrics
 
 FLOW_ID_HEADER = "x-flow-id"
 access_log = logging.getLogger("changebroker.access")
+
+# Set once the process is asked to stop (SIGTERM, SIGINT): endless responses (event streams)
+# end after the batch they are on, so they end whole within the graceful shutdown's time.
+draining = threading.Event()
 
 # scope["extensions"][RESPOND]: ``respond(status, headers, body) -> bool`` writes a whole
 # response at once, from any callback on the server's event loop, without the request's own
@@ -47,8 +54,28 @@ class OneWriteResponse(Response):
             await super().__call__(scope, receive, send)
 
 
+def accepted(accept: str) -> list[tuple[float, str]]:
+    """An Accept header's media types (lower case) with their q values, the preferred first
+    (equal q in the header's order); each service decides what it serves of them."""
+    offers = []
+    for position, part in enumerate(accept.split(",")):
+        media, *params = (piece.strip() for piece in part.split(";"))
+        quality = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        offers.append((-quality, position, media.lower()))
+    return [(-negated, media) for negated, _, media in sorted(offers)]
+
+
 class FlowIdMiddleware:
-    """Take X-Flow-Id from the request (or make one), log it, echo it on the response."""
+    """Take X-Flow-Id from the request (or make one), log it, echo it on the response; log
+    the request and observe its duration (by route template: after routing, the scope names
+    the route that served it)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -92,12 +119,14 @@ class FlowIdMiddleware:
         try:
             await self.app(scope, receive, send_with_flow_id)
         finally:
+            seconds = time.perf_counter() - started
+            metrics.observe_request(scope, status, seconds)
             if access_log.isEnabledFor(logging.INFO):
                 fields = logs.fields(
                     method=scope["method"],
                     path=scope["path"],
                     status=status,
-                    ms=round((time.perf_counter() - started) * 1000, 2),
+                    ms=round(seconds * 1000, 2),
                 )
                 # makeRecord, not info(): the caller's file and line, which no line shows,
                 # cost a stack walk per request (a tenth of a woken long poll's CPU).
@@ -223,6 +252,13 @@ def config(app: ASGIApp, host: str, port: int, **options: Any) -> uvicorn.Config
     )
 
 
+class _DrainingServer(uvicorn.Server):
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        draining.set()
+        super().handle_exit(sig, frame)
+
+
 def serve(app: ASGIApp, host: str, port: int) -> None:
-    """Run ``app`` with uvicorn until SIGTERM/SIGINT (graceful: open requests finish)."""
-    uvicorn.Server(config(app, host, port, timeout_graceful_shutdown=10)).run()
+    """Run ``app`` with uvicorn until SIGTERM/SIGINT (graceful: open requests finish, streams
+    end after their current batch: ``draining``)."""
+    _DrainingServer(config(app, host, port, timeout_graceful_shutdown=10)).run()

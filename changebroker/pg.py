@@ -65,6 +65,8 @@ def migrate(dsn: str, component: str, *, until: int | None = None) -> int:
     processes starting at once apply each file exactly once.
     """
     with connect(dsn) as conn:
+        # Under the lock too: two CREATE TABLE IF NOT EXISTS at once collide in pg_type.
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('changebroker_migrations'))")
         conn.execute(
             "CREATE TABLE IF NOT EXISTS changebroker_migrations ("
             " component text NOT NULL, version int NOT NULL,"

@@ -32,7 +32,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from changebroker import http
-from changeserver import changes, diagnostics
+from changeserver import changes, diagnostics, metrics
 from changeserver import transicator_pb2 as pb
 from changeserver.changelog import Bounds, LogReader, Snapshot
 from changeserver.pgoutput import NO_SELECTOR
@@ -57,6 +57,7 @@ class Waiters:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.by_selector: dict[str, set[Callable[[], None]]] = {}
         self.wakes = 0  # how many batches have woken waiters so far
+        self.waiting = 0  # long polls registered now (one may wait on several selectors)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -68,15 +69,25 @@ class Waiters:
 
     def _wake(self, selectors: set[str]) -> None:
         self.wakes += 1
+        # A set: a long poll waiting on several of these selectors is woken (and counted) once.
+        woken: set[Callable[[], None]] = set()
         for selector in (*selectors, ANY_SELECTOR):
-            for wake in self.by_selector.pop(selector, ()):
-                wake()
+            woken |= self.by_selector.pop(selector, set())
+        for wake in woken:
+            wake()
+        metrics.longpoll_wakeups.inc(len(woken))
+
+    def wake_all(self) -> None:
+        """Every waiter answers now (the server is stopping)."""
+        self._wake(set(self.by_selector))
 
     def register(self, selectors: list[str], wake: Callable[[], None]) -> None:
         for selector in selectors:
             self.by_selector.setdefault(selector, set()).add(wake)
+        self.waiting += 1
 
     def unregister(self, selectors: list[str], wake: Callable[[], None]) -> None:
+        self.waiting -= 1
         for selector in selectors:
             waiting = self.by_selector.get(selector)
             if waiting is not None:
@@ -84,12 +95,19 @@ class Waiters:
                 if not waiting:
                     del self.by_selector[selector]
 
+    def by_selector_counts(self, limit: int) -> dict[str, int]:
+        """The ``limit`` selectors most long polls wait on now, with how many wait."""
+        counts = sorted(((len(f), s) for s, f in self.by_selector.items()), reverse=True)
+        return {selector: count for count, selector in counts[:limit]}
+
 
 @dataclass
 class State:
     """What /ready and /markdown report and change."""
 
     streaming: threading.Event  # set while the replication stream is up
+    # Why replication stopped for good (a lost slot under the "fail" policy), if it did.
+    failure: Callable[[], str | None] = lambda: None
     marked_down: bool = False
     waiters: Waiters = field(default_factory=Waiters)
 
@@ -125,19 +143,7 @@ def _media_type(accept: str) -> str:
     """JSON unless the Accept header prefers transicator's protobuf; 415 when neither fits."""
     if not accept.strip():
         return JSON
-    offered = []
-    for position, part in enumerate(accept.split(",")):
-        name, *params = (piece.strip() for piece in part.split(";"))
-        quality = 1.0
-        for param in params:
-            key, _, value = param.partition("=")
-            if key.strip() == "q":
-                try:
-                    quality = float(value)
-                except ValueError:
-                    quality = 0.0
-        offered.append((-quality, position, name.lower()))
-    for quality, _, name in sorted(offered):
+    for quality, name in http.accepted(accept):
         if quality == 0:
             break
         if name == PROTOBUF:
@@ -241,6 +247,7 @@ class ChangesEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.state.marked_down:
+            metrics.refusals.labels("MARKED_DOWN").inc()
             response = error_response(503, "MARKED_DOWN", "the server is marked down")
             await response(scope, receive, send)
             return
@@ -250,6 +257,7 @@ class ChangesEndpoint:
             respond = (scope.get("extensions") or {}).get(http.RESPOND)
             answer = await self._changes(query, respond)
         except BadRequest as bad:
+            metrics.refusals.labels(bad.code).inc()
             response = error_response(bad.status, bad.code, bad.error, bad.description)
             await response(scope, receive, send)
             return
@@ -322,7 +330,7 @@ class ChangesEndpoint:
         loop = asyncio.get_running_loop()
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or http.draining.is_set():
                 return answer
             # True once the wake has written the answer.
             future: asyncio.Future[bool] = loop.create_future()
@@ -423,9 +431,15 @@ def stack_route(prefix: str) -> Route:
 
 def management_routes(state: State) -> list[Route]:
     async def health(request: Request) -> Response:
+        failure = state.failure()
+        if failure is not None:
+            return _status(request, "Down", failure)
         return PlainTextResponse("OK")
 
     async def ready(request: Request) -> Response:
+        failure = state.failure()
+        if failure is not None:
+            return _status(request, "NotReady", failure)
         if state.marked_down:
             return _status(request, "NotReady", "marked down")
         if not state.streaming.is_set():

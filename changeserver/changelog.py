@@ -59,6 +59,7 @@ _META_KEYS = (
     "last_idx",
     "purged_lsn",
     "purged_idx",
+    "slot_created",  # 1 once replication started from our slot: its absence is then a loss
 )
 
 
@@ -134,6 +135,42 @@ class ChangeLog:
         """(commit LSN, end LSN) of the newest transaction made durable; (0, 0) when none."""
         meta = self._meta()
         return meta["durable_lsn"], meta["end_lsn"]
+
+    def slot_created(self) -> bool:
+        return self._meta()["slot_created"] == 1
+
+    def note_slot_created(self) -> None:
+        with self._lock:
+            self._conn.execute("UPDATE meta SET value = 1 WHERE key = 'slot_created'")
+
+    def restart_after_gap(self, start_lsn: int) -> None:
+        """Changes up to ``start_lsn`` (a new slot's start) are lost: drop what the log holds,
+        and mark everything before ``start_lsn`` as removed, so a reader of any position
+        handed out so far gets SNAPSHOT_TOO_OLD rather than a silent gap."""
+        with self._lock:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("DELETE FROM changes")
+                conn.execute("DELETE FROM commits")
+                # The log is empty: first = last, both before the gap; the next write
+                # starts the log again (first <= purged).
+                meta = self._meta()
+                updates = {
+                    "purged_lsn": start_lsn,
+                    "purged_idx": 0,
+                    "first_lsn": meta["last_lsn"],
+                    "first_idx": meta["last_idx"],
+                    "durable_lsn": max(meta["durable_lsn"], start_lsn),
+                    "end_lsn": max(meta["end_lsn"], start_lsn),
+                }
+                conn.executemany(
+                    "UPDATE meta SET value = ? WHERE key = ?", [(v, k) for k, v in updates.items()]
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
 
     def write(self, records: Iterable[Record], commits: list[Commit]) -> None:
         """Store a batch of whole transactions (in commit order) in one SQLite transaction."""
@@ -324,6 +361,17 @@ class LogReader:
             table = self.relation(relation_id).table
             found = self._matched[key] = any(fnmatch.fnmatchcase(table, p) for p in patterns)
         return found
+
+    def bounds(self) -> Bounds:
+        """First, last and newest purged sequence held now."""
+        return _bounds(self._conn)
+
+    def oldest_commit_unix_us(self) -> int | None:
+        """Commit time of the oldest transaction held (what retention removes next)."""
+        row = self._conn.execute(
+            "SELECT unix_us FROM commits WHERE lsn = (SELECT min(lsn) FROM commits)"
+        ).fetchone()
+        return None if row is None else int(row[0])
 
     def version(self) -> int:
         """Changes whenever another connection (the writer, retention) committed."""

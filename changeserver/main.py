@@ -21,80 +21,81 @@ SCOPE = "changeserver"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    add = config.add_option
-    add(
-        parser,
+    option = config.options(parser, SCOPE)
+    option(
         "--pg-url",
-        scope=SCOPE,
         env="CHANGEBROKER_PG_DSN",
         required=True,
         help="DSN of the database whose changes are served",
     )
-    add(parser, "--slot", scope=SCOPE, default="changebroker", help="logical replication slot")
-    add(
-        parser,
+    option("--slot", default="changebroker", help="logical replication slot")
+    option(
         "--db-dir",
-        scope=SCOPE,
         type=Path,
         required=True,
         help="directory of the change log (SQLite)",
     )
-    add(
-        parser,
+    option(
         "--port",
-        scope=SCOPE,
         type=int,
         default=config.DEFAULT_CHANGESERVER_PORT,
         help="API port",
     )
-    add(parser, "--host", scope=SCOPE, default="127.0.0.1", help="address to listen on")
-    add(
-        parser,
+    option("--host", default="127.0.0.1", help="address to listen on")
+    option(
         "--mgmt-port",
-        scope=SCOPE,
         type=int,
         default=None,
-        help="port for /health /ready /markdown (default: the API port)",
+        help="port for /health /ready /markdown /metrics /status (default: the API port)",
     )
-    add(
-        parser,
+    option(
         "--publication",
-        scope=SCOPE,
         default=None,
         help="publication to stream (default: named after the slot, FOR ALL TABLES if missing)",
     )
-    add(
-        parser,
+    option(
         "--tables",
-        scope=SCOPE,
         type=_table_list,
         default=(),
         help="comma-separated tables for a publication we create (default: FOR ALL TABLES)",
     )
-    add(
-        parser,
+    option(
         "--max-age",
-        scope=SCOPE,
         type=config.parse_duration,
         default=None,
         help="retention: drop changes older than this (e.g. 24h); default keep all",
     )
-    add(
-        parser,
+    option(
         "--selector-column",
-        scope=SCOPE,
         default="_change_selector",
         help="column whose value is a change's selector",
     )
-    add(parser, "--prefix", scope=SCOPE, default="", help="path prefix for /changes")
-    add(
-        parser,
+    option(
+        "--on-slot-loss",
+        type=_slot_loss_policy,
+        default="fail",
+        help="when the replication slot is dropped or invalidated: fail (stop, /health 503)"
+        " or recreate (a new slot; readers of older positions get SNAPSHOT_TOO_OLD)",
+    )
+    option("--prefix", default="", help="path prefix for /changes")
+    option(
+        "--metrics-interval",
+        type=config.parse_duration,
+        default=10.0,
+        help="longest the slot's and change log's numbers in /metrics and /status may be old",
+    )
+    option(
         "--snapshots-dir",
-        scope=SCOPE,
         type=Path,
         default=default_state_dir() / "snapshots",
         help="the replay's snapshots, served at /snapshots",
     )
+
+
+def _slot_loss_policy(text: str) -> str:
+    if text not in ("fail", "recreate"):
+        raise argparse.ArgumentTypeError(f"invalid policy {text!r}: use fail or recreate")
+    return text
 
 
 def _table_list(text: str) -> tuple[str, ...]:
@@ -119,6 +120,10 @@ async def _serve(changeserver: ChangeServer, args: argparse.Namespace) -> None:
         servers.append(_server(changeserver.management_app, args.host, args.mgmt_port, "off"))
 
     def stop() -> None:
+        # Long polls answer now with what they have, rather than be cut at the graceful
+        # timeout: a client's next request (elsewhere, or after a restart) goes on from there.
+        http.draining.set()
+        changeserver.state.waiters.wake_all()
         for server in servers:
             server.should_exit = True
 
@@ -129,17 +134,7 @@ async def _serve(changeserver: ChangeServer, args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = Settings(
-        dsn=args.pg_url,
-        slot=args.slot,
-        db_dir=args.db_dir,
-        publication=args.publication,
-        tables=args.tables,
-        selector_column=args.selector_column,
-        max_age=args.max_age,
-        prefix=args.prefix,
-        snapshots_dir=args.snapshots_dir,
-    )
+    settings = config.from_args(Settings, args, dsn=args.pg_url)
     changeserver = ChangeServer(settings, separate_management=args.mgmt_port is not None)
     asyncio.run(_serve(changeserver, args))
     return 0

@@ -10,8 +10,10 @@ stored position and skips transactions whose commit LSN is already durable.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import select
+import sqlite3
 import struct
 import threading
 import time
@@ -21,7 +23,7 @@ import psycopg
 from psycopg import pq, sql
 
 from changebroker import logs, pg
-from changeserver import changes
+from changeserver import changes, metrics
 from changeserver.changelog import ChangeLog, Commit
 from changeserver.pgoutput import Decoder, Record, Transaction
 
@@ -29,7 +31,10 @@ log = logging.getLogger(__name__)
 
 _PG_EPOCH = 946_684_800  # 2000-01-01 in Unix seconds: the protocol's clock epoch
 _BATCH_CHANGES = 20_000  # bounds memory and SQLite transaction size under a burst
+# "can no longer get changes from replication slot": Postgres removed WAL the slot needed.
+_SLOT_UNUSABLE = b"55000"
 _STATUS_INTERVAL = 5.0  # seconds between unsolicited standby status updates
+_SILENCE_LIMIT = 3 * _STATUS_INTERVAL  # seconds without a message before the stream is dead
 # Fixed text output, whatever the server's defaults: the served values never drift.
 SESSION_OPTIONS = "-c datestyle=ISO -c timezone=UTC -c extra_float_digits=3 -c bytea_output=hex"
 
@@ -63,6 +68,37 @@ def ensure_slot(dsn: str, slot: str, publication: str, tables: tuple[str, ...] =
         ).fetchone():
             conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
             log.info("replication slot created", extra=logs.fields(slot=slot))
+
+
+class SlotLost(Exception):
+    """The slot we streamed from is gone, or Postgres removed WAL it still needed: the changes
+    between our confirmed position and now can no longer be streamed."""
+
+
+def check_slot(dsn: str, slot: str, streamed_before: bool) -> None:
+    """Raise ``SlotLost`` when ``slot`` was dropped after we streamed from it, or invalidated
+    (``max_slot_wal_keep_size`` exceeded: ``wal_status`` is ``lost``)."""
+    with pg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
+    if row is None and streamed_before:
+        raise SlotLost(f"replication slot {slot} was dropped")
+    if row is not None and row[0] == "lost":
+        raise SlotLost(f"replication slot {slot} was invalidated: Postgres removed WAL it needed")
+
+
+def slot_start(dsn: str, slot: str) -> int:
+    """Where ``slot`` will start streaming: its confirmed flush LSN."""
+    with pg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots"
+            " WHERE slot_name = %s",
+            (slot,),
+        ).fetchone()
+    if row is None or row[0] is None:
+        raise RuntimeError(f"replication slot {slot} has no confirmed position")
+    return int(row[0])
 
 
 def drop_slot(dsn: str, slot: str, timeout: float = 30.0) -> None:
@@ -111,9 +147,14 @@ class Replicator(threading.Thread):
         on_durable: Callable[[set[str]], None],
         max_age: float | None = None,
         tables: tuple[str, ...] = (),
+        on_slot_loss: str = "fail",
     ) -> None:
         super().__init__(name="replication", daemon=True)
         self.tables = tables
+        self.on_slot_loss = on_slot_loss  # "fail": stop and say so; "recreate": new slot, gap
+        self.slot_losses = 0
+        self.last_slot_loss: str | None = None
+        self.failure: str | None = None  # why replication stopped for good, if it did
         self.dsn = dsn
         self.slot = slot
         self.publication = publication
@@ -124,6 +165,10 @@ class Replicator(threading.Thread):
         self.streaming = threading.Event()
         self.stopping = threading.Event()
         self._next_purge = 0.0
+        # For the metrics: the LSN confirmed to the server, and when the newest durable
+        # transaction committed (Unix seconds; None before the first).
+        self.confirmed_lsn = changelog.durable()[1]
+        self.durable_commit_unix: float | None = None
 
     def stop(self) -> None:
         self.stopping.set()
@@ -132,17 +177,57 @@ class Replicator(threading.Thread):
         backoff = 0.1
         while not self.stopping.is_set():
             try:
+                check_slot(self.dsn, self.slot, self.changelog.slot_created())
                 ensure_slot(self.dsn, self.slot, self.publication, self.tables)
+                self.changelog.note_slot_created()
                 self._stream()
                 backoff = 0.1
+            except SlotLost as lost:
+                self.streaming.clear()
+                if not self._slot_lost(str(lost)):
+                    return
             except Exception as error:  # any failure: reconnect, the log keeps our place
                 self.streaming.clear()
-                log.warning(
-                    "replication interrupted, reconnecting",
-                    extra=logs.fields(error=str(error).strip(), backoff_s=backoff),
+                # A full disk under the change log rolls the batch back whole; nothing is
+                # confirmed to Postgres, so the batch streams again once space returns.
+                full = isinstance(error, sqlite3.OperationalError) and "full" in str(error)
+                log.log(
+                    logging.ERROR if full else logging.WARNING,
+                    "the change log's disk is full: ingest stops until space returns"
+                    if full
+                    else "replication interrupted, reconnecting",
+                    extra=logs.fields(
+                        error=str(error).strip(), backoff_s=backoff, path=self.changelog.path
+                    ),
                 )
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
+
+    def _slot_lost(self, reason: str) -> bool:
+        """Apply the slot-loss policy; False when replication must stop for good."""
+        self.slot_losses += 1
+        self.last_slot_loss = reason
+        metrics.slot_losses.labels(self.on_slot_loss).inc()
+        if self.on_slot_loss != "recreate":
+            self.failure = (
+                f"{reason}; changes after the change log's last position cannot be streamed."
+                " Restart with --on-slot-loss recreate to go on after a gap (consumers get"
+                " SNAPSHOT_TOO_OLD), or restore the slot"
+            )
+            log.error("replication slot lost", extra=logs.fields(reason=self.failure))
+            return False
+        with contextlib.suppress(psycopg.errors.UndefinedObject):
+            drop_slot(self.dsn, self.slot)
+        ensure_slot(self.dsn, self.slot, self.publication, self.tables)
+        start = slot_start(self.dsn, self.slot)
+        self.changelog.restart_after_gap(start)
+        log.error(
+            "replication slot lost and recreated: changes before it are gone, readers of older"
+            " positions get SNAPSHOT_TOO_OLD",
+            extra=logs.fields(reason=reason, restart=format_lsn(start)),
+        )
+        self.on_durable(set())  # long polls read again, and learn their position is too old
+        return True
 
     def _stream(self) -> None:
         with pg.connect(self.dsn, autocommit=True) as conn:
@@ -164,7 +249,10 @@ class Replicator(threading.Thread):
             )
             result = pgconn.exec_(command.encode())
             if result.status != pq.ExecStatus.COPY_BOTH:
-                raise RuntimeError(pgconn.get_error_message())
+                message = pgconn.get_error_message()
+                if result.error_field(pq.DiagnosticField.SQLSTATE) == _SLOT_UNUSABLE:
+                    raise SlotLost(message.strip())
+                raise RuntimeError(message)
             self.streaming.set()
             log.info("streaming", extra=logs.fields(slot=self.slot, start=format_lsn(confirmed)))
             stream = _Stream(self, pgconn, widener, durable_lsn, confirmed)
@@ -192,6 +280,7 @@ class _Stream:
         self.records: list[Record] = []
         self.commits: list[Commit] = []
         self.last_status = 0.0
+        self.last_heard = time.monotonic()  # any message from Postgres, keepalives included
 
     def pump(self) -> None:
         pgconn = self.pgconn
@@ -203,6 +292,7 @@ class _Stream:
                 pgconn.consume_input()
                 size, data = pgconn.get_copy_data(1)
             if size > 0:
+                self.last_heard = time.monotonic()
                 self._handle(bytes(data))
                 if len(self.records) >= _BATCH_CHANGES:
                     self._flush()
@@ -213,7 +303,12 @@ class _Stream:
             self._flush()
             self._purge_when_due()
             if time.monotonic() - self.last_status > _STATUS_INTERVAL:
-                self._send_status()
+                self._send_status(reply=True)
+            silent = time.monotonic() - self.last_heard
+            if silent > _SILENCE_LIMIT:
+                # Each status asks for a keepalive: silence this long is a dead path (a
+                # black-holed network), not an idle server. Not streaming: reconnect.
+                raise RuntimeError(f"no message from Postgres for {silent:.0f}s")
             select.select([pgconn.socket], [], [], 1.0)
             pgconn.consume_input()
 
@@ -232,7 +327,7 @@ class _Stream:
                 self.decoder.current is None and not self.commits and wal_end > self.confirmed
             )
             if advanced:
-                self.confirmed = wal_end
+                self.confirmed = self.owner.confirmed_lsn = wal_end
             if reply or advanced:
                 self._send_status()
 
@@ -254,7 +349,11 @@ class _Stream:
             return
         self.owner.changelog.write(self.records, self.commits)
         self.durable_lsn = self.commits[-1].lsn
-        self.confirmed = max(self.confirmed, self.commits[-1].end_lsn)
+        self.confirmed = self.owner.confirmed_lsn = max(self.confirmed, self.commits[-1].end_lsn)
+        self.owner.durable_commit_unix = self.commits[-1].unix_us / 1_000_000
+        metrics.transactions_ingested.inc(len(self.commits))
+        metrics.changes_ingested.inc(len(self.records))
+        metrics.bytes_ingested.inc(sum(len(record[4]) for record in self.records))
         selectors = {record[0] for record in self.records}
         self.records, self.commits = [], []
         self.owner.on_durable(selectors)
@@ -269,10 +368,12 @@ class _Stream:
         if dropped:
             log.info("retention purge", extra=logs.fields(changes=dropped))
 
-    def _send_status(self) -> None:
+    def _send_status(self, reply: bool = False) -> None:
         now_us = int((time.time() - _PG_EPOCH) * 1_000_000)
         lsn = self.confirmed
-        message = b"r" + struct.pack("!QQQqB", lsn, lsn, lsn, now_us, 0)
+        # replyRequested (the periodic ones): Postgres answers with a keepalive, our proof
+        # that the path is alive when no change comes.
+        message = b"r" + struct.pack("!QQQqB", lsn, lsn, lsn, now_us, int(reply))
         if self.pgconn.put_copy_data(message) != 1 or self.pgconn.flush() != 0:
             raise RuntimeError("could not send standby status")
         self.last_status = time.monotonic()

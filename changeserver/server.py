@@ -5,15 +5,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
-from changebroker import logs
+from changebroker import logs, metrics
 from changeserver import api, snapshots
 from changeserver.changelog import ChangeLog, LogReader
+from changeserver.observed import Observed
 from changeserver.replication import Replicator, drop_slot
 
 log = logging.getLogger(__name__)
@@ -30,11 +34,15 @@ class Settings:
     max_age: float | None = None
     prefix: str = ""
     snapshots_dir: Path | None = None  # where replay snapshots are; none: no /snapshots
+    on_slot_loss: str = "fail"  # or "recreate": a new slot, readers told SNAPSHOT_TOO_OLD
+    # The longest the slot's and the change log's numbers in /metrics and /status may be old.
+    metrics_interval: float = 10.0
 
 
 class ChangeServer:
     """``api_app`` serves /changes and /diagnostics/stack (under the prefix), and the management
-    paths unless ``separate_management``; ``management_app`` serves those and the stack dump."""
+    paths (/health /ready /markdown /metrics /status) unless ``separate_management``;
+    ``management_app`` serves those and the stack dump."""
 
     def __init__(self, settings: Settings, *, separate_management: bool = False) -> None:
         self.settings = settings
@@ -49,8 +57,10 @@ class ChangeServer:
             on_durable=lambda selectors: self.state.waiters.notify_threadsafe(selectors),
             max_age=settings.max_age,
             tables=settings.tables,
+            on_slot_loss=settings.on_slot_loss,
         )
-        self.state = api.State(streaming=self.replicator.streaming)
+        replicator = self.replicator
+        self.state = api.State(streaming=replicator.streaming, failure=lambda: replicator.failure)
         changes = api.changes_route(self.state, self.reader, settings.prefix)
         routes = [changes, api.stack_route(settings.prefix)]
         if settings.snapshots_dir is not None:
@@ -59,7 +69,13 @@ class ChangeServer:
                     self.state, settings.snapshots_dir, settings.selector_column, settings.prefix
                 )
             )
-        management = api.management_routes(self.state)
+        self.observed = Observed(self)
+        refresh = metrics.Interval(settings.metrics_interval, self.observed.refresh)
+        management = [
+            *api.management_routes(self.state),
+            metrics.route([self.observed], [refresh]),
+            Route("/status", self._status(refresh), methods=["GET"]),
+        ]
         if separate_management:
             management.append(api.stack_route(""))
         else:
@@ -74,6 +90,15 @@ class ChangeServer:
             if separate_management
             else None
         )
+
+    def _status(self, refresh: metrics.Refresh) -> Callable[[Request], Awaitable[Response]]:
+        """``/status``: the observed numbers as JSON (the console's changeserver page)."""
+
+        async def status(request: Request) -> Response:
+            await refresh()
+            return JSONResponse(self.observed.status())
+
+        return status
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -91,5 +116,6 @@ class ChangeServer:
         if self.state.marked_down:
             drop_slot(self.settings.dsn, self.settings.slot)
         self.reader.close()
+        self.observed.close()
         self.changelog.close()
         log.info("stopped", extra=logs.fields(marked_down=self.state.marked_down))

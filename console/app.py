@@ -11,6 +11,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from changebroker import metrics
 from console import (
     bridge_pages,
     changeserver_pages,
@@ -53,6 +54,7 @@ def create_app(
 
     routes: list[BaseRoute] = [
         Route("/health", health),
+        metrics.route(),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         *overview.routes(console),
         *event_types.routes(console),

@@ -80,10 +80,8 @@ def routes(console: Console) -> list[BaseRoute]:
             resumed=request.query_params.get("resumed", ""),
         )
 
+    @console.action
     async def resume(request: Request) -> Response:
-        refused = console.refuse_when_read_only(request)
-        if refused:
-            return refused
         unit = request.path_params["unit"]
         form = await request.form()
         event_type = str(form.get("event_type", "")).strip()
@@ -93,12 +91,7 @@ def routes(console: Console) -> list[BaseRoute]:
             json_body={"event_type": event_type} if event_type else {},
         )
         if not reply.ok:
-            return console.message(
-                request,
-                status_code=502,
-                title="Not resumed",
-                message=reply.problem,
-            )
+            return console.not_done(request, "Not resumed", reply.problem)
         return redirect(f"/bridge?resumed={quote(unit)}")
 
     return [

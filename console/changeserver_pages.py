@@ -1,5 +1,6 @@
-"""Changeserver: its first and last sequence, health and readiness, and marking it down (its
-management API's GET /markdown) behind a confirmation."""
+"""Changeserver: its first and last sequence, the slot's retained WAL, the change log's size
+and retention, long-poll waiters by selector, the newest snapshot (its management /status),
+health and readiness, and marking it down (GET /markdown) behind a confirmation."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from console.changeserver_facts import facts
 from console.context import Console, gather, redirect
 from console.overview import health_of
 
@@ -15,7 +17,7 @@ def routes(console: Console) -> list[BaseRoute]:
     up = console.upstream
 
     async def show(request: Request) -> Response:
-        changes, health, ready = await gather(
+        changes, health, ready, status = await gather(
             up.changeserver("/changes", params={"limit": "0"}),
             up.changeserver_mgmt("/health"),
             up.call(
@@ -23,6 +25,7 @@ def routes(console: Console) -> list[BaseRoute]:
                 up.endpoints.changeserver_mgmt + "/ready",
                 headers={"Accept": "application/json"},
             ),
+            up.changeserver_mgmt("/status"),
         )
         bounds = changes.body if isinstance(changes.body, dict) else {}
         return console.page(
@@ -39,23 +42,17 @@ def routes(console: Console) -> list[BaseRoute]:
             url=up.endpoints.changeserver,
             done=request.query_params.get("markdown") == "done",
             ingest=console.history.get("changeserver:last_lsn").rate(),
+            changeserver_facts=facts(status),
         )
 
     async def confirm(request: Request) -> Response:
         return console.page(request, "markdown.html", title="Mark the changeserver down")
 
+    @console.action
     async def markdown(request: Request) -> Response:
-        refused = console.refuse_when_read_only(request)
-        if refused:
-            return refused
         reply = await up.changeserver_mgmt("/markdown")
         if not reply.ok:
-            return console.message(
-                request,
-                status_code=502,
-                title="Not marked down",
-                message=reply.problem,
-            )
+            return console.not_done(request, "Not marked down", reply.problem)
         return redirect("/changeserver?markdown=done")
 
     return [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,27 @@ class Console:
         return self.page(
             request, "message.html", status_code=status_code, title=title, message=message
         )
+
+    def not_found(self, request: Request, what: str) -> HTMLResponse:
+        """404: the broker has no ``what`` ("event type order.created")."""
+        return self.message(
+            request, status_code=404, title="Not found", message=f"The broker has no {what}."
+        )
+
+    def not_done(self, request: Request, title: str, problem: str) -> HTMLResponse:
+        """502: the service refused an action (``title``: "Not reset"); ``problem`` says why."""
+        return self.message(request, status_code=502, title=title, message=problem)
+
+    def action(
+        self, handler: Callable[[Request], Awaitable[Response]]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """``handler`` of a form that acts, run unless :meth:`refuse_when_read_only` refuses."""
+
+        async def guarded(request: Request) -> Response:
+            refused = self.refuse_when_read_only(request)
+            return refused if refused else await handler(request)
+
+        return guarded
 
     def refuse_when_read_only(self, request: Request) -> Response | None:
         """The answer to an action in read-only mode, or to a form posted from another site."""

@@ -87,12 +87,7 @@ def routes(console: Console) -> list[BaseRoute]:
             up.broker("GET", base + "/schemas", params={"limit": SCHEMA_VERSIONS}),
         )
         if event_type.status == 404:
-            return console.message(
-                request,
-                status_code=404,
-                title="Not found",
-                message=f"The broker has no event type {name}.",
-            )
+            return console.not_found(request, f"event type {name}")
         versions = _items(schemas)
         by_version = {v.get("version"): v for v in versions}
         if (left is None or right is None) and len(versions) >= 2:
@@ -124,10 +119,8 @@ def routes(console: Console) -> list[BaseRoute]:
             sent=sent or sample_event(body),
         )
 
+    @console.action
     async def publish(request: Request) -> Response:
-        refused = console.refuse_when_read_only(request)
-        if refused:
-            return refused
         name = request.path_params["name"]
         form = await request.form()
         sent = str(form.get("events", ""))

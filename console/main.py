@@ -15,12 +15,8 @@ SCOPE = "console"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    def option(flag: str, **kwargs: object) -> None:
-        config.add_option(parser, flag, scope=SCOPE, **kwargs)  # type: ignore[arg-type]
-
+    option = config.service_options(parser, SCOPE, config.DEFAULT_CONSOLE_PORT)
     loopback = "http://127.0.0.1"
-    option("--host", default="127.0.0.1", help="address to listen on")
-    option("--port", type=int, default=config.DEFAULT_CONSOLE_PORT, help="port to listen on")
     option("--broker-url", default=f"{loopback}:{config.DEFAULT_BROKER_PORT}", help="the broker")
     option(
         "--registry-url",

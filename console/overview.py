@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from console.changeserver_facts import facts
 from console.context import Console, gather
 from console.history import svg_chart
 from console.sampler import lsn
@@ -73,8 +74,9 @@ def routes(console: Console) -> list[BaseRoute]:
             up.bridge("GET", "/health"),
             up.bridge("GET", "/status"),
             up.changeserver("/changes", params={"limit": "0"}),
+            up.changeserver_mgmt("/status"),
         )
-        broker, registry, cs_health, cs_ready, bridge_health, status, changes = replies
+        broker, registry, cs_health, cs_ready, bridge_health, status, changes, cs_status = replies
         checks = [
             health_of("broker", "health", broker),
             health_of("registry", "health", registry),
@@ -92,6 +94,7 @@ def routes(console: Console) -> list[BaseRoute]:
             checks=checks,
             stages=stages,
             arrows=arrows,
+            changeserver_facts=facts(cs_status),
             bridge_chart=svg_chart(bridge_lag, title="Bridge lag", unit="WAL bytes"),
             subscriptions_chart=svg_chart(
                 lag, title="Unconsumed events, all subscriptions", unit="events"

@@ -8,11 +8,12 @@ each view; the subscription page itself asks for its live stats.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+from changebroker import tasks
 from changeserver.sequence import Sequence
 from console.context import Console
 
@@ -102,12 +103,6 @@ class Sampler:
         self.console.history.add("subscriptions:unconsumed", sum(lag.values()))
 
 
-@contextlib.asynccontextmanager
-async def sampling(console: Console, interval: float) -> Any:
-    task = asyncio.create_task(Sampler(console, interval).run())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+def sampling(console: Console, interval: float) -> AbstractAsyncContextManager[None]:
+    """The sampler running in the background for as long as the block lasts."""
+    return tasks.running(Sampler(console, interval).run())

@@ -71,12 +71,7 @@ def routes(console: Console) -> list[BaseRoute]:
             up.broker("GET", base + "/cursors"),
         )
         if subscription.status == 404:
-            return console.message(
-                request,
-                status_code=404,
-                title="Not found",
-                message=f"The broker has no subscription {sid}.",
-            )
+            return console.not_found(request, f"subscription {sid}")
         stats_items = stats.body.get("items", []) if isinstance(stats.body, dict) else []
         streams = sorted(
             {
@@ -119,15 +114,13 @@ def routes(console: Console) -> list[BaseRoute]:
             problem=problem,
         )
 
+    @console.action
     async def reset(request: Request) -> Response:
-        refused = console.refuse_when_read_only(request)
-        if refused:
-            return refused
         sid = request.path_params["id"]
         form = await request.form()
         resets, problem = await plan(console, sid, str(form.get("to", "begin")))
         if problem:
-            return console.message(request, status_code=502, title="Not reset", message=problem)
+            return console.not_done(request, "Not reset", problem)
         items = [
             {"event_type": r.event_type, "partition": r.partition, "offset": r.target}
             for r in resets
@@ -136,9 +129,7 @@ def routes(console: Console) -> list[BaseRoute]:
             "PATCH", f"/subscriptions/{quote(sid)}/cursors", json_body={"items": items}
         )
         if not reply.ok:
-            return console.message(
-                request, status_code=502, title="Not reset", message=reply.problem
-            )
+            return console.not_done(request, "Not reset", reply.problem)
         return redirect(f"/subscriptions/{quote(sid)}?reset=done")
 
     return [

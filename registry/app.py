@@ -1,4 +1,4 @@
-"""The OpenSchema REST API (seed 004) over ``Store``.
+"""The OpenSchema REST API (docs/specs/openschema-spec-cn.txt) over ``Store``.
 
 Requests and responses are JSON, as ``application/vnd.openschema.v1+json``
 (the default) or ``application/json``; every error is
@@ -25,12 +25,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from changebroker import logs, pg
+from changebroker import http, logs, pg
+from changebroker import metrics as service_metrics
 from changebroker.http import OneWriteResponse
-from registry import errors
-from registry.cache import Cache
+from changebroker.notified import NotifiedCache
+from registry import errors, metrics
 from registry.errors import RegistryError, violations_json
-from registry.store import Store, SubjectKey, parse_version
+from registry.store import CHANGES_CHANNEL, Store, SubjectKey, parse_version
 
 log = logging.getLogger(__name__)
 
@@ -44,20 +45,9 @@ def negotiate(accept: str | None) -> str:
     """The response media type the Accept header prefers; 406 when it takes neither."""
     if not accept or not accept.strip():
         return OPENSCHEMA_JSON
-    offers: list[tuple[float, int, str]] = []
-    for position, part in enumerate(accept.split(",")):
-        media, *params = (p.strip() for p in part.split(";"))
-        weight = 1.0
-        for param in params:
-            name, _, value = param.partition("=")
-            if name.strip() == "q":
-                try:
-                    weight = float(value)
-                except ValueError:
-                    weight = 0.0
-        if weight > 0:
-            offers.append((-weight, position, media.lower()))
-    for _, _, media in sorted(offers):
+    for weight, media in http.accepted(accept):
+        if not weight > 0:
+            continue
         if media in MEDIA_TYPES:
             return media
         if media in ("*/*", "application/*"):
@@ -98,6 +88,7 @@ def subject_key(request: Request) -> SubjectKey:
 
 
 def _error_response(error: RegistryError, media_type: str) -> JSONResponse:
+    metrics.refusals.labels(str(error.code)).inc()
     return JSONResponse(error.body(), status_code=error.status, media_type=media_type)
 
 
@@ -110,7 +101,7 @@ def endpoint(
 
     async def run(request: Request) -> Response:
         media_type = OPENSCHEMA_JSON
-        cache: Cache = request.app.state.cache
+        cache: NotifiedCache = request.app.state.cache
         try:
             if auth_token is not None:
                 supplied = request.headers.get("authorization", "")
@@ -150,7 +141,7 @@ IMMUTABLE = "max-age=31536000, immutable"
 
 
 async def _kept_answer(
-    request: Request, handler: Handler, cache: Cache, media_type: str
+    request: Request, handler: Handler, cache: NotifiedCache, media_type: str
 ) -> Response:
     """A GET's answer from memory, else from the handler (then kept); with an ETag, and 304
     when the client's If-None-Match has it."""
@@ -187,19 +178,23 @@ async def health(request: Request, store: Store) -> Any:
 
 
 async def get_schema(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("schema").inc()
     return await store.schema(request.path_params["id"])
 
 
 async def get_schema_subject(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("schema").inc()
     return await store.schema_subject(request.path_params["id"])
 
 
 async def list_subjects(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("subjects").inc()
     query = request.query_params
     return {"name": await store.list_subjects(query.get("tenant"), query.get("namespace"))}
 
 
 async def get_subject(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("subject").inc()
     return await store.subject(subject_key(request))
 
 
@@ -219,10 +214,12 @@ async def delete_subject(request: Request, store: Store) -> Any:
 
 
 async def list_versions(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("versions").inc()
     return {"version": await store.versions(subject_key(request))}
 
 
 async def get_version_schema(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("version").inc()
     version = parse_version(request.path_params["version"])
     return await store.version(subject_key(request), version)
 
@@ -240,7 +237,7 @@ async def delete_version(request: Request, store: Store) -> Any:
 async def test_compatibility(request: Request, store: Store) -> Any:
     version = parse_version(request.path_params["version"])
     body = await read_json(request)
-    # {"schema": <definition>} as the seed shows; a full schema object works too.
+    # {"schema": <definition>} as the spec shows; a full schema object works too.
     if "schema" in body:
         schema = body["schema"]
         wrapped = isinstance(schema, dict) and "schemaDefinition" in schema
@@ -250,10 +247,12 @@ async def test_compatibility(request: Request, store: Store) -> Any:
     else:
         raise RegistryError(errors.INVALID_INPUT, 'send the schema to test as {"schema": ...}')
     found = await store.test_compatibility(subject_key(request), version, definition)
+    metrics.compatibility_checks.labels("incompatible" if found else "compatible").inc()
     return {"isCompatible": not found, "violations": violations_json(found)}
 
 
 async def get_config(request: Request, store: Store) -> Any:
+    metrics.lookups.labels("config").inc()
     return {"compatibility": await store.compatibility(subject_key(request))}
 
 
@@ -270,7 +269,7 @@ async def put_config(request: Request, store: Store) -> Any:
 
 ROUTES: list[tuple[str, list[str], Handler]] = [
     ("/schemas/{id}", ["GET"], get_schema),
-    ("/schema/{id}", ["GET"], get_schema),  # as seed 004's 7.1.1 example spells it
+    ("/schema/{id}", ["GET"], get_schema),  # as the spec's 7.1.1 example spells it
     ("/schemas/{id}/subject", ["GET"], get_schema_subject),
     ("/subjects", ["GET"], list_subjects),
     ("/subjects/{subject}", ["GET"], get_subject),
@@ -307,7 +306,7 @@ def create_app(
     pool_size: int = 10,
 ) -> Starlette:
     """The registry on the database ``dsn`` (migrated at start)."""
-    cache = Cache(dsn)
+    cache = NotifiedCache(dsn, CHANGES_CHANNEL)
     store = Store(dsn, pool_size=pool_size, statement_timeout_ms=statement_timeout_ms, cache=cache)
 
     @contextlib.asynccontextmanager
@@ -322,7 +321,10 @@ def create_app(
             await cache.close()
             await store.close()
 
-    routes = [Route("/health", endpoint(health, None), methods=["GET"])]
+    routes = [
+        Route("/health", endpoint(health, None), methods=["GET"]),
+        service_metrics.route(),
+    ]
     routes += [
         Route(path, endpoint(handler, auth_token, kept=methods == ["GET"]), methods=methods)
         for path, methods, handler in ROUTES

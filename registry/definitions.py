@@ -14,7 +14,7 @@ from registry.compat.avro import parse as parse_avro
 from registry.compat.json_schema import validator_class
 from registry.errors import RegistryError
 
-# Seed 004, 5.1: the format enumeration, spelled as the seed spells it.
+# docs/specs/openschema-spec-cn.txt, 5.1: the format enumeration, spelled as the spec spells it.
 FORMATS = ("NONE", "JSON", "PB", "AVRO", "USER-DEFINED", "Int", "Long", "String", "Map")
 _SERIALIZATION_FORMATS = {
     "json": "JSON",
@@ -27,7 +27,7 @@ EngineFormat = Literal["JSON", "AVRO"]
 
 
 def normalize_format(value: Any) -> str:
-    """The seed's spelling of ``value`` (case-insensitive), else 42201."""
+    """The spec's spelling of ``value`` (case-insensitive), else 42201."""
     if isinstance(value, str):
         for known in FORMATS:
             if known.lower() == value.lower():

@@ -1,4 +1,6 @@
-"""OpenSchema error bodies: ``{"errorCode": 40401, "errorMessage": "..."}`` (seed 004).
+"""OpenSchema error bodies: ``{"errorCode": 40401, "errorMessage": "..."}``.
+
+As docs/specs/openschema-spec-cn.txt, chapter 4, has them.
 
 The code's first three digits are the HTTP status. Compatibility failures also
 carry ``violations``: each reason with its path and rule.
@@ -19,7 +21,7 @@ INVALID_INPUT = 42201
 INVALID_VERSION = 42202
 STORAGE_ERROR = 50001
 STORAGE_TIMEOUT = 50002
-# Outside the seed's list, for HTTP situations it does not cover.
+# Outside the spec's list, for HTTP situations it does not cover.
 ROUTE_NOT_FOUND = 40403
 METHOD_NOT_ALLOWED = 40501
 NOT_ACCEPTABLE = 40601

@@ -21,11 +21,7 @@ log = logging.getLogger(__name__)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    def option(flag: str, **kwargs: object) -> None:
-        config.add_option(parser, flag, scope="registry", **kwargs)  # type: ignore[arg-type]
-
-    option("--host", default="127.0.0.1", help="address to listen on")
-    option("--port", type=int, default=config.DEFAULT_REGISTRY_PORT, help="port to listen on")
+    option = config.service_options(parser, "registry", config.DEFAULT_REGISTRY_PORT)
     option("--pg-url", required=True, help="Postgres DSN of the registry's metadata database")
     option(
         "--auth-token",

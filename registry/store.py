@@ -22,9 +22,10 @@ from psycopg.types.json import Json
 from psycopg_pool import AsyncConnectionPool
 
 from changebroker import logs
-from registry import errors
-from registry.cache import Cache
+from changebroker.notified import NotifiedCache
+from registry import errors, metrics
 from registry.compat import Mode, Violation, check_labelled
+from registry.compat.rules import Rule
 from registry.definitions import (
     canonical,
     engine_format,
@@ -37,11 +38,15 @@ from registry.errors import RegistryError
 
 log = logging.getLogger(__name__)
 
+# What sql/registry/003's trigger notifies on every write to subjects or schemas.
+CHANGES_CHANNEL = "registry_changed"
+
 SUBJECT_COLUMNS = (
     "id, tenant, namespace, subject, app, description, status, compatibility, coordinate,"
     " format, created_time, last_modified_time"
 )
-# Subject metadata a client may set (seed 004, 7.2.5), besides tenant and namespace.
+# Subject metadata a client may set (docs/specs/openschema-spec-cn.txt, 7.2.5), besides tenant
+# and namespace.
 EDITABLE = ("app", "description", "status", "compatibility", "coordinate", "format")
 
 Conn = AsyncConnection[DictRow]
@@ -80,7 +85,7 @@ def parse_version(value: str) -> int | None:
 
 
 def _timestamp(value: datetime.datetime) -> str:
-    """The seed's style: ``2021-09-14T02:26:09.018`` (UTC)."""
+    """The spec's style: ``2021-09-14T02:26:09.018`` (UTC)."""
     utc = value.astimezone(datetime.UTC)
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}"
 
@@ -130,9 +135,9 @@ class Store:
         *,
         pool_size: int = 10,
         statement_timeout_ms: int = 10_000,
-        cache: Cache | None = None,
+        cache: NotifiedCache | None = None,
     ):
-        self.cache = cache or Cache(dsn)  # one that never listens keeps nothing
+        self.cache = cache or NotifiedCache(dsn, CHANGES_CHANNEL)  # never started: keeps nothing
         self.pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             dsn,
             connection_class=Conn,
@@ -177,7 +182,7 @@ class Store:
             return subject_json(await _get(conn, key))
 
     async def put_subject(self, key: SubjectKey, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Create the subject, or update the metadata ``body`` carries (seed 004, 7.2.5)."""
+        """Create the subject, or update the metadata ``body`` carries (OpenSchema spec, 7.2.5)."""
         async with self.pool.connection() as conn, conn.transaction():
             return subject_json(await put_subject_in(conn, key, body))
 
@@ -223,7 +228,7 @@ class Store:
         return [r["version"] for r in rows]
 
     async def version(self, key: SubjectKey, version: int | None) -> dict[str, Any]:
-        """Subject metadata with ``schema`` (seed 004, 7.2.4); ``None`` is the latest."""
+        """Subject metadata with ``schema`` (OpenSchema spec, 7.2.4); ``None`` is the latest."""
         async with self.pool.connection() as conn:
             row = await _find(conn, key, with_version=(version,))
         if row is None:
@@ -257,8 +262,16 @@ class Store:
 
     async def register(self, key: SubjectKey, body: Mapping[str, Any]) -> str:
         """The id of ``body``'s definition in the subject: existing, or a new version."""
-        async with self.pool.connection() as conn, conn.transaction():
-            registered = await register_in(conn, key, body)
+        try:
+            async with self.pool.connection() as conn, conn.transaction():
+                registered = await register_in(conn, key, body)
+        except RegistryError as error:
+            if error.code == errors.INCOMPATIBLE:
+                metrics.compatibility_checks.labels("incompatible").inc()
+            raise
+        metrics.registrations.labels("new" if registered.new else "existing").inc()
+        if registered.new and registered.version > 1:  # checked against the versions before
+            metrics.compatibility_checks.labels("compatible").inc()
         if registered.new:
             log.info(
                 "schema registered",
@@ -564,7 +577,7 @@ def _violations(
         return [
             Violation(
                 "#",
-                "format-not-checkable",
+                Rule.FORMAT_NOT_CHECKABLE,
                 f"there are no compatibility rules for format {fmt or 'unset'}; set the subject's"
                 " compatibility to NONE to register new versions",
             )

@@ -35,8 +35,7 @@ def _format(text: str) -> str:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    def option(flag: str, **kwargs: object) -> None:
-        config.add_option(parser, flag, scope=SCOPE, **kwargs)  # type: ignore[arg-type]
+    option = config.options(parser, SCOPE)
 
     option(
         "--broker-url",
@@ -52,8 +51,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    def option(flag: str, **kwargs: object) -> None:
-        config.add_option(parser, flag, scope=SCOPE, **kwargs)  # type: ignore[arg-type]
+    option = config.options(parser, SCOPE)
 
     _common(parser)
     option(
@@ -125,22 +123,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    options = ReplayOptions(
-        broker_url=args.broker_url,
-        kafka_bootstrap=args.kafka_bootstrap,
-        out=args.out,
-        tables=args.tables,
-        event_types=args.event_types,
-        every=args.all,
-        until=args.until,
-        full=args.full,
-        base=args.base,
-        master=args.master,
-        prefix=args.prefix,
-        pattern=args.pattern,
-        bridge_name=args.bridge_name,
-        format=args.format,
-    )
+    options = config.from_args(ReplayOptions, args, every=args.all)
     say = functools.partial(print, flush=True)
     if args.every:
         return schedule.run_every(options, args.every, say)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything changebroker needs on a Debian host, idempotently:
 # Java (a JDK with --test), Maven, PostgreSQL and HAProxy from Debian (when absent; Chromium
-# too with --test), the virtual environment at .venv with the project in it, and the Kafka / Spark-connector jars from
+# and promtool too with --test), the virtual environment at .venv with the project in it, and the Kafka / Spark-connector jars from
 # Maven Central into .state/cache. `--test` adds the test and lint tools.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +22,10 @@ fi
 # The console's browser tests drive Debian's Chromium (never a downloaded browser build).
 if [[ -n "$extras" ]] && [[ ! -x /usr/bin/chromium ]]; then
   missing+=(chromium chromium-driver)
+fi
+# promtool (Debian's prometheus package) checks docker/prometheus's config and alert rules.
+if [[ -n "$extras" ]] && ! command -v promtool >/dev/null; then
+  missing+=(prometheus)
 fi
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 # `up --broker-processes N` puts the broker processes behind HAProxy (the cluster tests too).

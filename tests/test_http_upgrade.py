@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from changebroker.stack.processes import free_port
-from tests.broker.conftest import business_event_type
-from tests.support.apps import CliProcess
+from changebroker.stack.run import CliProcess
+from tests.support.event_types import business_event_type
 from tests.support.raw_http import jdk_exchange
 
 

@@ -171,6 +171,15 @@ class Position:
         )
 
 
+def _code(response: httpx.Response) -> str | None:
+    """The ``code`` of a changeserver error body, if it has one."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    return body.get("code") if isinstance(body, dict) else None
+
+
 def before(seq: Sequence) -> Sequence:
     """The greatest sequence below ``seq``: holding a unit there republishes ``seq`` on."""
     if seq.index > 0:
@@ -555,6 +564,9 @@ class Bridge:
             poll.cancel()
             return
         response = poll.result()
+        if response.status_code == 400 and _code(response) == "SNAPSHOT_TOO_OLD":
+            await self._after_gap(producer, since)
+            return
         response.raise_for_status()
         body = response.json()
         last = Sequence.parse(body["lastSequence"])
@@ -594,6 +606,27 @@ class Bridge:
                 del position.held[unit]
         if position.as_json() != self.position.as_json():
             await self._commit(producer, messages, position)
+
+    async def _after_gap(self, producer: Transactions, since: Sequence) -> None:
+        """The changeserver no longer holds changes after ``since`` (its replication slot was
+        lost and made again, or retention removed them): read on from what it holds, and
+        snapshot every table again, so the rows the gap hid are published as ``S`` events.
+        The new runs and the new position are committed together: a restart knows both."""
+        log.error(
+            "changes after our position are gone upstream: snapshotting every table again",
+            extra=logs.fields(since=str(since), tables=len(self.position.snapshots)),
+        )
+        if self._prefetch is not None:  # a read after ``since``: too old as well
+            self._prefetch[1].cancel()
+            self._prefetch = None
+        self.position = dataclasses.replace(self.position.copy(), since=ZERO, held={})
+        for table in self.position.snapshots:
+            self._snapshot_requests[table] = Run(uuid.uuid4().hex, now_rfc3339())
+        if self._snapshot_requests:
+            await self._start_requested(producer)
+        else:
+            await self._commit(producer, [], self.position)
+            await self._committed()
 
     async def _commit(
         self, producer: Transactions, messages: list[Message], position: Position

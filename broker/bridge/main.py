@@ -2,9 +2,9 @@
 
 ``/health`` (200 once the committed position is loaded; the body lists stopped units),
 ``/status`` (position, lag and progress per unit: what ``changebroker status`` shows),
-``/metrics`` (Prometheus text), ``POST /units/{unit}/resume`` (an operator fixed what
-stopped a unit: publish its held changes; ``{"event_type": "new.name"}`` publishes the table
-from there on into a new event type, for a schema change its old one refuses) and
+``/metrics`` (Prometheus text: ``metrics.py``), ``POST /units/{unit}/resume`` (an operator
+fixed what stopped a unit: publish its held changes; ``{"event_type": "new.name"}`` publishes
+the table from there on into a new event type, for a schema change its old one refuses) and
 ``POST /units/{table}/snapshot`` (publish the table again as ``S`` events).
 
 ``changebroker bridge [--host H] [--port P] snapshot TABLE`` asks a running bridge for that.
@@ -13,30 +13,27 @@ from there on into a new event type, for a schema change its old one refuses) an
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import logging
 import sys
-from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from broker.bridge.bridge import Bridge, Settings
-from changebroker import config, http, logs
+from broker.bridge.metrics import BridgeCollector
+from changebroker import config, http, logs, metrics, tasks
 
 log = logging.getLogger(__name__)
 
 SCOPE = "bridge"
-PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    def option(flag: str, **kwargs: object) -> None:
-        config.add_option(parser, flag, scope=SCOPE, **kwargs)  # type: ignore[arg-type]
+    option = config.options(parser, SCOPE)
 
     def names(text: str) -> tuple[str, ...]:
         return tuple(part.strip() for part in text.split(",") if part.strip())
@@ -143,15 +140,8 @@ def settings_of(args: argparse.Namespace) -> Settings:
 
 
 def create_app(bridge: Bridge) -> Starlette:
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        task = asyncio.create_task(bridge.run())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    def lifespan(app: Starlette) -> AbstractAsyncContextManager[None]:
+        return tasks.running(bridge.run())
 
     async def health(request: Request) -> Response:
         if not bridge.ready.is_set():
@@ -162,9 +152,6 @@ def create_app(bridge: Bridge) -> Starlette:
 
     async def status(request: Request) -> Response:
         return JSONResponse(bridge.status())
-
-    async def metrics(request: Request) -> Response:
-        return PlainTextResponse(render_metrics(bridge), media_type=PROMETHEUS_TEXT)
 
     async def resume(request: Request) -> Response:
         unit = request.path_params["unit"]
@@ -185,63 +172,12 @@ def create_app(bridge: Bridge) -> Starlette:
         routes=[
             Route("/health", health),
             Route("/status", status),
-            Route("/metrics", metrics),
+            metrics.route([BridgeCollector(bridge.status)]),
             Route("/units/{unit}/resume", resume, methods=["POST"]),
             Route("/units/{unit}/snapshot", snapshot, methods=["POST"]),
         ],
         lifespan=lifespan,
     )
-
-
-def render_metrics(bridge: Bridge) -> str:
-    status = bridge.status()
-    lines = [
-        "# HELP changebroker_bridge_events_total Events committed to Kafka, per unit.",
-        "# TYPE changebroker_bridge_events_total counter",
-    ]
-    units = status["units"]
-    lines += [
-        f'changebroker_bridge_events_total{{unit="{u}"}} {v["events"]}' for u, v in units.items()
-    ]
-    lines += [
-        "# HELP changebroker_bridge_lag_bytes WAL bytes between a unit's position and the"
-        " changeserver's newest change.",
-        "# TYPE changebroker_bridge_lag_bytes gauge",
-        *(
-            f'changebroker_bridge_lag_bytes{{unit="{u}"}} {v["lag_bytes"]}'
-            for u, v in units.items()
-        ),
-        "# HELP changebroker_bridge_stopped 1 while a unit is stopped waiting for an operator.",
-        "# TYPE changebroker_bridge_stopped gauge",
-        *(
-            f'changebroker_bridge_stopped{{unit="{u}"}} {int(v["stopped"] is not None)}'
-            for u, v in units.items()
-        ),
-    ]
-    runs = {u: v["snapshot"] for u, v in units.items() if v["snapshot"]}
-    lines += [
-        "# HELP changebroker_bridge_snapshot_rows_read Rows the table's newest snapshot has"
-        " read and committed.",
-        "# TYPE changebroker_bridge_snapshot_rows_read gauge",
-        *(
-            f'changebroker_bridge_snapshot_rows_read{{unit="{u}"}} {r["rows_read"]}'
-            for u, r in runs.items()
-        ),
-        "# HELP changebroker_bridge_snapshot_rows_estimated Rows the table had when that"
-        " snapshot started (pg_class.reltuples).",
-        "# TYPE changebroker_bridge_snapshot_rows_estimated gauge",
-        *(
-            f'changebroker_bridge_snapshot_rows_estimated{{unit="{u}"}} {r["estimated_rows"]}'
-            for u, r in runs.items()
-        ),
-        "# HELP changebroker_bridge_snapshot_running 1 while the table's snapshot runs.",
-        "# TYPE changebroker_bridge_snapshot_running gauge",
-        *(
-            f'changebroker_bridge_snapshot_running{{unit="{u}"}} {int(r["state"] == "running")}'
-            for u, r in runs.items()
-        ),
-    ]
-    return "\n".join(lines) + "\n"
 
 
 def ask_snapshot(args: argparse.Namespace) -> int:

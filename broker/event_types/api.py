@@ -18,12 +18,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from broker.bodies import BadBody, json_body
+from broker.bodies import json_body
+from broker.errors import BadRequest, Conflict, EventTypeNotFound, NotFound, Unavailable
 from broker.event_types import rules
 from broker.event_types.rules import InvalidEventType
-from broker.event_types.store import AlreadyExists, Store, SubjectConflict
+from broker.event_types.store import AlreadyExists, Store
 from broker.event_types.topics import EventTypeTopic, TopicError, Topics, topic_config, topic_name
-from broker.problems import problem
 from broker.settings import Settings
 from changebroker import logs
 from registry.compat import SchemaError, nakadi_evolution, next_version
@@ -34,10 +34,6 @@ SCHEMAS_DEFAULT_LIMIT = 20
 SCHEMAS_MAX_LIMIT = 1000
 # The one Kafka cluster every timeline is stored in.
 STORAGE_ID = "default"
-
-
-def not_found(name: str) -> JSONResponse:
-    return problem(404, f'EventType "{name}" does not exist.')
 
 
 class EventTypeApi:
@@ -64,7 +60,9 @@ class EventTypeApi:
     async def get(self, request: Request) -> Response:
         name = request.path_params["name"]
         stored = await self.store.get(name)
-        return JSONResponse(stored.body) if stored else not_found(name)
+        if stored is None:
+            raise EventTypeNotFound(name)
+        return JSONResponse(stored.body)
 
     async def timelines(self, request: Request) -> Response:
         """Nakadi's timeline list: where the events are stored. One timeline per event type
@@ -72,7 +70,7 @@ class EventTypeApi:
         name = request.path_params["name"]
         stored = await self.store.get(name)
         if stored is None:
-            return not_found(name)
+            raise EventTypeNotFound(name)
         created = stored.body["created_at"]
         timeline = {
             "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"kafka:{stored.topic}")),
@@ -86,13 +84,8 @@ class EventTypeApi:
         return JSONResponse([timeline])
 
     async def create(self, request: Request) -> Response:
-        try:
-            body = await json_body(request)
-            event_type = rules.validate_new(body)
-        except BadBody as bad:
-            return bad.response
-        except InvalidEventType as exc:
-            return problem(422, str(exc))
+        body = await json_body(request)
+        event_type = rules.validate_new(body)
         name = event_type["name"]
         partitions = rules.partition_count(
             event_type,
@@ -108,11 +101,9 @@ class EventTypeApi:
         try:
             await self.store.create(event_type, topic, partitions, create_topic)
         except AlreadyExists:
-            return problem(409, f"EventType with name {name} already exists")
-        except SubjectConflict as exc:
-            return problem(409, str(exc))
+            raise Conflict(f"EventType with name {name} already exists") from None
         except TopicError as exc:
-            return problem(503, f"{exc}; nothing was created, try again")
+            raise Unavailable(f"{exc}; nothing was created, try again") from None
         log.info(
             "event type created",
             extra=logs.fields(event_type=name, topic=topic, partitions=partitions),
@@ -121,20 +112,14 @@ class EventTypeApi:
 
     async def update(self, request: Request) -> Response:
         name = request.path_params["name"]
-        try:
-            body = await json_body(request)
-        except BadBody as bad:
-            return bad.response
+        body = await json_body(request)
         try:
             async with self.store.locked(name) as locked:
                 if locked is None:
-                    return not_found(name)
+                    raise EventTypeNotFound(name)
                 current = locked.current
-                try:
-                    updated = rules.validate_update(body, current.body)
-                    new_version = self._next_version(current.body, updated)
-                except InvalidEventType as exc:
-                    return problem(422, str(exc))
+                updated = rules.validate_update(body, current.body)
+                new_version = self._next_version(current.body, updated)
                 await locked.update(updated, new_version)
                 new_retention = _retention(updated)
                 if new_retention != _retention(current.body):
@@ -143,9 +128,7 @@ class EventTypeApi:
                         current.topic, new_retention or self.settings.default_retention_ms
                     )
         except TopicError as exc:
-            return problem(503, f"{exc}; nothing was changed, try again")
-        except SubjectConflict as exc:
-            return problem(409, str(exc))
+            raise Unavailable(f"{exc}; nothing was changed, try again") from None
         log.info(
             "event type updated",
             extra=logs.fields(event_type=name, schema_version=new_version or "unchanged"),
@@ -176,25 +159,22 @@ class EventTypeApi:
         try:
             async with self.store.locked(name) as locked:
                 if locked is None:
-                    return not_found(name)
+                    raise EventTypeNotFound(name)
                 await locked.delete()
                 # Raised inside the transaction: a failed topic deletion keeps the event type.
                 await self.topics.delete(locked.current.topic)
         except TopicError as exc:
-            return problem(503, f"{exc}; nothing was deleted, try again")
+            raise Unavailable(f"{exc}; nothing was deleted, try again") from None
         log.info("event type deleted", extra=logs.fields(event_type=name))
         return Response(status_code=200)
 
     async def schemas(self, request: Request) -> Response:
         name = request.path_params["name"]
-        try:
-            limit = _int_param(request, "limit", SCHEMAS_DEFAULT_LIMIT, 1, SCHEMAS_MAX_LIMIT)
-            # Nakadi reads offset as a Java int; beyond it Postgres could not page either.
-            offset = _int_param(request, "offset", 0, 0, 2**31 - 1)
-        except ValueError as exc:
-            return problem(400, str(exc))
+        limit = _int_param(request, "limit", SCHEMAS_DEFAULT_LIMIT, 1, SCHEMAS_MAX_LIMIT)
+        # Nakadi reads offset as a Java int; beyond it Postgres could not page either.
+        offset = _int_param(request, "offset", 0, 0, 2**31 - 1)
         if await self.store.revision(name) is None:
-            return not_found(name)
+            raise EventTypeNotFound(name)
         items, total = await self.store.schemas(name, limit, offset)
         base = f"/event-types/{name}/schemas"
         links: dict[str, Any] = {}
@@ -209,13 +189,15 @@ class EventTypeApi:
         version = request.path_params["version"]
         if version == "latest":
             stored = await self.store.get(name)
-            return JSONResponse(stored.body["schema"]) if stored else not_found(name)
+            if stored is None:
+                raise EventTypeNotFound(name)
+            return JSONResponse(stored.body["schema"])
         found = await self.store.schema(name, version)
         if found is not None:
             return JSONResponse(found)
         if await self.store.revision(name) is None:
-            return not_found(name)
-        return problem(404, f'EventType "{name}" has no schema version "{version}"')
+            raise EventTypeNotFound(name)
+        raise NotFound(f'EventType "{name}" has no schema version "{version}"')
 
 
 def _retention(event_type: dict[str, Any]) -> int | None:
@@ -230,8 +212,8 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int | 
     try:
         value = int(raw)
     except ValueError:
-        raise ValueError(f"'{name}' must be an integer, got {raw!r}") from None
+        raise BadRequest(f"'{name}' must be an integer, got {raw!r}") from None
     if value < low or (high is not None and value > high):
         bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise ValueError(f"'{name}' must be {bounds}, got {value}")
+        raise BadRequest(f"'{name}' must be {bounds}, got {value}")
     return value

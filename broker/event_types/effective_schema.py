@@ -1,4 +1,6 @@
-"""The effective schema of an event type, and its compiled validator (DESIGN.md, seed 003).
+"""The effective schema of an event type, and its compiled validator.
+
+As docs/specs/nakadi-event-types.txt defines it:
 
 business: the user schema plus required ``metadata``; data: the user schema
 as ``data`` beside required ``metadata``, ``data_type``, ``data_op``;

@@ -1,4 +1,6 @@
-"""The rules of an EventType body (seed 000 ``EventType``, manual chapter "Event Types").
+"""The rules of an EventType body: ``EventType`` in the API spec, and the event types guide.
+
+Both are in docs/specs/ (nakadi-event-bus-api-0.10.1.yaml, nakadi-event-types.txt).
 
 :func:`validate_new` checks a POST body, :func:`validate_update` a PUT body
 against the stored event type; both return the normalised EventType (defaults
@@ -16,6 +18,7 @@ from typing import Any
 import jsonschema
 from jsonschema.validators import Draft4Validator
 
+from broker.errors import Unprocessable
 from broker.event_types import effective_schema
 from registry.compat.nakadi import unsupported_keywords
 
@@ -41,7 +44,7 @@ MODE_UPGRADES = {("none", "forward"), ("forward", "compatible")}
 READ_ONLY = ("created_at", "updated_at")
 
 
-class InvalidEventType(ValueError):
+class InvalidEventType(Unprocessable):
     """The body breaks a rule; the message says which and how to fix it."""
 
 

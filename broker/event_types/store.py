@@ -29,7 +29,9 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from broker.errors import Conflict
 from broker.event_types.topics import EventTypeTopic
+from changebroker.notified import NotifiedCache
 from registry import store as registry
 from registry.errors import RegistryError
 
@@ -55,7 +57,7 @@ class AlreadyExists(Exception):
     """An event type of that name exists."""
 
 
-class SubjectConflict(Exception):
+class SubjectConflict(Conflict):
     """The registry subject an event type's schemas go to is someone else's."""
 
 
@@ -116,6 +118,10 @@ def _without_schema(event_type: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in event_type.items() if k not in ("schema", "created_at", "updated_at")}
 
 
+# What sql/broker/005's trigger notifies on every write to broker_event_types.
+CHANGES_CHANNEL = "broker_event_types_changed"
+
+
 class Store:
     def __init__(self, dsn: str, pool_size: int = 10) -> None:
         self.pool = AsyncConnectionPool(
@@ -125,11 +131,15 @@ class Store:
             open=False,
             kwargs={"autocommit": True, "application_name": "changebroker-broker"},
         )
+        # Revisions publishing asks about on every request, kept until an event type changes.
+        self._revisions = NotifiedCache(dsn, CHANGES_CHANNEL)
 
     async def open(self) -> None:
         await self.pool.open(wait=True)
+        await self._revisions.start()
 
     async def close(self) -> None:
+        await self._revisions.close()
         await self.pool.close()
 
     async def get(self, name: str) -> StoredEventType | None:
@@ -144,13 +154,22 @@ class Store:
             return [_stored(row) for row in await cur.fetchall()]
 
     async def revision(self, name: str) -> Revision | None:
-        """The cheap question a cache asks before trusting its copy."""
+        """The cheap question a cache asks before trusting its copy: from memory until any
+        event type changes (Postgres notifies every process), else one SELECT."""
+        kept: Revision | None = self._revisions.get(name)
+        if kept is not None:
+            return kept
+        generation = self._revisions.generation
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT topic, revision FROM broker_event_types WHERE name = %s", (name,)
             )
             row = await cur.fetchone()
-        return Revision(row[0], int(row[1])) if row else None
+        if row is None:
+            return None
+        revision = Revision(row[0], int(row[1]))
+        self._revisions.put(name, revision, 1, generation)
+        return revision
 
     async def create(
         self,
@@ -160,7 +179,7 @@ class Store:
         create_topic: Callable[[], Awaitable[None]],
     ) -> None:
         """Insert, create the topic, commit: a failed topic leaves no event type behind."""
-        async with self.pool.connection() as conn, conn.transaction():
+        async with self._changing(), self.pool.connection() as conn, conn.transaction():
             try:
                 await conn.execute(
                     "INSERT INTO broker_event_types (name, body, topic, partitions)"
@@ -181,11 +200,20 @@ class Store:
     @contextlib.asynccontextmanager
     async def locked(self, name: str) -> AsyncIterator[Locked | None]:
         """The event type, locked against concurrent change until the block ends (commits)."""
-        async with self.pool.connection() as conn, conn.transaction():
+        async with self._changing(), self.pool.connection() as conn, conn.transaction():
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(_SELECT + " WHERE e.name = %s FOR UPDATE OF e", (name,))
                 row = await cur.fetchone()
             yield Locked(conn, _stored(row)) if row else None
+
+    @contextlib.asynccontextmanager
+    async def _changing(self) -> AsyncIterator[None]:
+        """Around a write: once it committed (or not), this process forgets the revisions it
+        kept, so its next publish sees the change at once."""
+        try:
+            yield
+        finally:
+            self._revisions.invalidate()
 
     async def schemas(self, name: str, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
         """A page of schema versions, newest first, and how many there are in all."""

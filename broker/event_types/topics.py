@@ -61,8 +61,8 @@ class Topics:
         self._bootstrap = bootstrap
         self._admin: AdminClient = kafka.admin(bootstrap)
         self._asked = (replication_factor, min_insync_replicas)
-        # Resolved from the cluster at the first creation, then kept: a node that is down
-        # at that moment must not shrink the replication of every later topic.
+        # Resolved from the cluster at the first creation, then kept: a node down later
+        # must not shrink the replication of the topics created while it is away.
         self._replication: kafka.Replication | None = None
 
     async def create(self, topic: str, partitions: int, config: dict[str, str]) -> None:

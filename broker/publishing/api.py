@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,10 +24,9 @@ from starlette.routing import BaseRoute, Route
 
 from broker import bodies, metrics
 from broker.bodies import BadBody
+from broker.errors import EventTypeNotFound
 from broker.event_types import effective_schema
-from broker.event_types.api import not_found
 from broker.event_types.store import Revision, Store, StoredEventType
-from broker.problems import problem
 from broker.publishing.enrichment import EnrichmentError, enrich
 from broker.publishing.partitioning import Partitioner, PartitioningError, partitioner
 from broker.publishing.producer import KafkaProducer, Message
@@ -34,7 +34,8 @@ from changebroker import logs
 
 log = logging.getLogger(__name__)
 
-# Seed 000: "The maximum size per Event is 999,000 bytes", measured as sent.
+# "The maximum size per Event is 999,000 bytes" (docs/specs/nakadi-event-bus-api-0.10.1.yaml),
+# measured as sent.
 MAX_EVENT_BYTES = 999_000
 
 
@@ -99,16 +100,16 @@ def split_batch(data: bytes) -> list[tuple[Any, int]]:
     if len(data) <= MAX_EVENT_BYTES:
         events = bodies.parse(data)
         if not isinstance(events, list):
-            raise BadBody(problem(400, "the body must be a JSON array of events"))
+            raise BadBody("the body must be a JSON array of events")
         return [(event, 0) for event in events]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BadBody(problem(400, f"the body is not UTF-8 JSON: {exc}")) from None
+        raise BadBody(f"the body is not UTF-8 JSON: {exc}") from None
     out: list[tuple[Any, int]] = []
     i = _skip_space(text, 0)
     if not text.startswith("[", i):
-        raise BadBody(problem(400, "the body must be a JSON array of events"))
+        raise BadBody("the body must be a JSON array of events")
     i = _skip_space(text, i + 1)
     if text.startswith("]", i):
         return out
@@ -127,9 +128,9 @@ def split_batch(data: bytes) -> list[tuple[Any, int]]:
             else:
                 raise ValueError(f"expected ',' or ']' at character {i}")
     except ValueError as exc:
-        raise BadBody(problem(400, f"the body is not a valid JSON array: {exc}")) from None
+        raise BadBody(f"the body is not a valid JSON array: {exc}") from None
     except RecursionError:
-        raise BadBody(problem(400, "the body nests too deeply to read")) from None
+        raise BadBody("the body nests too deeply to read") from None
 
 
 def _skip_space(text: str, i: int) -> int:
@@ -178,25 +179,31 @@ class Publisher:
         name = request.path_params["name"]
         target = await self.target(name)
         if target is None:
-            return not_found(name)
-        try:
-            batch = split_batch(await bodies.raw(request))
-        except BadBody as bad:
-            return bad.response
+            raise EventTypeNotFound(name)
+        started = time.perf_counter()
+        batch = split_batch(await bodies.raw(request))
         messages: list[Message] = []
         received_at = received_now()
         for index, (event, size) in enumerate(batch):
             try:
                 messages.append(prepare(target, event, size, received_at))
             except ItemFailure as failure:
-                metrics.batches.inc(event_type=name, status="422")
+                metrics.batches.labels(name, "422").inc()
+                metrics.failures.labels(failure.step).inc()
+                metrics.publish_duration.observe(time.perf_counter() - started)
                 return JSONResponse(_rejected(batch, index, failure), status_code=422)
         errors = await self.producer.send(messages)
+        metrics.publish_duration.observe(time.perf_counter() - started)
+        metrics.batch_events.observe(len(messages))
         if any(errors):
-            metrics.batches.inc(event_type=name, status="207")
+            failed = sum(1 for e in errors if e)
+            metrics.batches.labels(name, "207").inc()
+            metrics.failures.labels("publishing").inc(failed)
+            stored = [m for m, error in zip(messages, errors, strict=True) if not error]
+            metrics.events.labels(name).inc(len(stored))
+            metrics.published_bytes.labels(name).inc(sum(len(m.value) for m in stored))
             log.warning(
-                "publishing partly failed",
-                extra=logs.fields(event_type=name, failed=sum(1 for e in errors if e)),
+                "publishing partly failed", extra=logs.fields(event_type=name, failed=failed)
             )
             items = [
                 _item(event, "failed", "publishing", error)
@@ -205,8 +212,9 @@ class Publisher:
                 for (event, _), error in zip(batch, errors, strict=True)
             ]
             return JSONResponse(items, status_code=207)
-        metrics.batches.inc(event_type=name, status="200")
-        metrics.events.inc(len(messages), event_type=name)
+        metrics.batches.labels(name, "200").inc()
+        metrics.events.labels(name).inc(len(messages))
+        metrics.published_bytes.labels(name).inc(sum(len(m.value) for m in messages))
         return Response(status_code=200)
 
 

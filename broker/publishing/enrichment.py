@@ -3,7 +3,8 @@
 Nakadi sets ``received_at``, ``event_type``, ``flow_id`` (the request's
 X-Flow-Id), ``partition`` and ``version`` (the schema version the event was
 validated against), replacing what the producer sent; an ``event_type`` that
-names another event type is refused (seed 000, EventMetadata).
+names another event type is refused (``EventMetadata`` in
+docs/specs/nakadi-event-bus-api-0.10.1.yaml).
 """
 
 from __future__ import annotations

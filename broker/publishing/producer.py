@@ -8,6 +8,7 @@ when the last one is in (one wake-up per batch, not per event).
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 
+from broker import metrics
 from changebroker import kafka
 
 
@@ -43,10 +45,12 @@ class _Batch:
 
     def delivered(self, error: KafkaError | None, message: KafkaMessage) -> None:
         if error is not None:
+            metrics.delivery_errors.inc()
             self._failed.append((message.partition(), message.value(), error.str()))
         self._count_down()
 
     def refused(self, index: int, error: KafkaError) -> None:
+        metrics.delivery_errors.inc()
         self._refused[index] = error.str()
         self._count_down()
 
@@ -78,13 +82,29 @@ class _Batch:
         return out
 
 
+STATISTICS_INTERVAL_MS = 5_000
+
+
+def _statistics(text: str) -> None:
+    """librdkafka's statistics (JSON, on the polling thread): messages awaiting delivery."""
+    metrics.producer_queue.set(json.loads(text).get("msg_cnt", 0))
+
+
 class KafkaProducer:
     def __init__(self, bootstrap: str, **overrides: Any) -> None:
-        # Requests wait for their acknowledgements, so nothing lingers (measured: batches of 1
-        # went from ~700 to ~1000 events/s against linger 1 ms); librdkafka still batches
-        # whatever queues up while earlier requests are in flight.
-        # A request waits at most 30 s for Kafka, then its events are reported failed (207).
-        config = {"linger.ms": 0, "message.timeout.ms": 30_000, **overrides}
+        # Concurrent requests share Kafka batches: a 2 ms linger gathers what 64 connections
+        # publishing single events send meanwhile (measured there: 2-3x the events/s and a
+        # quarter of the p50 against linger 0, and less CPU per event; 5 and 10 ms were no
+        # better). A request waits at most 30 s for Kafka, then its events are reported
+        # failed (207).
+        config = {
+            "linger.ms": 2,
+            "message.timeout.ms": 30_000,
+            # librdkafka's statistics every few seconds: the queue depth in /metrics.
+            "statistics.interval.ms": STATISTICS_INTERVAL_MS,
+            "stats_cb": _statistics,
+            **overrides,
+        }
         self._producer = Producer(kafka.producer_config(bootstrap, **config))
         self._stopping = threading.Event()
         self._poller = threading.Thread(target=self._poll, name="kafka-producer-poll", daemon=True)

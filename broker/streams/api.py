@@ -8,10 +8,12 @@ any cursor they cannot use. Nothing here writes: bad input changes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 
 from confluent_kafka import KafkaException
 from starlette.requests import Request
@@ -19,9 +21,17 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from broker import bodies
+from broker import bodies, metrics
+from broker.errors import (
+    BadRequest,
+    BrokerError,
+    EventTypeNotFound,
+    NotFound,
+    PreconditionFailed,
+    Unavailable,
+    Unprocessable,
+)
 from broker.event_types.topics import EventTypeTopic, TopicResolver
-from broker.problems import problem
 from broker.streams.cursors import (
     Cursor,
     CursorError,
@@ -33,7 +43,7 @@ from broker.streams.cursors import (
     position,
     shift,
 )
-from broker.streams.event_stream import EventStream, LimitError, parse_limits
+from broker.streams.event_stream import EventStream, parse_limits
 from broker.streams.watermarks import Watermark, Watermarks
 
 log = logging.getLogger(__name__)
@@ -55,9 +65,12 @@ class _StreamResponse(StreamingResponse):
         self._stream = stream
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        open_streams = metrics.open_streams.labels("low_level")
+        open_streams.inc()
         try:
             await super().__call__(scope, receive, send)
         finally:
+            open_streams.dec()
             self._stream.close()
 
 
@@ -76,8 +89,14 @@ def _wants_gzip(request: Request) -> bool:
     return False
 
 
-def _not_found(name: str) -> Response:
-    return problem(404, f'EventType "{name}" does not exist.')
+@contextlib.contextmanager
+def cursor_errors_as(error: type[BrokerError]) -> Iterator[None]:
+    """A :class:`CursorError` in the block answers as ``error``: the stream refuses a cursor
+    with 412, cursor operations with 422, as Nakadi does."""
+    try:
+        yield
+    except CursorError as exc:
+        raise error(str(exc)) from None
 
 
 class Reading:
@@ -91,35 +110,32 @@ class Reading:
     async def _marks(self, topic: EventTypeTopic) -> dict[int, Watermark]:
         return await self._watermarks.of(topic.topic, range(topic.partitions))
 
-    async def stream(self, request: Request) -> Response:
-        name = request.path_params["name"]
+    async def _topic(self, name: str) -> EventTypeTopic:
         topic = await self._resolve(name)
         if topic is None:
-            return _not_found(name)
-        try:
-            limits = parse_limits(request.query_params)
-        except LimitError as error:
-            return problem(422, str(error))
+            raise EventTypeNotFound(name)
+        return topic
+
+    async def stream(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        topic = await self._topic(name)
+        limits = parse_limits(request.query_params)
         header = request.headers.get("x-nakadi-cursors")
         cursors: list[Cursor] | None = None
         if header is not None:
             try:
                 items = json.loads(header)
             except ValueError:
-                return problem(400, "incorrect syntax of X-nakadi-cursors header")
-            try:
+                raise BadRequest("incorrect syntax of X-nakadi-cursors header") from None
+            with cursor_errors_as(PreconditionFailed):
                 cursors = parse_cursors(items, topic)
-            except CursorError as error:
-                return problem(412, str(error))
         marks = await self._marks(topic)
-        try:
+        with cursor_errors_as(PreconditionFailed):
             positions = (
                 {c.partition: position(c, marks[c.partition], name) for c in cursors}
                 if cursors
                 else {p: mark.newest_position for p, mark in marks.items()}
             )
-        except CursorError as error:
-            return problem(412, str(error))
         stream = EventStream(self._bootstrap, topic.topic, positions, limits, topic.timeline)
         gzip = _wants_gzip(request)
         body = _gzipped(stream.batches()) if gzip else stream.batches()
@@ -127,70 +143,50 @@ class Reading:
 
     async def partitions(self, request: Request) -> Response:
         name = request.path_params["name"]
-        topic = await self._resolve(name)
-        if topic is None:
-            return _not_found(name)
+        topic = await self._topic(name)
         consumed: dict[int, Cursor] = {}
         if "cursors" in request.query_params:
             try:
                 items = json.loads(request.query_params["cursors"])
             except ValueError:
-                return problem(400, "cursors must be a URL-encoded JSON array of cursors")
-            try:
+                raise BadRequest("cursors must be a URL-encoded JSON array of cursors") from None
+            with cursor_errors_as(Unprocessable):
                 consumed = {c.partition: c for c in parse_cursors(items, topic)}
-            except CursorError as error:
-                return problem(422, str(error))
         marks = await self._marks(topic)
-        try:
+        with cursor_errors_as(Unprocessable):
             views = [
                 lag(consumed[p], mark, topic.timeline, name)
                 if p in consumed
                 else partition_view(p, mark, topic.timeline)
                 for p, mark in marks.items()
             ]
-        except CursorError as error:
-            return problem(422, str(error))
         return JSONResponse(views)
 
     async def partition(self, request: Request) -> Response:
         name, partition_text = request.path_params["name"], request.path_params["partition"]
-        topic = await self._resolve(name)
-        if topic is None:
-            return _not_found(name)
+        topic = await self._topic(name)
         if not partition_text.isdigit() or int(partition_text) >= topic.partitions:
-            return problem(404, f"partition {partition_text} not found in {name}")
+            raise NotFound(f"partition {partition_text} not found in {name}")
         partition = int(partition_text)
         mark = (await self._watermarks.of(topic.topic, [partition]))[partition]
         consumed_offset = request.query_params.get("consumed_offset")
         if consumed_offset is None:
             return JSONResponse(partition_view(partition, mark, topic.timeline))
-        try:
+        with cursor_errors_as(Unprocessable):
             cursor = parse_cursor({"partition": partition_text, "offset": consumed_offset}, topic)
             return JSONResponse(lag(cursor, mark, topic.timeline, name))
-        except CursorError as error:
-            return problem(422, str(error))
 
-    async def _cursor_request(self, request: Request) -> tuple[EventTypeTopic, object] | Response:
-        """The event type and the JSON body of a cursor operation, or the Problem to answer."""
-        name = request.path_params["name"]
-        topic = await self._resolve(name)
-        if topic is None:
-            return _not_found(name)
-        try:
-            body = await bodies.json_body(request)
-        except bodies.BadBody as bad:
-            return bad.response
+    async def _cursor_request(self, request: Request) -> tuple[EventTypeTopic, list[Any]]:
+        """The event type and the JSON array body of a cursor operation."""
+        topic = await self._topic(request.path_params["name"])
+        body = await bodies.json_body(request)
         if not isinstance(body, list):
-            return problem(422, "the body must be a JSON array")
+            raise Unprocessable("the body must be a JSON array")
         return topic, body
 
     async def distances(self, request: Request) -> Response:
-        parsed = await self._cursor_request(request)
-        if isinstance(parsed, Response):
-            return parsed
-        topic, queries = parsed
-        assert isinstance(queries, list)
-        try:
+        topic, queries = await self._cursor_request(request)
+        with cursor_errors_as(Unprocessable):
             pairs = []
             for query in queries:
                 if not isinstance(query, dict):
@@ -215,30 +211,19 @@ class Reading:
                 }
                 for a, b in pairs
             ]
-        except CursorError as error:
-            return problem(422, str(error))
         return JSONResponse(results)
 
     async def lags(self, request: Request) -> Response:
-        parsed = await self._cursor_request(request)
-        if isinstance(parsed, Response):
-            return parsed
-        topic, items = parsed
-        try:
+        topic, items = await self._cursor_request(request)
+        with cursor_errors_as(Unprocessable):
             cursors = parse_cursors(items, topic)
             marks = await self._marks(topic)
             views = [lag(c, marks[c.partition], topic.timeline, topic.event_type) for c in cursors]
-        except CursorError as error:
-            return problem(422, str(error))
         return JSONResponse(views)
 
     async def shifts(self, request: Request) -> Response:
-        parsed = await self._cursor_request(request)
-        if isinstance(parsed, Response):
-            return parsed
-        topic, items = parsed
-        assert isinstance(items, list)
-        try:
+        topic, items = await self._cursor_request(request)
+        with cursor_errors_as(Unprocessable):
             shifted = []
             for item in items:
                 by = item.get("shift") if isinstance(item, dict) else None
@@ -253,8 +238,6 @@ class Reading:
                 }
                 for c, by in shifted
             ]
-        except CursorError as error:
-            return problem(422, str(error))
         return JSONResponse(cursors)
 
 
@@ -264,7 +247,7 @@ def _kafka_unavailable_is_503(endpoint: Endpoint) -> Endpoint:
             return await endpoint(request)
         except KafkaException as error:
             log.warning("Kafka unavailable", extra={"error": str(error)})
-            return problem(503, f"Kafka did not answer ({error}); retry in a moment")
+            raise Unavailable(f"Kafka did not answer ({error}); retry in a moment") from None
 
     return guarded
 

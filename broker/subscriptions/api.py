@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from broker import bodies
-from broker.problems import problem
+from broker.errors import BadRequest, SubscriptionNotFound
 from broker.subscriptions.store import (
     DEFAULT_PAGE,
     MAX_PAGE,
@@ -26,10 +26,6 @@ from broker.subscriptions.store import (
 
 # What ``show_status`` adds to a listed subscription (served by the streams module).
 StatusSource = Callable[["Subscription"], Awaitable[list[dict[str, Any]]]]
-
-
-def not_found(subscription_id: str) -> Response:
-    return problem(404, f'Subscription with id "{subscription_id}" does not exist')
 
 
 def _page_number(request: Request, name: str, default: int, low: int, high: int) -> int:
@@ -47,13 +43,8 @@ class SubscriptionApi:
         self._status = status
 
     async def create(self, request: Request) -> Response:
-        try:
-            body = await bodies.json_body(request)
-            subscription, created = await self._subscriptions.create(body)
-        except bodies.BadBody as bad:
-            return bad.response
-        except SubscriptionError as error:
-            return error.response()
+        body = await bodies.json_body(request)
+        subscription, created = await self._subscriptions.create(body)
         location = f"/subscriptions/{subscription.id}"
         headers = {"Location": location}
         if created:
@@ -64,15 +55,12 @@ class SubscriptionApi:
 
     async def index(self, request: Request) -> Response:
         query = request.query_params
-        try:
-            limit = _page_number(request, "limit", DEFAULT_PAGE, 1, MAX_PAGE)
-            offset = _page_number(request, "offset", 0, 0, 2**62)
-        except SubscriptionError as error:
-            return error.response()
+        limit = _page_number(request, "limit", DEFAULT_PAGE, 1, MAX_PAGE)
+        offset = _page_number(request, "offset", 0, 0, 2**62)
         owner = query.get("owning_application")
         event_types = query.getlist("event_type")
         if not storable([owner, *event_types]):
-            return problem(400, "owning_application and event_type must not contain NUL")
+            raise BadRequest("owning_application and event_type must not contain NUL")
         found, more = await self._subscriptions.page(owner, event_types, limit, offset)
         items = [s.body() for s in found]
         if query.get("show_status", "false").lower() == "true":
@@ -98,25 +86,21 @@ class SubscriptionApi:
         subscription_id = request.path_params["id"]
         subscription = await self._subscriptions.get(subscription_id)
         if subscription is None:
-            return not_found(subscription_id)
+            raise SubscriptionNotFound(subscription_id)
         return JSONResponse(subscription.body())
 
     async def update(self, request: Request) -> Response:
         subscription_id = request.path_params["id"]
-        try:
-            body = await bodies.json_body(request)
-            found = await self._subscriptions.update_authorization(subscription_id, body)
-        except bodies.BadBody as bad:
-            return bad.response
-        except SubscriptionError as error:
-            return error.response()
-        return Response(status_code=204) if found else not_found(subscription_id)
+        body = await bodies.json_body(request)
+        if not await self._subscriptions.update_authorization(subscription_id, body):
+            raise SubscriptionNotFound(subscription_id)
+        return Response(status_code=204)
 
     async def delete(self, request: Request) -> Response:
         subscription_id = request.path_params["id"]
-        if await self._subscriptions.delete(subscription_id):
-            return Response(status_code=204)
-        return not_found(subscription_id)
+        if not await self._subscriptions.delete(subscription_id):
+            raise SubscriptionNotFound(subscription_id)
+        return Response(status_code=204)
 
     def routes(self) -> list[BaseRoute]:
         return [

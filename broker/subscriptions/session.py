@@ -22,10 +22,11 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from broker.event_types.store import Store
 from broker.event_types.topics import EventTypeTopic
 from broker.streams.event_stream import (
     MESSAGES_PER_POLL,
@@ -46,10 +47,7 @@ from broker.subscriptions.store import (
     rebalance_partitions,
     whole_number,
 )
-from changebroker import logs
-
-if TYPE_CHECKING:
-    from broker.subscriptions.stream_api import SubscriptionStreams
+from changebroker import http, logs
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +55,7 @@ DEFAULT_MAX_UNCOMMITTED = 10
 MAX_COMMIT_TIMEOUT = 60.0
 # Streams notice notifications between polls: this bounds how late a rebalance is seen.
 SUBSCRIPTION_POLL_SECONDS = 0.1
+_DRAIN_CHECK_SECONDS = 1.0  # longest wait for a commit before looking at ``http.draining``
 
 
 @dataclass(frozen=True)
@@ -130,19 +129,26 @@ class SessionEnded(Exception):
 
 
 class Session:
-    """One stream of a subscription in this process: its Kafka consumer and its partitions."""
+    """One stream of a subscription in this process: its Kafka consumer and its partitions.
+
+    ``local_sessions`` is this process's set of open stream ids (the ones it keeps alive);
+    the session leaves it when it closes.
+    """
 
     def __init__(
         self,
-        streams: SubscriptionStreams,
+        store: Store,
+        bootstrap: str,
+        local_sessions: set[str],
         subscription: Subscription,
         stream_id: str,
         params: StreamParams,
         topics: Mapping[str, EventTypeTopic],
         changed: asyncio.Event,
     ) -> None:
-        self._streams = streams
-        self._store = streams.store
+        self._store = store
+        self._bootstrap = bootstrap
+        self._local_sessions = local_sessions
         self.subscription_id = subscription.id
         self.stream_id = stream_id
         self._params = params
@@ -163,9 +169,7 @@ class Session:
 
     # Kafka, on the session's own thread.
     def _open(self) -> None:
-        self._consumer = Consumer(
-            consumer_config(self._streams.bootstrap) | STREAM_CONSUMER_SETTINGS
-        )
+        self._consumer = Consumer(consumer_config(self._bootstrap) | STREAM_CONSUMER_SETTINGS)
 
     def _reassign(self, add: list[TopicPartition], remove: list[TopicPartition]) -> None:
         assert self._consumer is not None
@@ -390,11 +394,14 @@ class Session:
                 messages = await self._kafka(self._poll, wait, most)
             else:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), max(wake - now, 0.0))
+                    # Bounded, so a stop request (``http.draining``) is noticed soon.
+                    limit = min(wake - now, _DRAIN_CHECK_SECONDS)
+                    await asyncio.wait_for(self._changed.wait(), max(limit, 0.0))
             taken, limit_reached = self._batcher.take(messages, allowance)
             out += taken
             now = time.monotonic()
-            over = limit_reached or now >= ends_at
+            # Asked to stop: what is batched goes out, then the stream ends whole.
+            over = limit_reached or now >= ends_at or http.draining.is_set()
             # What waits fills the allowance, spread over partitions none of which has a full
             # batch: nothing more is read before a commit, so it goes now, not at the flush
             # timeout (Nakadi, reading ahead, would send as much in fuller batches).
@@ -416,7 +423,7 @@ class Session:
         if self._closed:
             return
         self._closed = True
-        self._streams.coordinator.local_sessions.discard(self.stream_id)
+        self._local_sessions.discard(self.stream_id)
         await self._kafka(self._close_consumer)
         self._executor.shutdown(wait=False)
         remaining = (

@@ -22,11 +22,10 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
-from starlette.responses import Response
 
+from broker.errors import BrokerError
 from broker.event_types.store import Store, _utc
 from broker.event_types.topics import EventTypeTopic, TopicResolver
-from broker.problems import problem
 from broker.streams.cursors import Cursor, CursorError, parse_cursor, position
 from broker.streams.watermarks import Watermarks
 from broker.subscriptions import coordination, rebalance
@@ -46,15 +45,11 @@ SESSION_RETENTION_SECONDS = 3600.0
 PartitionKey = tuple[str, int]
 
 
-class SubscriptionError(ValueError):
-    """The request cannot be served; ``status`` and ``str(error)`` make its Problem."""
+class SubscriptionError(BrokerError):
+    """The request cannot be served: ``status`` and ``detail`` make its Problem."""
 
     def __init__(self, status: int, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-
-    def response(self) -> Response:
-        return problem(self.status, str(self))
+        super().__init__(detail, status=status)
 
 
 @dataclass(frozen=True)

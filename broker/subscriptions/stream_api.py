@@ -29,13 +29,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from broker import bodies
-from broker.problems import problem
+from broker import bodies, metrics
+from broker.errors import BadRequest, Conflict, SubscriptionNotFound
 from broker.streams.api import STREAM_MEDIA_TYPE, _gzipped, _wants_gzip
 from broker.streams.cursors import OffsetFormatError, format_offset, parse_offset
-from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS, LimitError
+from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS
 from broker.streams.watermarks import Watermarks, consumer_config
-from broker.subscriptions.api import not_found
 from broker.subscriptions.coordination import ALIVE_SECONDS, Coordinator
 from broker.subscriptions.session import (
     MAX_COMMIT_TIMEOUT,
@@ -77,9 +76,12 @@ class _SessionResponse(StreamingResponse):
         self._waiter = waiter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        open_streams = metrics.open_streams.labels("subscription")
+        open_streams.inc()
         try:
             await super().__call__(scope, receive, send)
         finally:
+            open_streams.dec()
             with anyio.CancelScope(shield=True):
                 try:
                     await self._session.close()
@@ -101,47 +103,48 @@ class SubscriptionStreams:
         self.bootstrap = bootstrap
         self.watermarks = watermarks
 
-    async def _subscription(self, request: Request) -> Subscription | Response:
-        """The subscription the path names, or the 404 to answer."""
+    async def _subscription(self, request: Request) -> Subscription:
+        """The subscription the path names."""
         subscription_id = request.path_params["id"]
         found = await self.subscriptions.get(subscription_id)
-        return not_found(subscription_id) if found is None else found
+        if found is None:
+            raise SubscriptionNotFound(subscription_id)
+        return found
 
     async def stream(self, request: Request) -> Response:
         subscription = await self._subscription(request)
-        if isinstance(subscription, Response):
-            return subscription
         values: dict[str, Any] = dict(request.query_params)
         if request.method == "POST":
-            try:
-                body = await bodies.json_body(request)
-            except bodies.BadBody as bad:
-                return bad.response
+            body = await bodies.json_body(request)
             if not isinstance(body, dict):
-                return problem(400, "the body must be an object of stream parameters")
+                raise BadRequest("the body must be an object of stream parameters")
             values.update(body)
-        try:
-            params = parse_params(values)
-            topics = await self.subscriptions.topics(subscription.event_types)
-        except LimitError as error:
-            return problem(422, str(error))
-        except SubscriptionError as error:
-            return error.response()
+        params = parse_params(values)
+        topics = await self.subscriptions.topics(subscription.event_types)
         stream_id = str(uuid.uuid4())
         waiter = contextlib.ExitStack()
         # Listening before the session exists: no notification about it can be missed.
         changed = waiter.enter_context(self.coordinator.waiter(subscription.id))
         try:
             await self._open_session(subscription, stream_id, params)
-        except SubscriptionError as error:
+        except SubscriptionError:
             waiter.close()
-            return error.response()
+            raise
         self.coordinator.local_sessions.add(stream_id)
         log.info(
             "subscription stream started",
             extra=logs.fields(subscription_id=subscription.id, stream_id=stream_id),
         )
-        session = Session(self, subscription, stream_id, params, topics, changed)
+        session = Session(
+            self.store,
+            self.bootstrap,
+            self.coordinator.local_sessions,
+            subscription,
+            stream_id,
+            params,
+            topics,
+            changed,
+        )
         return _SessionResponse(session, waiter, _wants_gzip(request))
 
     async def _open_session(
@@ -198,22 +201,18 @@ class SubscriptionStreams:
 
     async def commit(self, request: Request) -> Response:
         subscription = await self._subscription(request)
-        if isinstance(subscription, Response):
-            return subscription
         stream_id = request.headers.get(STREAM_ID_HEADER)
         if not stream_id:
-            return problem(400, f"the {STREAM_ID_HEADER} header is required to commit")
-        try:
-            body = await bodies.json_body(request)
-            items = _cursor_items(body, subscription, with_token=True)
-        except bodies.BadBody as bad:
-            return bad.response
-        except SubscriptionError as error:
-            return error.response()
+            raise BadRequest(f"the {STREAM_ID_HEADER} header is required to commit")
+        body = await bodies.json_body(request)
+        items = _cursor_items(body, subscription, with_token=True)
         try:
             results = await self._commit(subscription, stream_id, items)
-        except SubscriptionError as error:
-            return error.response()
+        except SubscriptionError:
+            metrics.cursor_commits.labels("rejected").inc(len(items))
+            raise
+        for result in results:
+            metrics.cursor_commits.labels(result).inc()
         if all(r == "committed" for r in results):
             return Response(status_code=204)
         return JSONResponse(
@@ -294,8 +293,6 @@ class SubscriptionStreams:
 
     async def cursors(self, request: Request) -> Response:
         subscription = await self._subscription(request)
-        if isinstance(subscription, Response):
-            return subscription
         async with self.store.pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT event_type, partition, committed FROM broker_subscription_partitions"
@@ -322,23 +319,16 @@ class SubscriptionStreams:
     async def reset(self, request: Request) -> Response:
         """PATCH cursors: streams are closed, offsets set, new streams get 409 until they ended."""
         subscription = await self._subscription(request)
-        if isinstance(subscription, Response):
-            return subscription
-        try:
-            body = await bodies.json_body(request)
-            items = _cursor_items(body, subscription, with_token=False)
-            topics = await self.subscriptions.topics(subscription.event_types)
-            positions = await self.subscriptions.start_positions(topics, items)
-        except bodies.BadBody as bad:
-            return bad.response
-        except SubscriptionError as error:
-            return error.response()
+        body = await bodies.json_body(request)
+        items = _cursor_items(body, subscription, with_token=False)
+        topics = await self.subscriptions.topics(subscription.event_types)
+        positions = await self.subscriptions.start_positions(topics, items)
         with self.coordinator.waiter(subscription.id) as changed:
             async with locked(self.store, subscription.id) as (conn, row):
                 if row is None:
-                    return not_found(subscription.id)
+                    raise SubscriptionNotFound(subscription.id)
                 if row["resetting"]:
-                    return problem(409, "Cursors reset is already in progress for the subscription")
+                    raise Conflict("Cursors reset is already in progress for the subscription")
                 await self.subscriptions.initialise(conn, subscription)
                 async with conn.cursor() as cur:
                     await cur.executemany(
@@ -438,8 +428,6 @@ class SubscriptionStreams:
 
     async def stats(self, request: Request) -> Response:
         subscription = await self._subscription(request)
-        if isinstance(subscription, Response):
-            return subscription
         items = await self.status(subscription)
         committed = {
             (r["event_type"], r["partition"]): r["committed"]

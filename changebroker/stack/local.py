@@ -40,6 +40,7 @@ from changeserver.sequence import Sequence
 log = logging.getLogger(__name__)
 
 REPLAY = "replay"  # the scheduled replay's service name (pid and log files)
+SUPERVISOR = "supervisor"  # ``changebroker supervise``'s pid and log files
 
 
 @dataclass
@@ -76,6 +77,10 @@ class Service:
     status_url: str | None = None
     command: str | None = None  # when several processes of one service have names of their own
 
+    @property
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "changebroker.cli", self.command or self.name, *self.args]
+
 
 @dataclass
 class LocalStack:
@@ -89,6 +94,9 @@ class LocalStack:
     # None: as recorded by the last ``up`` (one of each before any).
     kafka_nodes: int | None = None
     broker_processes: int | None = None
+    # Ports our services reach Postgres, the registry, the changeserver and the broker at,
+    # when something sits in between (the fault campaign's proxies); else their own ports.
+    links: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, state: StateDir, ports: Ports) -> LocalStack:
@@ -158,14 +166,26 @@ class LocalStack:
         """Where the replay writes snapshots and the changeserver serves them from."""
         return self.state.root / "snapshots"
 
+    def _reach(self, name: str, port: int) -> str:
+        """How a service reaches another service ``name`` listening on ``port``."""
+        return f"http://127.0.0.1:{self.links.get(name, port)}"
+
+    def _linked_dsn(self, dsn: str) -> str:
+        """``dsn`` as our services reach it (through the Postgres link, if there is one)."""
+        link = self.links.get("postgres")
+        if link is None or self.external_pg_dsn:
+            return dsn
+        return dsn.replace(f":{self.ports.postgres}/", f":{link}/")
+
     def services(self) -> list[Service]:
         """Our services in start order: the registry before the broker that uses it."""
         p = self.ports
         loopback = "http://127.0.0.1"
+        meta_dsn = self._linked_dsn(self.meta_dsn)
         return [
             Service(
                 "registry",
-                ["--port", str(p.registry), "--pg-url", self.meta_dsn],
+                ["--port", str(p.registry), "--pg-url", meta_dsn],
                 f"{loopback}:{p.registry}",
                 f"{loopback}:{p.registry}/health",
             ),
@@ -194,11 +214,11 @@ class LocalStack:
                     "--port",
                     str(p.bridge),
                     "--meta-pg-url",
-                    self.meta_dsn,
+                    meta_dsn,
                     "--changeserver-url",
-                    f"{loopback}:{p.changeserver}",
+                    self._reach("changeserver", p.changeserver),
                     "--broker-url",
-                    f"{loopback}:{p.broker}",
+                    self._reach("broker", p.broker),
                 ],
                 f"{loopback}:{p.bridge}",
                 f"{loopback}:{p.bridge}/health",
@@ -230,16 +250,17 @@ class LocalStack:
     def _broker_services(self) -> list[Service]:
         """One broker on the broker port, or several on their own ports behind HAProxy."""
         loopback = "http://127.0.0.1"
-        registry = ["--registry-url", f"{loopback}:{self.ports.registry}"]
+        registry = ["--registry-url", self._reach("registry", self.ports.registry)]
+        meta_dsn = self._linked_dsn(self.meta_dsn)
         layout = self.layout()
         if layout.broker_processes == 1:
             port = self.ports.broker
-            args = ["--port", str(port), "--pg-url", self.meta_dsn, *registry]
+            args = ["--port", str(port), "--pg-url", meta_dsn, *registry]
             return [Service("broker", args, f"{loopback}:{port}", f"{loopback}:{port}/health")]
         return [
             Service(
                 f"broker-{i}",
-                ["--port", str(port), "--pg-url", self.meta_dsn, *registry],
+                ["--port", str(port), "--pg-url", meta_dsn, *registry],
                 f"{loopback}:{port}",
                 f"{loopback}:{port}/health",
                 command="broker",
@@ -257,7 +278,7 @@ class LocalStack:
         ]
         return [Service(REPLAY, args, "", None)]
 
-    def up(self, *, with_services: bool = True) -> dict[str, Any]:
+    def up(self, *, with_services: bool = True, supervise: bool = False) -> dict[str, Any]:
         layout = self._record_layout()
         if not self.external_pg_dsn:
             self.postgres.start()
@@ -265,17 +286,66 @@ class LocalStack:
             self.kafka.start()
         if with_services:
             for service in self.services():
-                self._start_service(service)
+                self.start_service(service)
                 if service.name == f"broker-{layout.broker_processes}":
                     self.load_balancer.start()  # before the bridge, which uses the broker port
+        if supervise:
+            self._start_supervisor()
         endpoints = self.status()
         (self.state.run / "stack.json").write_text(json.dumps(endpoints, indent=2))
         return endpoints
 
+    def save(self) -> None:
+        """What ``supervise`` needs to start the same parts again: ``load`` reads it."""
+        spec = {
+            "root": str(self.state.root),
+            "cache_root": str(self.state.cache_root) if self.state.cache_root else None,
+            "ports": asdict(self.ports),
+            "external_pg_dsn": self.external_pg_dsn,
+            "external_kafka": self.external_kafka,
+            "external_meta_dsn": self.external_meta_dsn,
+            "durable": self.durable,
+            "replay_every": self.replay_every,
+            "links": self.links,
+        }
+        (self.state.run / "stack-spec.json").write_text(json.dumps(spec, indent=2))
+
+    @classmethod
+    def load(cls, state: StateDir) -> LocalStack:
+        """The stack ``up`` last started in ``state`` (its ``save``; the layout beside it)."""
+        path = state.run / "stack-spec.json"
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: start the stack with `changebroker up`")
+        spec = json.loads(path.read_text())
+        cache_root = spec["cache_root"]
+        return cls(
+            state=StateDir(Path(spec["root"]), Path(cache_root) if cache_root else None),
+            ports=Ports(**spec["ports"]),
+            external_pg_dsn=spec["external_pg_dsn"],
+            external_kafka=spec["external_kafka"],
+            external_meta_dsn=spec["external_meta_dsn"],
+            durable=spec["durable"],
+            replay_every=spec["replay_every"],
+            links=spec["links"],
+        )
+
+    def _start_supervisor(self) -> None:
+        self.save()
+        pid_file = self.state.pid_file(SUPERVISOR)
+        if read_pid(pid_file) is None:
+            command = ["supervise", "--state-dir", str(self.state.root)]
+            start_detached(
+                [sys.executable, "-m", "changebroker.cli", *command],
+                log_file=self.state.log_file(SUPERVISOR),
+                pid_file=pid_file,
+            )
+
     def down(self, *, purge: bool = False) -> list[str]:
+        # First the supervisor, or it would start again what this stops.
+        stopped = [SUPERVISOR] if stop_pid(self.state.pid_file(SUPERVISOR)) else []
         # The scheduled replay whether or not this ``down`` was told about it.
         names = [REPLAY, *(s.name for s in reversed(self.services()) if s.name != REPLAY)]
-        stopped = [name for name in names if stop_pid(self.state.pid_file(name))]
+        stopped += [name for name in names if stop_pid(self.state.pid_file(name))]
         if self.load_balancer.stop():
             stopped.append("loadbalancer")
         if not self.external_kafka:
@@ -321,35 +391,40 @@ class LocalStack:
             pid = read_pid(self.state.pid_file(service.name))
             if pid is not None:
                 result[service.name] = {"url": service.base_url, "pid": pid}
+                if service.ready_url:
+                    # Running is not serving: a frozen or cut-off service is not ready.
+                    result[service.name]["ready"] = answers(service.ready_url)
                 if service.status_url:
                     result[service.name]["status"] = _json(service.status_url)
         replay_pid = read_pid(self.state.pid_file(REPLAY))
         if replay_pid is not None:
             result[REPLAY] = {"pid": replay_pid, "log": str(self.state.log_file(REPLAY))}
+        supervisor_pid = read_pid(self.state.pid_file(SUPERVISOR))
+        if supervisor_pid is not None:
+            from changebroker.stack.supervisor import load_records
+
+            result[SUPERVISOR] = {"pid": supervisor_pid, "parts": load_records(self) or {}}
         bridge_status = result.get("bridge", {}).get("status") or {}
         snapshot = newest_snapshot(self.snapshots_dir, bridge_status.get("position"))
         if snapshot is not None and result:  # beside a running stack: its data, not a process
             result["snapshot"] = snapshot
         return result
 
-    def _start_service(self, service: Service) -> None:
+    def start_service(self, service: Service, *, wait: bool = True) -> None:
+        """Start ``service`` unless it runs; with ``wait``, until it answers its ready URL."""
         pid_file = self.state.pid_file(service.name)
         if read_pid(pid_file) is None:
             start_detached(
-                [
-                    sys.executable,
-                    "-m",
-                    "changebroker.cli",
-                    service.command or service.name,
-                    *service.args,
-                ],
+                service.argv,
                 log_file=self.state.log_file(service.name),
                 pid_file=pid_file,
                 env={
-                    "CHANGEBROKER_PG_DSN": self.pg_dsn,
+                    "CHANGEBROKER_PG_DSN": self._linked_dsn(self.pg_dsn),
                     "CHANGEBROKER_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
                 },
             )
+        if not wait:
+            return
         ready_url = service.ready_url
         wait_until(
             lambda: (ready_url is None or answers(ready_url)) and read_pid(pid_file) is not None,

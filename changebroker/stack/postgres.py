@@ -18,7 +18,7 @@ import psycopg
 
 from changebroker import logs
 from changebroker.config import DEFAULT_DATABASE, DEFAULT_META_DATABASE
-from changebroker.stack.processes import port_open, wait_until
+from changebroker.stack.processes import port_open, read_pid, wait_until
 from changebroker.stack.state import StateDir
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,10 @@ class LocalPostgres:
 
     def running(self) -> bool:
         return (self.data_dir / "postmaster.pid").exists() and port_open(self.host, self.port)
+
+    def pid(self) -> int | None:
+        """The postmaster's pid while it runs (frozen counts: it may thaw), else None."""
+        return read_pid(self.data_dir / "postmaster.pid")
 
     def start(self) -> None:
         bin_dir = ensure_installed()

@@ -23,18 +23,33 @@ def answers(url: str) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie (exited, not yet reaped by its parent) does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    # A zombie child still answers kill(0); reap it so it counts as gone.
+    # A zombie child of ours still answers kill(0); reap it so it counts as gone.
     try:
         done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
+        if done != 0:
+            return False
     except ChildProcessError:
-        return True
+        pass
+    # Another parent's zombie (a SIGKILLed service its parent has not reaped yet) is gone too:
+    # counting it as running made ``up`` wait for it instead of starting a new one.
+    return process_state(pid) != "Z"
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter in ``/proc/<pid>/stat`` (R, S, T stopped, Z zombie); None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            # The command name, in parentheses, may itself hold spaces and parentheses.
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
 
 
 def read_pid(pid_file: Path) -> int | None:

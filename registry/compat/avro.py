@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from registry.compat.model import SchemaError, Violation
+from registry.compat.rules import Rule
 
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 
@@ -299,7 +300,7 @@ def avro_violations(reader: Any, writer: Any) -> list[Violation]:
     try:
         return _Resolution().read(reader_node, writer_node, "#")
     except RecursionError:
-        return [Violation("#", "schema-too-deep", "the schemas nest too deeply to compare")]
+        return [Violation("#", Rule.SCHEMA_TOO_DEEP, "the schemas nest too deeply to compare")]
 
 
 def _names_match(reader: Node, writer: Node) -> bool:
@@ -338,7 +339,7 @@ class _Resolution:
             return [
                 Violation(
                     path,
-                    "union-branch-missing",
+                    Rule.UNION_BRANCH_MISSING,
                     f"the writer may write {writer.describe()}, which no branch of the reader's"
                     " union can read",
                 )
@@ -349,7 +350,7 @@ class _Resolution:
             return [
                 Violation(
                     path,
-                    "type-mismatch",
+                    Rule.TYPE_MISMATCH,
                     f"the writer writes {writer.describe()}, which the reader's"
                     f" {reader.describe()} cannot read",
                 )
@@ -358,7 +359,7 @@ class _Resolution:
             return [
                 Violation(
                     f"{path}/name",
-                    "name-mismatch",
+                    Rule.NAME_MISMATCH,
                     f"the reader's {reader.kind} {reader.fullname} does not match the writer's"
                     f" {writer.fullname}; add an alias to the reader to rename it",
                 )
@@ -381,7 +382,7 @@ class _Resolution:
             return [
                 Violation(
                     f"{path}/symbols",
-                    "enum-symbol-missing",
+                    Rule.ENUM_SYMBOL_MISSING,
                     f"the writer may write symbol {symbol!r} of {writer.fullname}, which the"
                     " reader's enum lacks and has no default for",
                 )
@@ -392,7 +393,7 @@ class _Resolution:
             return [
                 Violation(
                     f"{path}/size",
-                    "fixed-size-changed",
+                    Rule.FIXED_SIZE_CHANGED,
                     f"the writer's fixed {writer.fullname} has {writer.size} bytes, the reader's"
                     f" {reader.size}",
                 )
@@ -414,7 +415,7 @@ class _Resolution:
                 found.append(
                     Violation(
                         where,
-                        "field-ambiguous",
+                        Rule.FIELD_AMBIGUOUS,
                         f"the reader's field {reader_field.name!r} matches the writer's fields"
                         f" {' and '.join(repr(m.name) for m in matched)} of {writer.fullname} by"
                         " name or alias; keep one of them in its name and aliases",
@@ -426,7 +427,7 @@ class _Resolution:
                 found.append(
                     Violation(
                         where,
-                        "field-without-default",
+                        Rule.FIELD_WITHOUT_DEFAULT,
                         f"the reader's field {reader_field.name!r} is missing from the writer's"
                         f" {writer.fullname} and has no default",
                     )

@@ -29,6 +29,7 @@ from jsonschema.protocols import Validator as ValidatorProtocol
 from referencing.exceptions import Unresolvable
 
 from registry.compat.model import Violation
+from registry.compat.rules import Rule
 
 # Keywords that never change which documents are valid.
 ANNOTATIONS = frozenset(
@@ -101,18 +102,18 @@ _ALL_TYPES = frozenset({"null", "boolean", "object", "array", "number", "integer
 _NUMERIC = frozenset({"number", "integer"})
 
 # (keyword, rule, is_lower_bound) for the plain integer bounds of strings, arrays and objects.
-_SIZE_BOUNDS: dict[str, list[tuple[str, str, bool]]] = {
+_SIZE_BOUNDS: dict[str, list[tuple[str, Rule, bool]]] = {
     "string": [
-        ("minLength", "min-length-tightened", True),
-        ("maxLength", "max-length-tightened", False),
+        ("minLength", Rule.MIN_LENGTH_TIGHTENED, True),
+        ("maxLength", Rule.MAX_LENGTH_TIGHTENED, False),
     ],
     "array": [
-        ("minItems", "min-items-tightened", True),
-        ("maxItems", "max-items-tightened", False),
+        ("minItems", Rule.MIN_ITEMS_TIGHTENED, True),
+        ("maxItems", Rule.MAX_ITEMS_TIGHTENED, False),
     ],
     "object": [
-        ("minProperties", "min-properties-tightened", True),
-        ("maxProperties", "max-properties-tightened", False),
+        ("minProperties", Rule.MIN_PROPERTIES_TIGHTENED, True),
+        ("maxProperties", Rule.MAX_PROPERTIES_TIGHTENED, False),
     ],
 }
 
@@ -129,7 +130,7 @@ def json_schema_violations(reader: Mapping[str, Any], writer: Mapping[str, Any])
         return [
             Violation(
                 "#",
-                "schema-too-deep",
+                Rule.SCHEMA_TOO_DEEP,
                 "the schemas nest too deeply to compare; flatten them with definitions and $ref",
             )
         ]
@@ -137,6 +138,22 @@ def json_schema_violations(reader: Mapping[str, Any], writer: Mapping[str, Any])
     for violation in found:
         unique.setdefault((violation.path, violation.rule, violation.message), violation)
     return list(unique.values())
+
+
+# Where a schema holds subschemas: maps of them, lists of them, and one subschema.
+SCHEMA_MAPS = ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas")
+SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+SCHEMA_VALUES = (
+    "items",
+    "additionalItems",
+    "additionalProperties",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "propertyNames",
+)
 
 
 def strip_annotations(schema: Any) -> Any:
@@ -149,27 +166,15 @@ def strip_annotations(schema: Any) -> Any:
             continue
         if key.startswith("x-"):
             continue
-        if key in ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas"):
+        if key in SCHEMA_MAPS:
             out[key] = (
                 {k: strip_annotations(v) for k, v in value.items()}
                 if isinstance(value, Mapping)
                 else value
             )
-        elif key in ("allOf", "anyOf", "oneOf", "prefixItems") or (
-            key == "items" and isinstance(value, list)
-        ):
+        elif key in SCHEMA_LISTS or (key == "items" and isinstance(value, list)):
             out[key] = [strip_annotations(v) for v in value] if isinstance(value, list) else value
-        elif key in (
-            "items",
-            "additionalItems",
-            "additionalProperties",
-            "not",
-            "if",
-            "then",
-            "else",
-            "contains",
-            "propertyNames",
-        ):
+        elif key in SCHEMA_VALUES:
             out[key] = strip_annotations(value)
         else:
             out[key] = value
@@ -346,7 +351,7 @@ class _Comparison:
             return [
                 Violation(
                     path,
-                    "ref-unresolved",
+                    Rule.REF_UNRESOLVED,
                     f"the reader refers to {r['$ref']!r}, which is not a local definition,"
                     " so nothing can be promised about it",
                 ),
@@ -367,7 +372,7 @@ class _Comparison:
             return [
                 Violation(
                     path,
-                    "schema-false",
+                    Rule.SCHEMA_FALSE,
                     "the reader accepts nothing here but the writer allows values",
                 ),
             ]
@@ -377,7 +382,7 @@ class _Comparison:
             return [
                 Violation(
                     path,
-                    "schema-invalid",
+                    Rule.SCHEMA_INVALID,
                     "a schema here is neither an object nor a boolean; fix the schema",
                 )
             ]
@@ -434,7 +439,7 @@ class _Comparison:
                 found.append(
                     Violation(
                         _pointer(path, "not"),
-                        "not-overlaps",
+                        Rule.NOT_OVERLAPS,
                         "the reader's 'not' may exclude documents the writer allows",
                     )
                 )
@@ -442,7 +447,7 @@ class _Comparison:
             found.append(
                 Violation(
                     _pointer(path, "if"),
-                    "conditional-changed",
+                    Rule.CONDITIONAL_CHANGED,
                     "the reader's if/then/else differs from the writer's, so documents the"
                     " writer allows may fail it",
                 )
@@ -526,7 +531,7 @@ class _Comparison:
                 found.append(
                     Violation(
                         _pointer(path, keyword),
-                        "enum-value-removed",
+                        Rule.ENUM_VALUE_REMOVED,
                         f"the writer allows {shown}, which the reader's enum no longer lists",
                     )
                 )
@@ -534,7 +539,7 @@ class _Comparison:
                 found.append(
                     Violation(
                         path,
-                        "value-rejected",
+                        Rule.VALUE_REJECTED,
                         f"the writer allows {shown}, which the reader's schema rejects",
                     )
                 )
@@ -554,7 +559,7 @@ class _Comparison:
             return [
                 Violation(
                     path,
-                    "union-unmatched",
+                    Rule.UNION_UNMATCHED,
                     "no branch of the reader's union accepts everything the writer allows"
                     f" (closest: {closest[0].message} at {closest[0].path})",
                 )
@@ -566,7 +571,7 @@ class _Comparison:
                     return [
                         Violation(
                             path,
-                            "one-of-ambiguous",
+                            Rule.ONE_OF_AMBIGUOUS,
                             f"documents the writer allows may match both branch {chosen} and"
                             f" branch {other} of the reader's oneOf, which then rejects them",
                         )
@@ -616,7 +621,7 @@ class _Comparison:
                 found.append(
                     Violation(
                         _pointer(path, "type"),
-                        "type-narrowed",
+                        Rule.TYPE_NARROWED,
                         f"the reader accepts only {_listing(reader_types)} but the writer allows"
                         " any type",
                     )
@@ -627,7 +632,7 @@ class _Comparison:
                     found.append(
                         Violation(
                             _pointer(path, "type"),
-                            "type-narrowed",
+                            Rule.TYPE_NARROWED,
                             f"the writer allows {_listing(missing)}, which the reader's type"
                             f" {_listing(reader_types)} rejects",
                         )
@@ -641,7 +646,7 @@ class _Comparison:
             found.append(
                 Violation(
                     _pointer(path, "enum" if "enum" in r else "const"),
-                    "enum-added",
+                    Rule.ENUM_ADDED,
                     "the reader allows only a fixed set of values but the writer does not limit"
                     " them",
                 )
@@ -666,7 +671,7 @@ class _Comparison:
                 found.append(
                     Violation(
                         _pointer(path, keyword),
-                        "constraint-changed",
+                        Rule.CONSTRAINT_CHANGED,
                         f"the reader's {keyword!r} depends on every keyword beside it, so this"
                         " engine accepts it only where the reader and writer are identical",
                     )
@@ -677,7 +682,7 @@ class _Comparison:
                 found.append(
                     Violation(
                         _pointer(path, keyword),
-                        "constraint-changed",
+                        Rule.CONSTRAINT_CHANGED,
                         f"the reader's {keyword!r} differs from the writer's; this engine only"
                         " accepts it unchanged",
                     )
@@ -695,7 +700,7 @@ class _Comparison:
             found.append(
                 Violation(
                     _pointer(path, r_low[2]),
-                    "minimum-tightened",
+                    Rule.MINIMUM_TIGHTENED,
                     f"the reader requires values {'>' if r_low[1] else '>='} {r_low[0]} but the"
                     f" writer allows {_bound_text(w_low, 'lower')}",
                 )
@@ -707,7 +712,7 @@ class _Comparison:
             found.append(
                 Violation(
                     _pointer(path, r_up[2]),
-                    "maximum-tightened",
+                    Rule.MAXIMUM_TIGHTENED,
                     f"the reader requires values {'<' if r_up[1] else '<='} {r_up[0]} but the"
                     f" writer allows {_bound_text(w_up, 'upper')}",
                 )
@@ -716,7 +721,7 @@ class _Comparison:
             found.append(
                 Violation(
                     _pointer(path, "multipleOf"),
-                    "multiple-of-changed",
+                    Rule.MULTIPLE_OF_CHANGED,
                     f"the reader requires multiples of {r['multipleOf']}, which the writer's"
                     f" values (multipleOf {w.get('multipleOf', 'unset')}) need not be",
                 )
@@ -729,7 +734,7 @@ class _Comparison:
             found.append(
                 Violation(
                     _pointer(path, "pattern"),
-                    "pattern-changed",
+                    Rule.PATTERN_CHANGED,
                     f"the reader requires pattern {r['pattern']!r} but the writer's strings"
                     f" follow {w.get('pattern', 'no pattern')!r}",
                 )
@@ -738,7 +743,7 @@ class _Comparison:
             found.append(
                 Violation(
                     _pointer(path, "format"),
-                    "format-changed",
+                    Rule.FORMAT_CHANGED,
                     f"the reader requires format {r['format']!r} but the writer's strings have"
                     f" format {w.get('format', 'unset')!r}",
                 )
@@ -767,7 +772,7 @@ class _Comparison:
                 found.append(
                     Violation(
                         where,
-                        "additional-items-rejected",
+                        Rule.ADDITIONAL_ITEMS_REJECTED,
                         f"the writer allows an item at position {index} that the reader rejects",
                     )
                 )
@@ -777,7 +782,7 @@ class _Comparison:
             found.append(
                 Violation(
                     _pointer(path, rest_key),
-                    "additional-items-rejected",
+                    Rule.ADDITIONAL_ITEMS_REJECTED,
                     f"the writer allows more than {len(w_fixed)} items but the reader rejects"
                     f" items after position {len(r_fixed) - 1}",
                 )
@@ -788,7 +793,7 @@ class _Comparison:
             found.append(
                 Violation(
                     _pointer(path, "uniqueItems"),
-                    "unique-items-added",
+                    Rule.UNIQUE_ITEMS_ADDED,
                     "the reader requires unique items but the writer allows duplicates",
                 )
             )
@@ -818,7 +823,7 @@ class _Comparison:
                         found.append(
                             Violation(
                                 where,
-                                "property-constrained",
+                                Rule.PROPERTY_CONSTRAINED,
                                 f"the writer does not declare {name!r} and its open content model"
                                 " allows any value there, which the reader constrains",
                             )
@@ -836,7 +841,7 @@ class _Comparison:
                 found.append(
                     Violation(
                         where,
-                        "property-rejected",
+                        Rule.PROPERTY_REJECTED,
                         f"the writer allows property {name!r}, which the reader's closed content"
                         " model (additionalProperties: false) rejects",
                     )
@@ -867,7 +872,7 @@ class _Comparison:
                 found.append(
                     Violation(
                         _pointer(path, "additionalProperties"),
-                        "additional-properties-closed",
+                        Rule.ADDITIONAL_PROPERTIES_CLOSED,
                         f"the writer allows {allowed}, which the reader's closed content model"
                         " rejects",
                     )
@@ -884,7 +889,7 @@ class _Comparison:
                 found.append(
                     Violation(
                         _pointer(path, "required"),
-                        "required-added",
+                        Rule.REQUIRED_ADDED,
                         f"the reader requires {name!r}, which the writer may omit",
                     )
                 )
@@ -986,7 +991,7 @@ def _size_bound(
     w: Mapping[str, Any],
     path: str,
     keyword: str,
-    rule: str,
+    rule: Rule,
     is_lower: bool,
 ) -> list[Violation]:
     if keyword not in r:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from registry.compat.rules import Rule
+
 
 class Mode(enum.StrEnum):
-    """OpenSchema compatibility settings (seed 004, chapter 2)."""
+    """OpenSchema compatibility settings (docs/specs/openschema-spec-cn.txt, chapter 2)."""
 
     BACKWARD = "BACKWARD"
     BACKWARD_TRANSITIVE = "BACKWARD_TRANSITIVE"
@@ -28,7 +30,7 @@ class Violation:
     """One reason a reader cannot read what a writer may produce."""
 
     path: str  # JSON-pointer style location in the schema, e.g. "#/properties/price/type"
-    rule: str  # stable kebab-case id, e.g. "type-narrowed"
+    rule: Rule  # what was broken, from the table in rules.py (e.g. "type-narrowed")
     message: str  # one sentence a person understands
 
 

@@ -9,6 +9,7 @@ from registry.compat.avro import avro_violations
 from registry.compat.avro import parse as parse_avro
 from registry.compat.json_schema import json_schema_violations
 from registry.compat.model import Mode, SchemaError, Violation
+from registry.compat.rules import Rule
 
 Format = Literal["JSON", "AVRO"]
 
@@ -74,7 +75,7 @@ def _invalid_now(old: Any, label: str, fmt: Format) -> Violation | None:
     except SchemaError as error:
         return Violation(
             "#",
-            "schema-invalid",
+            Rule.SCHEMA_INVALID,
             f"{label} is not a valid schema by the current rules ({error}); set the subject's"
             " compatibility to NONE to register past it",
         )

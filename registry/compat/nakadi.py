@@ -1,9 +1,9 @@
 """Nakadi's compatibility modes and semantic schema versions, through the engine.
 
-Nakadi (seeds 001 and 003): title/description changes are PATCH, added
-properties MINOR (in forward mode also narrowings old consumers survive), all
-else MAJOR; ``compatible`` and ``forward`` reject MAJOR changes, ``none``
-accepts anything.
+Nakadi (docs/specs/nakadi-manual.txt, nakadi-event-types.txt): title/description
+changes are PATCH, added properties MINOR (in forward mode also narrowings old
+consumers survive), all else MAJOR; ``compatible`` and ``forward`` reject MAJOR
+changes, ``none`` accepts anything.
 
 * forward: consumers on the old schema read events of the new one, ignoring
   undeclared attributes: the old schema as written reads the new one.
@@ -21,27 +21,21 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
-from registry.compat.json_schema import json_schema_violations, strip_annotations
+from registry.compat.json_schema import (
+    SCHEMA_LISTS,
+    SCHEMA_MAPS,
+    SCHEMA_VALUES,
+    json_schema_violations,
+    strip_annotations,
+)
 from registry.compat.model import Evolution, Level, Violation
+from registry.compat.rules import Rule
 
 NakadiMode = Literal["compatible", "forward", "none"]
 
-# Seed 001: "the following json-schema attributes are not supported" in compatible mode.
+# "the following json-schema attributes are not supported" in compatible mode
+# (docs/specs/nakadi-manual.txt).
 COMPATIBLE_UNSUPPORTED = ("additionalProperties", "additionalItems", "not", "patternProperties")
-
-_SCHEMA_MAPS = ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas")
-_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
-_SCHEMA_VALUES = (
-    "items",
-    "additionalItems",
-    "additionalProperties",
-    "not",
-    "if",
-    "then",
-    "else",
-    "contains",
-    "propertyNames",
-)
 
 
 def subschemas(schema: Any, path: str = "#") -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -49,16 +43,16 @@ def subschemas(schema: Any, path: str = "#") -> Iterator[tuple[str, Mapping[str,
     if not isinstance(schema, Mapping):
         return
     yield path, schema
-    for key in _SCHEMA_MAPS:
+    for key in SCHEMA_MAPS:
         if isinstance(schema.get(key), Mapping):
             for name, child in schema[key].items():
                 escaped = name.replace("~", "~0").replace("/", "~1")
                 yield from subschemas(child, f"{path}/{key}/{escaped}")
-    for key in _SCHEMA_LISTS:
+    for key in SCHEMA_LISTS:
         if isinstance(schema.get(key), list):
             for index, child in enumerate(schema[key]):
                 yield from subschemas(child, f"{path}/{key}/{index}")
-    for key in _SCHEMA_VALUES:
+    for key in SCHEMA_VALUES:
         child = schema.get(key)
         if isinstance(child, list):
             for index, item in enumerate(child):
@@ -73,11 +67,11 @@ def closed(schema: Any) -> Any:
         return schema
     out: dict[str, Any] = {}
     for key, value in schema.items():
-        if key in _SCHEMA_MAPS and isinstance(value, Mapping):
+        if key in SCHEMA_MAPS and isinstance(value, Mapping):
             out[key] = {name: closed(child) for name, child in value.items()}
-        elif key in _SCHEMA_LISTS and isinstance(value, list):
+        elif key in SCHEMA_LISTS and isinstance(value, list):
             out[key] = [closed(child) for child in value]
-        elif key in _SCHEMA_VALUES:
+        elif key in SCHEMA_VALUES:
             out[key] = [closed(v) for v in value] if isinstance(value, list) else closed(value)
         else:
             out[key] = value
@@ -102,7 +96,7 @@ def unsupported_keywords(schema: Mapping[str, Any]) -> list[Violation]:
     return [
         Violation(
             f"{path}/{keyword}",
-            "keyword-not-supported",
+            Rule.KEYWORD_NOT_SUPPORTED,
             f"{keyword!r} is not supported in compatible mode; remove it (undeclared"
             " attributes are already rejected)",
         )

@@ -11,8 +11,8 @@ from confluent_kafka import Producer
 
 from changebroker import kafka
 from changebroker.stack.processes import wait_until
-from tests.bridge.conftest import Rebuilt, Stack
 from tests.broker.subscription_support import Stream, commit, create
+from tests.support.bridge_stack import Rebuilt, Stack
 
 TABLES = """
 CREATE TABLE items (

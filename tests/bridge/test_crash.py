@@ -20,7 +20,7 @@ import psycopg
 from changebroker.stack.kafka import LocalKafka
 from changebroker.stack.processes import free_port, pid_alive, read_pid, wait_until
 from changebroker.stack.state import StateDir
-from tests.bridge.conftest import Stack, rebuilding
+from tests.support.bridge_stack import Stack, rebuilding
 from tests.support.services import CACHE
 
 TABLES = """

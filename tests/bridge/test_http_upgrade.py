@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from tests.bridge.conftest import Stack
+from tests.support.bridge_stack import Stack
 from tests.support.raw_http import jdk_exchange
 
 

@@ -10,7 +10,7 @@ import httpx
 import psycopg
 
 from changebroker.stack.processes import wait_until
-from tests.bridge.conftest import Rebuilt, Stack
+from tests.support.bridge_stack import Rebuilt, Stack
 
 
 def test_outbox_inserts_become_events_in_order_per_key(stack: Stack, rebuilt: Rebuilt) -> None:

@@ -14,7 +14,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from changebroker.stack.processes import wait_until
-from tests.bridge.conftest import Rebuilt, Stack
+from tests.support.bridge_stack import Rebuilt, Stack
 from tests.support.spark_cluster import LOOPBACK_ENV, standalone_cluster
 
 pytestmark = pytest.mark.spark

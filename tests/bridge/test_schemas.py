@@ -10,7 +10,7 @@ import httpx
 
 from broker.event_types.store import SUBJECT_NAMESPACE, SUBJECT_TENANT
 from changebroker.stack.processes import wait_until
-from tests.bridge.conftest import Rebuilt, Stack
+from tests.support.bridge_stack import Rebuilt, Stack
 
 TABLES = """
 CREATE TABLE people (id int PRIMARY KEY, name text NOT NULL,

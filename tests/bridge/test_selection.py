@@ -8,7 +8,7 @@ import httpx
 import psycopg
 
 from changebroker.stack.processes import wait_until
-from tests.bridge.conftest import Rebuilt, Stack
+from tests.support.bridge_stack import Rebuilt, Stack
 
 TABLES = """
 CREATE SCHEMA sales;

@@ -19,8 +19,8 @@ import psycopg
 
 from changebroker import cli
 from changebroker.stack.processes import wait_until
-from tests.bridge.conftest import Rebuilt, Stack, rebuilding
 from tests.broker.subscription_support import commit, create
+from tests.support.bridge_stack import Rebuilt, Stack, rebuilding
 
 ROWS = 200_000
 TABLE = "public.big"

@@ -16,7 +16,7 @@ from changebroker.stack.processes import wait_until
 from changeserver.sequence import Sequence
 from changeserver.snapshots import SEQUENCE_HEADER
 from replay.job import ReplayOptions, run_replay
-from tests.bridge.conftest import Stack
+from tests.support.bridge_stack import Stack
 
 pytestmark = pytest.mark.spark
 

@@ -15,7 +15,8 @@ import pytest
 from broker.app import create_app
 from broker.settings import Settings
 from changebroker import pg
-from tests.support.apps import serve_in_thread
+from changebroker.stack.run import serve_in_thread
+from tests.support.event_types import business_event_type
 
 
 @pytest.fixture(scope="module")
@@ -36,29 +37,6 @@ def broker_url(broker_dsn: str, kafka_bootstrap: str) -> Iterator[str]:
 def client(broker_url: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=broker_url, timeout=60) as http:
         yield http
-
-
-def business_event_type(name: str, **overrides: Any) -> dict[str, Any]:
-    """The manual's order_received event type (seed 001), renamed."""
-    return {
-        "name": name,
-        "owning_application": "acme-order-service",
-        "category": "business",
-        "partition_strategy": "hash",
-        "partition_key_fields": ["order_number"],
-        "enrichment_strategies": ["metadata_enrichment"],
-        "default_statistic": {
-            "messages_per_minute": 1000,
-            "message_size": 5,
-            "read_parallelism": 1,
-            "write_parallelism": 1,
-        },
-        "schema": {
-            "type": "json_schema",
-            "schema": '{ "properties": { "order_number": { "type": "string" } } }',
-        },
-        **overrides,
-    }
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Check responses against the Nakadi Swagger definitions (seed 000 with its structure)."""
+"""Check responses against the Nakadi Swagger definitions (docs/specs/)."""
 
 from __future__ import annotations
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import httpx
 
 from changebroker.stack.processes import free_port
-from tests.broker.conftest import business_event_type
+from changebroker.stack.run import CliProcess
 from tests.broker.kafka_read import read_all, topic_of
-from tests.support.apps import CliProcess
+from tests.support.event_types import business_event_type
 
 
 def test_workers_share_event_types_and_stop_on_sigterm(

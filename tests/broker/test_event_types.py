@@ -1,4 +1,4 @@
-"""``/event-types``: creation, reading, update and deletion with every rule of seed 000."""
+"""``/event-types``: creation, reading, update and deletion with every rule of the API spec."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from changebroker import kafka
-from tests.broker.conftest import business_event_type
 from tests.broker.swagger import assert_problem, validate
+from tests.support.event_types import business_event_type
 
 
 def _topic_of(broker_dsn: str, name: str) -> tuple[str, int]:
@@ -367,7 +367,7 @@ def test_health_and_metrics(client: httpx.Client) -> None:
     metrics = client.get("/metrics")
     assert metrics.status_code == 200
     assert metrics.headers["content-type"].startswith("text/plain")
-    assert "# TYPE nakadi_events_published_total counter" in metrics.text
+    assert "# TYPE changebroker_broker_events_published_total counter" in metrics.text
 
 
 def test_unknown_route_is_problem(client: httpx.Client) -> None:
@@ -376,7 +376,7 @@ def test_unknown_route_is_problem(client: httpx.Client) -> None:
 
 
 def test_manual_authorization_examples(client: httpx.Client, unique_name) -> None:
-    """Seed 001, "Authorization": create with an authorization section, then update it."""
+    """The manual's "Authorization" (docs/specs/nakadi-manual.txt): create with one, update it."""
     name = unique_name("order_received")
     body = business_event_type(
         name,

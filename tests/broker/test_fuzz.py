@@ -18,8 +18,8 @@ import schemathesis
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
-from tests.broker.conftest import business_event_type
 from tests.broker.swagger import spec
+from tests.support.event_types import business_event_type
 
 SCHEMA = (
     schemathesis.openapi.from_dict(spec())

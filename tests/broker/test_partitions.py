@@ -10,10 +10,10 @@ import httpx
 
 from broker.app import create_app
 from broker.settings import Settings
-from tests.broker.conftest import business_event_type
+from changebroker.stack.run import serve_in_thread
 from tests.broker.stream_support import order, publish, two_partition_type
 from tests.broker.swagger import assert_problem, validate
-from tests.support.apps import serve_in_thread
+from tests.support.event_types import business_event_type
 
 
 def test_empty_partitions_have_newest_before_the_first_event(

@@ -13,10 +13,15 @@ import psycopg
 import pytest
 import zstandard
 
+from broker.app import create_app
 from broker.publishing.partitioning import java_string_hash
-from tests.broker.conftest import business_event_type
+from broker.settings import Settings
+from changebroker.stack.processes import wait_until
+from changebroker.stack.run import serve_in_thread
 from tests.broker.kafka_read import read_all, topic_of
 from tests.broker.swagger import assert_problem, validate
+from tests.support.event_types import business_event_type
+from tests.support.metrics import scrape
 
 MANUAL_EVENTS: list[dict[str, Any]] = [
     {
@@ -381,8 +386,8 @@ def test_metrics_count_published_events(client: httpx.Client, make_event_type) -
     assert (
         client.post(f"/event-types/{name}/events", json=[event("1"), event("2")]).status_code == 200
     )
-    text = client.get("/metrics").text
-    assert f'nakadi_events_published_total{{event_type="{name}"}} 2' in text
+    found = scrape(str(client.base_url.join("/metrics")))
+    assert found.value("changebroker_broker_events_published_total", event_type=name) == 2
 
 
 def test_partial_kafka_failure_is_207(
@@ -537,3 +542,41 @@ def test_numbers_json_cannot_hold_are_refused(
     )
     assert_problem(response, 400)
     assert "not valid JSON" in response.json()["detail"]
+
+
+def test_another_process_publishes_by_the_event_type_as_it_now_is(
+    client: httpx.Client, broker_dsn: str, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """Publishing keeps event types' revisions in memory; a change made through another
+    broker process reaches it by Postgres's notification, a delete and re-create included."""
+    name = unique_name("elsewhere")
+    event = {
+        "order_number": "1",
+        "metadata": {"eid": str(uuid.uuid4()), "occurred_at": "2016-03-15T23:47:15+01:00"},
+    }
+    assert client.post("/event-types", json=business_event_type(name)).status_code == 201
+    settings = Settings(pg_dsn=broker_dsn, kafka_bootstrap=kafka_bootstrap, max_partitions=12)
+    with (
+        serve_in_thread(create_app(settings)) as url,
+        httpx.Client(base_url=url, timeout=60) as other,
+    ):
+        assert other.post(f"/event-types/{name}/events", json=[event]).status_code == 200
+        assert client.delete(f"/event-types/{name}").status_code == 200
+        wait_until(
+            lambda: other.post(f"/event-types/{name}/events", json=[event]).status_code == 404,
+            timeout=10,
+            what="the other process to forget the deleted event type",
+        )
+        required = json.dumps(
+            {
+                "properties": {"order_number": {"type": "string"}, "amount": {"type": "number"}},
+                "required": ["amount"],
+            }
+        )
+        recreated = business_event_type(name, schema={"type": "json_schema", "schema": required})
+        created = client.post("/event-types", json=recreated)
+        assert created.status_code == 201, created.text
+        refused = other.post(f"/event-types/{name}/events", json=[event])
+        assert refused.status_code == 422, refused.text
+        accepted = other.post(f"/event-types/{name}/events", json=[{**event, "amount": 1}])
+        assert accepted.status_code == 200, accepted.text

@@ -16,9 +16,9 @@ from broker.bridge.event_types import EventTypes
 from broker.event_types.store import Store
 from broker.settings import Settings
 from changebroker.stack.processes import free_port, wait_until
-from tests.broker.conftest import business_event_type
+from changebroker.stack.run import CliProcess, broker_process, serve_in_thread
 from tests.broker.kafka_read import read_all, topic_of
-from tests.support.apps import CliProcess, broker_process, serve_in_thread
+from tests.support.event_types import business_event_type
 
 
 def _event(order_number: str) -> dict[str, object]:

@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.broker.conftest import business_event_type
 from tests.broker.kafka_read import read_all, topic_of
 from tests.broker.swagger import assert_problem, validate
+from tests.support.event_types import business_event_type
 
 BASE: dict[str, Any] = {
     "properties": {"order_number": {"type": "string"}, "note": {"type": "string"}},
@@ -38,7 +38,7 @@ CHANGES: dict[str, dict[str, Any]] = {
     },
 }
 
-# (mode, change) -> the new version, or the (JSON path, rule) the 422 names. Seed 001:
+# (mode, change) -> the new version, or the (JSON path, rule) the 422 names. The manual:
 # PATCH for title/description, MINOR for added properties (forward: also required ones and
 # marking required), MAJOR otherwise; compatible and forward refuse MAJOR, none takes it.
 MATRIX: list[tuple[str, str, str | tuple[str, str]]] = [

@@ -18,9 +18,9 @@ import pytest
 from broker.app import create_app
 from broker.settings import Settings
 from changebroker import pg
+from changebroker.stack.run import serve_in_thread
 from registry.app import create_app as create_registry_app
-from tests.broker.conftest import business_event_type
-from tests.support.apps import serve_in_thread
+from tests.support.event_types import business_event_type
 
 TENANT = {"tenant": "changebroker", "namespace": "event-types"}
 FIRST = '{ "properties": { "order_number": { "type": "string" } } }'

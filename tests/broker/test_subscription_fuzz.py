@@ -12,8 +12,8 @@ import httpx
 import pytest
 import schemathesis
 
-from tests.broker.conftest import business_event_type
 from tests.broker.test_fuzz import FUZZ_SETTINGS, SCHEMA, _call_and_check
+from tests.support.event_types import business_event_type
 
 
 @pytest.fixture(scope="module")

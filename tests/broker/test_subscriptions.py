@@ -21,6 +21,7 @@ import pytest
 from broker.app import create_app
 from broker.settings import Settings
 from changebroker.stack.processes import wait_until
+from changebroker.stack.run import broker_process, serve_in_thread
 from tests.broker.stream_support import order, partitioned_type, publish
 from tests.broker.subscription_support import (
     Stream,
@@ -32,7 +33,6 @@ from tests.broker.subscription_support import (
     wait_until_gone,
 )
 from tests.broker.swagger import assert_problem, validate
-from tests.support.apps import broker_process, serve_in_thread
 
 FAST: dict[str, Any] = {"batch_flush_timeout": 0.2}
 

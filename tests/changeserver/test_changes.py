@@ -7,7 +7,7 @@ import httpx
 from changeserver import changes
 from changeserver.changelog import LogReader
 from changeserver.sequence import ZERO
-from tests.changeserver.conftest import Harness, MakeServer, conforms
+from tests.support.changeserver import Harness, MakeServer, conforms
 
 
 def test_empty_database_gives_zero_sequences(cs: Harness) -> None:

@@ -10,7 +10,7 @@ import httpx
 import psycopg
 
 from changebroker.stack.processes import free_port, wait_until
-from tests.support.apps import CliProcess
+from changebroker.stack.run import CliProcess
 
 
 class Writer(threading.Thread):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.changeserver.conftest import MakeServer
+from tests.support.changeserver import MakeServer
 
 
 def test_diagnostics_stack_beside_changes_and_on_the_management_port(

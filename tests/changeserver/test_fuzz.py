@@ -17,7 +17,7 @@ import schemathesis
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
-from tests.changeserver.conftest import SPEC, Harness, MakeServer, conforms
+from tests.support.changeserver import SPEC, Harness, MakeServer, conforms
 
 SCHEMA = schemathesis.openapi.from_path(SPEC)
 

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from changebroker.stack.processes import wait_until
-from tests.changeserver.conftest import Harness
+from tests.support.changeserver import Harness
 
 
 def _waiting(cs: Harness, *selectors: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import psycopg
 
-from tests.changeserver.conftest import Harness, MakeServer
+from tests.support.changeserver import Harness, MakeServer
 
 
 def _slots(cs: Harness) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 
 from changebroker.stack.processes import wait_until
-from tests.changeserver.conftest import Harness, MakeServer
+from tests.support.changeserver import Harness, MakeServer
 
 
 def _slot(cs: Harness) -> tuple[int | None, int]:

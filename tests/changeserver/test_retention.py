@@ -6,7 +6,7 @@ import sqlite3
 import time
 
 from changebroker.stack.processes import wait_until
-from tests.changeserver.conftest import Harness, MakeServer
+from tests.support.changeserver import Harness, MakeServer
 
 
 def _commit_times(cs: Harness) -> list[int]:

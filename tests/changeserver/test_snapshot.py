@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
-from tests.changeserver.conftest import Harness
+from tests.support.changeserver import Harness
 
 
 def test_snapshot_hides_exactly_the_visible_transactions(cs: Harness) -> None:

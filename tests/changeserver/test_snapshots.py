@@ -22,7 +22,7 @@ from changeserver import changes
 from changeserver import transicator_pb2 as pb
 from changeserver.api import PROTOBUF
 from changeserver.snapshots import ID_HEADER, SEQUENCE_HEADER
-from tests.changeserver.conftest import Harness, MakeServer
+from tests.support.changeserver import Harness, MakeServer
 from tests.support.snapshots import write_snapshot
 
 TYPES = """

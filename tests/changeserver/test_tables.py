@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 from changeserver.sequence import Sequence
-from tests.changeserver.conftest import Harness
+from tests.support.changeserver import Harness
 
 
 def test_every_change_of_named_tables_whatever_the_selector(cs: Harness) -> None:

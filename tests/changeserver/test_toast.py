@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.changeserver.conftest import Harness
+from tests.support.changeserver import Harness
 
 
 def test_unchanged_toast_is_never_a_wrong_value(cs: Harness) -> None:

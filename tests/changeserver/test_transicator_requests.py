@@ -11,7 +11,7 @@ import httpx
 
 from changebroker.stack.processes import wait_until
 from changeserver.sequence import Sequence
-from tests.changeserver.conftest import Harness, conforms
+from tests.support.changeserver import Harness, conforms
 
 
 def _get(cs: Harness, query: str, accept: str = "application/json") -> httpx.Response:

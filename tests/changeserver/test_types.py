@@ -8,7 +8,7 @@ import httpx
 import psycopg
 
 from changeserver import transicator_pb2 as pb
-from tests.changeserver.conftest import Harness
+from tests.support.changeserver import Harness
 
 COLUMNS = {
     "c_int2": ("int2", "-32768"),

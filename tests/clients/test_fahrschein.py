@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from changebroker.stack.maven import resolve_jars
-from tests.broker.conftest import business_event_type
-from tests.support.apps import broker_process
+from changebroker.stack.run import broker_process
+from tests.support.event_types import business_event_type
 from tests.support.services import CACHE
 
 HERE = Path(__file__).parent / "fahrschein"

@@ -15,11 +15,11 @@ from changebroker import pg
 from changebroker.stack.kafka import LocalKafkaCluster
 from changebroker.stack.local import LocalStack
 from changebroker.stack.processes import wait_until
+from changebroker.stack.run import serve_in_thread
 from changeserver.server import ChangeServer
 from changeserver.server import Settings as ChangeServerSettings
 from registry.app import create_app as registry_app
-from tests.bridge.conftest import Stack
-from tests.support.apps import serve_in_thread
+from tests.support.bridge_stack import Stack
 from tests.support.cluster import BrokerFleet, broker_fleet, local_cluster_stack
 
 

@@ -31,14 +31,14 @@ from broker.bridge.transactions import POSITIONS_TOPIC
 from changebroker import kafka
 from changebroker.stack.processes import wait_until
 from replay import ReplayOptions, run_replay
-from tests.bridge.conftest import rebuilding, table_rows
 from tests.bridge.test_crash import TABLES as SCHEMA
-from tests.broker.conftest import business_event_type
 from tests.broker.kafka_read import read_all, topic_of
 from tests.broker.subscription_support import create
 from tests.cluster.conftest import ClusterStack
-from tests.replay.conftest import snapshot_tables
+from tests.support.bridge_stack import rebuilding, table_rows
 from tests.support.cluster import kill_node, leader_of, restart_node
+from tests.support.event_types import business_event_type
+from tests.support.replay_snapshots import snapshot_tables
 
 # The module's cluster and the session's Spark start inside the first test's time.
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
@@ -223,10 +223,12 @@ def test_a_kafka_node_killed_twice_under_load_loses_nothing(
     unique_name: Callable[[str], str],
     spark: SparkSession,
     tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     stack, cluster = cluster_stack.stack, cluster_stack.cluster
     stack.sql(SCHEMA)
     bridge = stack.bridge_process().start(timeout=120)
+    request.addfinalizer(bridge.stop)  # a failed or timed-out test leaves no bridge behind
     name = unique_name("orders")
     with httpx.Client(base_url=stack.broker_url, timeout=60) as client:
         _event_type(client, name, partitions=3)

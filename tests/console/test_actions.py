@@ -12,10 +12,10 @@ from playwright.sync_api import Page, expect
 
 from changebroker.stack.processes import wait_until
 from console.sampler import total_unconsumed
-from tests.bridge.conftest import Rebuilt, Stack
 from tests.broker.subscription_support import Stream
-from tests.console.conftest import screenshot
 from tests.console.test_pages import _consume, _published, _subscription
+from tests.support.bridge_stack import Rebuilt, Stack
+from tests.support.console import screenshot
 
 
 def _narrowed(schema: Any, field: str) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any
 
@@ -12,10 +13,10 @@ from playwright.sync_api import Page, expect
 from broker.event_types.store import SUBJECT_NAMESPACE, SUBJECT_TENANT
 from changebroker.stack.processes import wait_until
 from console.sampler import total_unconsumed
-from tests.bridge.conftest import Rebuilt, Stack
-from tests.broker.conftest import business_event_type
 from tests.broker.subscription_support import Stream, commit
-from tests.console.conftest import screenshot
+from tests.support.bridge_stack import Rebuilt, Stack
+from tests.support.console import screenshot
+from tests.support.event_types import business_event_type
 
 NOW = "2026-11-23T12:00:00Z"
 PEOPLE = """
@@ -72,6 +73,12 @@ def test_every_page_renders_real_data(
         expect(pipeline).to_contain_text(stage)
     expect(pipeline).to_contain_text("last sequence")
     expect(pipeline).to_contain_text("WAL bytes")
+    # The slot, the change log and the newest snapshot, from the changeserver's /status.
+    expect(page.locator("#slot-retained-wal")).to_contain_text(re.compile(r"\d (bytes|KiB|MiB)"))
+    last = httpx.get(f"{stack.changeserver_url}/changes", params={"limit": 0}).json()
+    expect(page.locator("#changelog-bounds")).to_contain_text(last["lastSequence"])
+    expect(page.locator("#changelog-retention")).to_have_text("keeps every change")
+    expect(page.locator("#snapshot-age")).to_have_text("none yet")
     health = page.locator("section[aria-labelledby=health-h] tbody tr")
     expect(health).to_have_count(5)
     expect(page.locator("section[aria-labelledby=health-h] td.bad")).to_have_count(0)
@@ -131,6 +138,9 @@ def test_every_page_renders_real_data(
     expect(page.locator("#last-sequence")).to_have_text(
         httpx.get(f"{stack.changeserver_url}/changes", params={"limit": 0}).json()["lastSequence"]
     )
+    # The bridge long-polls every table (the ``*`` selector of table reads).
+    expect(page.locator("#longpoll-waiters")).to_contain_text("*: 1")
+    expect(page.locator("#changelog-size")).to_contain_text(re.compile(r"\d (KiB|MiB)"))
     screenshot(page, "changeserver")
 
     page.goto(console_url + "/bridge")

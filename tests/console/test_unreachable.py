@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 from changebroker.stack.processes import free_port
+from changebroker.stack.run import serve_in_thread
 from console.app import create_app
 from console.upstream import Endpoints
-from tests.support.apps import serve_in_thread
 
 PAGES = [
     "/",

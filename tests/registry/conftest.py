@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from changebroker import pg
+from changebroker.stack.run import serve_in_thread
 from registry.app import create_app
-from tests.support.apps import serve_in_thread
 
 
 @pytest.fixture(scope="module")
@@ -22,3 +23,9 @@ def registry_dsn(pg_server_dsn: str) -> Iterator[str]:
 def registry_url(registry_dsn: str) -> Iterator[str]:
     with serve_in_thread(create_app(registry_dsn, statement_timeout_ms=5_000)) as url:
         yield url
+
+
+@pytest.fixture(scope="module")
+def client(registry_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=registry_url, timeout=30) as http:
+        yield http

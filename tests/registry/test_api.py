@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
 
+from changebroker.stack.run import serve_in_thread
 from registry.app import create_app
-from tests.support.apps import serve_in_thread
 
 OPENSCHEMA = "application/vnd.openschema.v1+json"
 PERSON: dict[str, Any] = {
@@ -18,12 +18,6 @@ PERSON: dict[str, Any] = {
     "properties": {"id": {"type": "string"}, "age": {"type": "integer"}},
     "required": ["id"],
 }
-
-
-@pytest.fixture(scope="module")
-def client(registry_url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=registry_url, timeout=30) as http:
-        yield http
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import psycopg
 import pytest
 
 from changebroker.stack.processes import wait_until
+from changebroker.stack.run import serve_in_thread
 from registry.app import create_app
-from tests.support.apps import serve_in_thread
 
 SCHEMA = {"type": "object", "properties": {"id": {"type": "string"}}}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 
 from changebroker.stack.processes import wait_until
-from tests.support.apps import CliProcess
+from changebroker.stack.run import CliProcess
 
 
 def free_port() -> int:

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
+from changebroker.stack.run import serve_in_thread
 from registry.app import create_app
-from tests.support.apps import serve_in_thread
 
 CLIENTS = 12
 DEFINITIONS = 30  # each sent twice, by different clients

@@ -1,4 +1,4 @@
-"""Seed 004's request and response examples, replayed in the order a user would send them.
+"""The OpenSchema spec's request and response examples, replayed in the order a user sends them.
 
 Where an example contradicts itself (the subject-update example posts to
 ``test-value`` with ``"subject": "test-topic"`` in the body) the URL names the
@@ -87,7 +87,7 @@ def test_replay(client: httpx.Client) -> None:
     assert by_version == {**subject, "schema": {"version": 1, "id": schema_id, **REGISTRATION}}
     assert ok(client.get("/subjects/test-value/versions/latest/schema")) == by_version
 
-    # 7.3.1 -> {"isCompatible": true} (the seed's body, with its quotes escaped)
+    # 7.3.1 -> {"isCompatible": true} (the spec's body, with its quotes escaped)
     answer = ok(
         client.post(
             "/compatibility/subjects/test-value/versions/latest",

@@ -4,7 +4,7 @@ migration that made that possible."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from changebroker import pg
+from changebroker.stack.run import serve_in_thread
 from registry.app import create_app
-from tests.support.apps import serve_in_thread
 
 # The specification's way to write four zero bytes as a fixed default.
 ZEROS: dict[str, Any] = {
@@ -25,12 +25,6 @@ ZEROS: dict[str, Any] = {
         {"name": "tag", "type": "bytes", "default": "\u0000\u00ff"},
     ],
 }  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def client(registry_url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=registry_url, timeout=30) as http:
-        yield http
 
 
 @pytest.fixture

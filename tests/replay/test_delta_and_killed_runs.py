@@ -15,8 +15,8 @@ from pyspark.sql import SparkSession
 
 from changebroker.stack.processes import wait_until
 from replay import ReplayOptions, run_replay, snapshots, writing
-from tests.bridge.conftest import Rebuilt, Stack, rebuilding, table_rows
-from tests.replay.conftest import snapshot_tables
+from tests.support.bridge_stack import Rebuilt, Stack, rebuilding, table_rows
+from tests.support.replay_snapshots import snapshot_tables
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 

@@ -17,8 +17,8 @@ from changebroker import cli
 from changebroker.stack.processes import wait_until
 from replay import ReplayOptions, run_replay
 from replay.columns import NoPrimaryKey
-from tests.bridge.conftest import Stack, rebuilding
-from tests.replay.conftest import snapshot_tables
+from tests.support.bridge_stack import Stack, rebuilding
+from tests.support.replay_snapshots import snapshot_tables
 
 pytestmark = pytest.mark.spark
 

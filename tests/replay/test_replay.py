@@ -31,12 +31,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from changebroker.stack.processes import wait_until
+from changebroker.stack.run import CliProcess
 from replay import ReplayOptions, run_replay, snapshots
 from replay.snapshots import Manifest
-from tests.bridge.conftest import Rebuilt, Stack, rebuilding, table_rows
 from tests.broker.subscription_support import Stream, commit
-from tests.replay.conftest import Rows, snapshot_tables
-from tests.support.apps import CliProcess
+from tests.support.bridge_stack import Rebuilt, Stack, rebuilding, table_rows
+from tests.support.replay_snapshots import Rows, snapshot_tables
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 

@@ -1,6 +1,15 @@
-"""Helpers the tests share: where the real services come from, and running our apps."""
+"""Helpers the tests share, imported from here; conftest.py files only name the fixtures.
+
+``services.py`` where Postgres and Kafka come from (our apps run through
+changebroker/stack/run.py, as the benchmarks run them), ``bridge_stack.py`` the whole
+stack of one test (changeserver, registry, broker, bridge) and a consumer rebuilding its
+tables, ``changeserver.py`` a changeserver in this process, ``console.py`` the console and
+a browser, ``event_types.py`` event type bodies, ``replay_snapshots.py`` reading replay
+snapshots back, ``snapshots.py`` writing them, ``raw_http.py`` HTTP below httpx,
+``spark_cluster.py`` a standalone Spark cluster.
+"""
 
 from pathlib import Path
 
-# Copies of the API contracts (../shared/specs), so a clone anywhere can run the tests.
-SPECS = Path(__file__).resolve().parents[1] / "specs"
+# The API contracts responses are checked against (docs/specs/README.md).
+SPECS = Path(__file__).resolve().parents[2] / "docs" / "specs"

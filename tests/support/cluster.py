@@ -16,8 +16,8 @@ from changebroker.stack.kafka import LocalKafkaCluster
 from changebroker.stack.loadbalancer import LoadBalancer
 from changebroker.stack.local import LocalStack, Ports
 from changebroker.stack.processes import free_port, free_port_run, pid_alive, wait_until
+from changebroker.stack.run import CliProcess, broker_process
 from changebroker.stack.state import StateDir
-from tests.support.apps import CliProcess, broker_process
 from tests.support.services import CACHE
 
 

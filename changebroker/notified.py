@@ -1,14 +1,13 @@
-"""Answers kept in memory until the registry's tables change.
+"""Values read from Postgres kept in memory until Postgres says the tables changed.
 
-Reads outnumber writes by far, and a schema never changes once registered, so the
-registry keeps what it rendered (and the parsed histories compatibility checks use)
-and drops all of it whenever any subject or schema row changes. Postgres tells every
-process: a trigger sends ``NOTIFY registry_changed`` on each write, whoever writes
-(the broker writes its event types' schemas in its own transactions), and each
-process drops its answers as the notification arrives. A write this process made
-drops them at once (``invalidate``), so its own clients always read their writes.
+A trigger on the tables sends ``NOTIFY <channel>`` on each write, whoever writes
+(another process, another service in its own transactions), and each process drops
+everything it kept as the notification arrives; every ``get`` first reads what is
+already on the listening connection. A write this process made drops them at once
+(``invalidate``), so its own clients always read their writes; another process answers
+past a write only for the moment the notification takes to arrive.
 
-While the listening connection is down nothing is kept: every request reads Postgres,
+While the listening connection is down nothing is kept: every read goes to Postgres,
 as without a cache, until it listens again.
 """
 
@@ -20,19 +19,20 @@ from collections.abc import Hashable
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from changebroker import logs
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "registry_changed"
 MAX_BYTES = 64 * 1024 * 1024  # past this, everything is dropped and kept anew
 RECONNECT_SECONDS = (0.5, 1.0, 2.0, 5.0)
 
 
-class Cache:
-    def __init__(self, dsn: str) -> None:
+class NotifiedCache:
+    def __init__(self, dsn: str, channel: str) -> None:
         self.dsn = dsn
+        self.channel = channel
         self.generation = 0  # moves on every drop: a read begun before it is not kept
         self._entries: dict[Hashable, Any] = {}
         self._bytes = 0
@@ -88,11 +88,11 @@ class Cache:
 
     async def _listen(self) -> None:
         try:
-            conn = await asyncio.to_thread(_listening_connection, self.dsn)
+            conn = await asyncio.to_thread(_listening_connection, self.dsn, self.channel)
         except psycopg.Error as error:
             log.warning(
-                "cannot listen for registry changes; answering from Postgres meanwhile",
-                extra=logs.fields(error=str(error)),
+                "cannot listen for changes; reading Postgres meanwhile",
+                extra=logs.fields(channel=self.channel, error=str(error)),
             )
             return
         conn.pgconn.nonblocking = 1
@@ -109,8 +109,8 @@ class Cache:
             conn.pgconn.consume_input()
         except psycopg.OperationalError as error:
             log.warning(
-                "lost the registry change notifications; reconnecting",
-                extra=logs.fields(error=str(error)),
+                "lost the change notifications; reconnecting",
+                extra=logs.fields(channel=self.channel, error=str(error)),
             )
             self._stop_listening()
             if not self._closed:
@@ -138,9 +138,9 @@ class Cache:
             await self._listen()
 
 
-def _listening_connection(dsn: str) -> psycopg.Connection[Any]:
+def _listening_connection(dsn: str, channel: str) -> psycopg.Connection[Any]:
     conn: psycopg.Connection[Any] = psycopg.connect(
-        dsn, autocommit=True, application_name="changebroker-registry-cache"
+        dsn, autocommit=True, application_name=f"changebroker-listen-{channel}"
     )
-    conn.execute(f"LISTEN {CHANNEL}")
+    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
     return conn

@@ -1,4 +1,6 @@
-"""Run our ASGI apps for tests: in a thread (fast) or as a real process (for crash tests)."""
+"""Run our services for tests and benchmarks: an app in a thread (fast), or
+``changebroker <service>`` as a child process on a free port (crash tests, whole-process
+measurements)."""
 
 from __future__ import annotations
 
@@ -96,3 +98,20 @@ def broker_process(
         env={"CHANGEBROKER_KAFKA_BOOTSTRAP": kafka_bootstrap},
     )
     return process, url
+
+
+def changeserver_process(
+    pg_dsn: str, state: Path, slot: str, *args: str
+) -> tuple[CliProcess, int, int]:
+    """``changebroker changeserver`` on free API and management ports (not started yet), its
+    change log and output under ``state``; the process and the two ports."""
+    port, mgmt = free_port(), free_port()
+    process = CliProcess(
+        [
+            *("changeserver", "--pg-url", pg_dsn, "--slot", slot, "--db-dir", str(state / "log")),
+            *("--port", str(port), "--mgmt-port", str(mgmt), *args),
+        ],
+        ready_url=f"http://127.0.0.1:{mgmt}/ready",
+        log_path=state / "changeserver.log",
+    )
+    return process, port, mgmt

@@ -1,0 +1,70 @@
+"""Where a benchmark's Postgres and Kafka are: the local stack's, the one ``python -m bench``
+starts; ``CHANGEBROKER_PG_DSN`` and ``CHANGEBROKER_KAFKA_BOOTSTRAP`` name others."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from changebroker import pg
+from changebroker.stack.local import LocalStack, Ports
+from changebroker.stack.run import broker_process
+from changebroker.stack.state import StateDir, default_state_dir
+
+
+def local_stack() -> LocalStack:
+    return LocalStack.from_env(StateDir(default_state_dir()), Ports())
+
+
+def pg_server_dsn() -> str:
+    """A DSN of the Postgres server benchmarks make their scratch databases on."""
+    return local_stack().pg_dsn
+
+
+def kafka_bootstrap() -> str:
+    return local_stack().kafka_bootstrap
+
+
+@contextlib.contextmanager
+def app_and_meta_databases() -> Iterator[tuple[str, str]]:
+    """Scratch databases for application tables and for broker and registry metadata (kept
+    apart, as the stack keeps them), dropped afterwards."""
+    server_dsn = pg_server_dsn()
+    with (
+        pg.scratch_database(server_dsn, "bench") as app_dsn,
+        pg.scratch_database(server_dsn, "bench_meta") as meta_dsn,
+    ):
+        yield app_dsn, meta_dsn
+
+
+@contextlib.contextmanager
+def broker(label: str, *args: str, bootstrap: str | None = None) -> Iterator[tuple[str, str]]:
+    """A ``changebroker broker`` process on a metadata database of its own, on ``bootstrap``
+    (default: the runner's Kafka); its URL and that database's DSN. The process and the
+    database are gone afterwards."""
+    log = Path(tempfile.mkstemp(prefix=f"bench-{label}-", suffix=".log")[1])
+    with pg.scratch_database(pg_server_dsn(), f"bench_{label}") as meta_dsn:
+        process, url = broker_process(meta_dsn, bootstrap or kafka_bootstrap(), log, *args)
+        process.start()
+        try:
+            yield url, meta_dsn
+        finally:
+            process.stop()
+
+
+def create_event_type(url: str, name: str, partitions: int, **fields: Any) -> None:
+    """An event type ``name`` owned by "bench" with ``partitions`` partitions and ``fields``
+    (category, partitioning, schema, ...)."""
+    statistic = {
+        "messages_per_minute": 1,
+        "message_size": 1,
+        "read_parallelism": partitions,
+        "write_parallelism": 1,
+    }
+    body = {"name": name, "owning_application": "bench", "default_statistic": statistic, **fields}
+    httpx.post(f"{url}/event-types", json=body, timeout=60).raise_for_status()

@@ -1,0 +1,120 @@
+"""Every subscription's lag per event type and partition, for ``/metrics``: the unconsumed
+events and the age of the oldest one, as ``/subscriptions/{id}/stats?show_time_lag=true``
+counts them.
+
+Read in the background at most once per ``--lag-interval`` (``changebroker.metrics.Interval``),
+never per scrape: committed offsets in one query, watermarks per topic on a Kafka consumer of
+its own (request paths keep theirs), and the storage time of each partition's oldest
+unconsumed event, remembered by offset so a subscription that does not move costs no read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from broker.event_types.store import Store
+from broker.metrics import PREFIX
+from broker.streams.watermarks import Watermarks
+from broker.subscriptions.stream_api import _ages
+
+# Offsets whose storage time is remembered; past it the memory starts again.
+_REMEMBERED_AGES = 100_000
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    subscription: str
+    event_type: str
+    partition: int
+    unconsumed: int
+    seconds: float | None  # None: the oldest unconsumed event could not be read in time
+
+
+class SubscriptionLag:
+    def __init__(self, store: Store, bootstrap: str) -> None:
+        self.store = store
+        self.bootstrap = bootstrap
+        self.watermarks = Watermarks(bootstrap)
+        self.lags: list[PartitionLag] = []
+        # (topic, partition, offset) -> when that event was stored (Unix seconds)
+        self._stored_at: dict[tuple[str, int, int], float] = {}
+
+    async def refresh(self) -> None:
+        async with self.store.pool.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT p.subscription_id::text, p.event_type, p.partition, p.committed, e.topic"
+                " FROM broker_subscription_partitions p"
+                " JOIN broker_event_types e ON e.name = p.event_type"
+            )
+            rows = await cursor.fetchall()
+        by_topic: dict[str, set[int]] = {}
+        for _, _, partition, _, topic in rows:
+            by_topic.setdefault(topic, set()).add(partition)
+        marks = {
+            topic: await self.watermarks.of(topic, sorted(ps)) for topic, ps in by_topic.items()
+        }
+        behind: dict[str, set[tuple[int, int]]] = {}  # topic -> {(partition, oldest unconsumed)}
+        unconsumed = []
+        for subscription, event_type, partition, committed, topic in rows:
+            count = max(marks[topic][partition].newest_position - committed, 0)
+            unconsumed.append((subscription, event_type, partition, committed, topic, count))
+            if count:
+                behind.setdefault(topic, set()).add((partition, committed + 1))
+        await asyncio.to_thread(self._read_ages, behind)
+        now = time.time()
+        lags = []
+        for subscription, event_type, partition, committed, topic, count in unconsumed:
+            seconds: float | None = 0.0
+            if count:
+                stored = self._stored_at.get((topic, partition, committed + 1))
+                seconds = None if stored is None else max(now - stored, 0.0)
+            lags.append(PartitionLag(subscription, event_type, partition, count, seconds))
+        self.lags = lags
+
+    def _read_ages(self, behind: dict[str, set[tuple[int, int]]]) -> None:
+        """Storage times of the events not read before (blocking): per topic, in rounds of at
+        most one offset per partition (one consumer assignment each)."""
+        if len(self._stored_at) > _REMEMBERED_AGES:
+            self._stored_at.clear()
+        for topic, wanted in behind.items():
+            missing = sorted(w for w in wanted if (topic, *w) not in self._stored_at)
+            while missing:
+                round_: dict[int, int] = {}
+                later = []
+                for partition, offset in missing:
+                    if partition in round_:
+                        later.append((partition, offset))
+                    else:
+                        round_[partition] = offset
+                for partition, age in _ages(self.bootstrap, topic, round_).items():
+                    self._stored_at[(topic, partition, round_[partition])] = time.time() - age
+                missing = later
+
+    async def close(self) -> None:
+        await self.watermarks.close()
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["subscription", "event_type", "partition"]
+        unconsumed = GaugeMetricFamily(
+            f"{PREFIX}_subscription_unconsumed_events",
+            "Events after a subscription's committed cursor, per event type and partition.",
+            labels=labels,
+        )
+        seconds = GaugeMetricFamily(
+            f"{PREFIX}_subscription_lag_seconds",
+            "Age of the oldest unconsumed event of a subscription's partition; 0 caught up.",
+            labels=labels,
+        )
+        for lag in self.lags:
+            values = [lag.subscription, lag.event_type, str(lag.partition)]
+            unconsumed.add_metric(values, lag.unconsumed)
+            if lag.seconds is not None:
+                seconds.add_metric(values, lag.seconds)
+        yield unconsumed
+        yield seconds

@@ -1,0 +1,235 @@
+"""Prometheus metrics, one way for every service: prometheus_client's registry, ``/metrics``,
+request duration by route template, and process metrics.
+
+Counters and histograms are module-level prometheus_client objects in each service's own
+``metrics`` module. Numbers read from elsewhere (Kafka watermarks, the change log, the
+replication slot) are collectors the app passes to ``route``: they run in the process that
+answers the scrape, so they are right whichever worker that is.
+
+A service running several worker processes (the broker's ``--workers``) calls
+``use_multiprocess_dir`` before it starts them: prometheus_client's multiprocess mode, where
+each worker writes its values to files in that directory and the worker answering a scrape
+adds up every worker's. The directory is emptied first (a previous run's files would count).
+Process metrics are then those of all the service's processes, summed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import shutil
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.metrics_core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from prometheus_client.registry import CollectorRegistry
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+log = logging.getLogger(__name__)
+
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+# Up to a minute: long polls (/changes?block=) and event streams are requests too.
+DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+UNMATCHED_ROUTE = "unmatched"  # every path no route serves: one label value, not the raw path
+
+
+def use_multiprocess_dir(directory: Path) -> None:
+    """Before starting worker processes: they share ``directory`` (emptied now) for metrics.
+
+    The workers inherit the variable and read it when they import prometheus_client.
+    """
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    os.environ[MULTIPROCESS_ENV] = str(directory)
+
+
+def multiprocess() -> bool:
+    return bool(os.environ.get(MULTIPROCESS_ENV))
+
+
+def worker_exiting() -> None:
+    """A worker process's end: its live gauges (open streams, queue depth) stop counting."""
+    if multiprocess():
+        mark_process_dead(os.getpid())
+
+
+http_request_duration = Histogram(
+    "http_server_request_duration_seconds",
+    "HTTP requests by method, route template and status, until the response ended.",
+    ["method", "route", "status"],
+    buckets=DURATION_BUCKETS,
+)
+
+
+class Collector(Protocol):
+    def collect(self) -> Iterable[Metric]: ...
+
+
+def observe_request(scope: MutableMapping[str, Any], status: int, seconds: float) -> None:
+    """One request into the duration histogram (the ASGI middleware in ``http`` calls it)."""
+    route = getattr(scope.get("route"), "path", None) or UNMATCHED_ROUTE
+    http_request_duration.labels(scope["method"], route, str(status)).observe(seconds)
+
+
+class _Exposition:
+    """What one scrape collects: the service's own metrics (this process's, or every
+    worker's from the multiprocess directory), process metrics, then the app's collectors."""
+
+    def __init__(self, collectors: Iterable[Collector]) -> None:
+        self.collectors = list(collectors)
+
+    def collect(self) -> Iterator[Metric]:
+        if multiprocess():
+            workers = CollectorRegistry()
+            MultiProcessCollector(workers)
+            yield from workers.collect()
+            yield from _ServiceProcesses().collect()
+        else:
+            yield from REGISTRY.collect()
+        for collector in self.collectors:
+            yield from collector.collect()
+
+
+def exposition(collectors: Iterable[Collector] = ()) -> bytes:
+    """The Prometheus text of this service now."""
+    return generate_latest(_Exposition(collectors))
+
+
+Refresh = Callable[[], Awaitable[None]]
+
+
+def route(collectors: Iterable[Collector] = (), refresh: Iterable[Refresh] = ()) -> Route:
+    """``GET /metrics``; ``refresh`` are awaited first (each keeps its own interval), and the
+    text is rendered off the event loop (collectors may read files or databases)."""
+    chosen = list(collectors)
+    refreshes = list(refresh)
+
+    async def metrics(request: Request) -> Response:
+        for step in refreshes:
+            await step()
+        body = await asyncio.to_thread(exposition, chosen)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    return Route("/metrics", metrics, methods=["GET"])
+
+
+class Interval:
+    """Runs an expensive refresh at most once per ``seconds``, however often it is asked, and
+    never makes a scrape wait for it but the first: a stale scrape starts the refresh in the
+    background and answers with the last values, so scraping cost does not grow with what
+    the refresh reads (a thousand subscriptions' lag)."""
+
+    def __init__(self, seconds: float, refresh: Refresh) -> None:
+        self.seconds = seconds
+        self._refresh = refresh
+        self._done_at: float | None = None
+        self._running: asyncio.Task[None] | None = None
+
+    async def __call__(self) -> None:
+        if self._done_at is None:
+            await self._start()
+        elif time.monotonic() - self._done_at >= self.seconds and self._running is None:
+            self._running = asyncio.create_task(self._run())
+
+    async def _start(self) -> None:
+        if self._running is None:
+            self._running = asyncio.create_task(self._run())
+        await asyncio.shield(self._running)
+
+    async def _run(self) -> None:
+        try:
+            await self._refresh()
+        except Exception:  # the last values stay; the next interval tries again
+            log.exception("metrics refresh failed")
+        finally:
+            self._done_at = time.monotonic()
+            self._running = None
+
+
+class _ServiceProcesses:
+    """process_* of every process of a multi-worker service (the supervisor and its
+    children), summed; the start time is the oldest one's."""
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for pid in _service_pids():
+            collector = ProcessCollector(pid=lambda pid=pid: pid, registry=None)  # type: ignore[misc]
+            for metric in collector.collect():
+                found = merged.get(metric.name)
+                if found is None:
+                    merged[metric.name] = metric
+                    continue
+                for mine, theirs in zip(found.samples, metric.samples, strict=False):
+                    if metric.name == "process_start_time_seconds":
+                        value = min(mine.value, theirs.value)
+                    elif metric.name == "process_max_fds":
+                        value = mine.value
+                    else:
+                        value = mine.value + theirs.value
+                    found.samples[found.samples.index(mine)] = mine._replace(value=value)
+        yield from merged.values()
+
+
+def _service_pids() -> list[int]:
+    """This worker's parent (the supervisor) and every child of it."""
+    parent = os.getppid()
+    pids = [parent]
+    for task in Path(f"/proc/{parent}/task").glob("*/children"):
+        try:
+            pids += [int(pid) for pid in task.read_text().split()]
+        except OSError:
+            continue
+    return pids or [os.getpid()]
+
+
+# Registered nowhere: in multiprocess mode the values live in the directory's files; in one
+# process the default GC collector serves these names instead.
+_gc_collections = Counter(
+    "python_gc_collections_total",
+    "Collections by generation (every worker).",
+    ["generation"],
+    registry=None,
+)
+_gc_collected = Counter(
+    "python_gc_objects_collected_total",
+    "Objects collected by generation.",
+    ["generation"],
+    registry=None,
+)
+_gc_uncollectable = Counter(
+    "python_gc_objects_uncollectable_total",
+    "Uncollectable objects by generation.",
+    ["generation"],
+    registry=None,
+)
+
+
+def _count_gc(phase: str, info: dict[str, int]) -> None:
+    if phase != "stop":
+        return
+    generation = str(info["generation"])
+    _gc_collections.labels(generation).inc()
+    _gc_collected.labels(generation).inc(info["collected"])
+    _gc_uncollectable.labels(generation).inc(info["uncollectable"])
+
+
+if multiprocess():
+    # The default GC collector reads this process only: counting collections as they end
+    # gives every worker's, summed like any counter.
+    gc.callbacks.append(_count_gc)

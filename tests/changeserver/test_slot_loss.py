@@ -1,0 +1,102 @@
+"""A replication slot dropped or invalidated behind the changeserver's back: never a silent
+gap. ``fail`` stops and says so in /health and /ready; ``recreate`` goes on from a new slot
+and readers of positions from before the gap get SNAPSHOT_TOO_OLD."""
+
+from __future__ import annotations
+
+import contextlib
+
+import httpx
+import psycopg
+
+from changebroker.chaos.faults import drop_slot_behind
+from changebroker.stack.processes import wait_until
+from changebroker.stack.run import serve_in_thread
+from changeserver.server import ChangeServer, Settings
+from tests.support.changeserver import MakeServer
+
+
+def test_a_dropped_slot_is_reported_by_health_and_ready_under_fail(make_server: MakeServer) -> None:
+    cs = make_server(separate_management=True)
+    cs.sql("INSERT INTO items VALUES (1, 'a', 's')")
+    cs.wait_for(1, scope="s")
+    drop_slot_behind(cs.dsn, cs.server.settings.slot)
+
+    def reported() -> bool:
+        return httpx.get(f"{cs.mgmt_url}/health", timeout=10).status_code == 503
+
+    wait_until(reported, timeout=30, what="/health to report the lost slot")
+    health = httpx.get(f"{cs.mgmt_url}/health", headers={"accept": "application/json"})
+    assert health.json()["status"] == "Down", health.text
+    assert "was dropped" in health.json()["reason"], health.text
+    ready = httpx.get(f"{cs.mgmt_url}/ready")
+    assert ready.status_code == 503 and "was dropped" in ready.text, ready.text
+    metrics = httpx.get(f"{cs.mgmt_url}/metrics").text
+    assert 'changebroker_changeserver_slot_losses_total{policy="fail"}' in metrics
+    with psycopg.connect(cs.dsn) as conn:  # not silently created again
+        slots = conn.execute(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s",
+            (cs.server.settings.slot,),
+        ).fetchone()
+    assert slots == (0,)
+
+
+def test_a_dropped_slot_is_recreated_and_older_positions_are_too_old(
+    make_server: MakeServer,
+) -> None:
+    cs = make_server(on_slot_loss="recreate")
+    cs.sql("INSERT INTO items VALUES (1, 'before', 's')")
+    before = cs.wait_for(1, scope="s")["changes"][-1]["sequence"]
+    drop_slot_behind(cs.dsn, cs.server.settings.slot)
+    wait_until(
+        lambda: cs.server.replicator.slot_losses == 1 and cs.server.replicator.streaming.is_set(),
+        timeout=30,
+        what="the slot recreated",
+    )
+    cs.sql("INSERT INTO items VALUES (2, 'after', 's')")
+    after = cs.wait_for(1, scope="s")["changes"]
+    assert [c["newRow"]["name"]["value"] for c in after] == ["after"]
+
+    too_old = cs.get(scope="s", since=before)
+    assert too_old.status_code == 400, too_old.text
+    assert too_old.json()["code"] == "SNAPSHOT_TOO_OLD", too_old.text
+    ready = httpx.get(f"{cs.mgmt_url}/ready")
+    assert ready.status_code == 200, ready.text
+
+
+def test_an_invalidated_slot_is_detected_when_the_changeserver_starts_again(
+    make_server: MakeServer, pg_server_dsn: str
+) -> None:
+    cs = make_server()
+    cs.sql("INSERT INTO items VALUES (1, 'a', 's')")
+    cs.wait_for(1, scope="s")
+    cs.stop()
+    slot = cs.server.settings.slot
+    # Postgres may now drop WAL the (inactive) slot still needs: it does at the checkpoint.
+    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        with psycopg.connect(cs.dsn, autocommit=True) as conn:
+            for row in range(2, 6):  # WAL in several segments, past the slot's restart point
+                conn.execute("INSERT INTO items VALUES (%s, 'gone', 's')", (row,))
+                conn.execute("SELECT pg_switch_wal()")
+            conn.execute("CHECKPOINT")
+            status = conn.execute(
+                "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+            ).fetchone()
+        assert status == ("lost",), status
+    finally:
+        with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM RESET max_slot_wal_keep_size")
+            conn.execute("SELECT pg_reload_conf()")
+
+    again = ChangeServer(Settings(dsn=cs.dsn, slot=slot, db_dir=cs.server.settings.db_dir))
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(serve_in_thread(again.api_app))
+        wait_until(
+            lambda: again.replicator.failure is not None, timeout=30, what="the loss detected"
+        )
+        assert "invalidated" in str(again.replicator.failure)
+        health = httpx.get(f"{url}/health")
+        assert health.status_code == 503 and "invalidated" in health.text, health.text

@@ -1,0 +1,26 @@
+"""A short fault campaign, as CI runs it: a fixed seed, about a minute of faults on a private
+stack under load; any violated invariant fails it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+SEED = 7
+
+
+def test_a_short_campaign_finds_no_violation() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "changebroker.cli", "chaos", "--minutes", "1", "--seed", str(SEED)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    report = done.stdout[done.stdout.find("== chaos campaign") :]
+    assert done.returncode == 0, done.stdout[-20000:] + done.stderr[-5000:]
+    assert "violations: 0" in report, report
+    injected = sum(int(n) for n in re.findall(r"^\S+\s+(\d+)$", report, re.MULTILINE))
+    assert injected >= 3, report  # faults did happen
+    checked = re.search(r"^changes checked in /changes\s+(\d+)$", report, re.MULTILINE)
+    assert checked is not None and int(checked.group(1)) > 0, report

@@ -1,0 +1,85 @@
+"""The local stack's supervisor: what dies is started again, with backoff, shown in status."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from changebroker.stack.processes import answers, free_port, pid_alive, wait_until
+from changebroker.stack.state import REPO_ROOT
+
+PORTS = (
+    "BROKER_PORT",
+    "REGISTRY_PORT",
+    "CHANGESERVER_PORT",
+    "CHANGESERVER_MGMT_PORT",
+    "BRIDGE_PORT",
+    "CONSOLE_PORT",
+)
+
+
+def _changebroker(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "changebroker.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _status(env: dict[str, str]) -> dict[str, Any]:
+    done = _changebroker(env, "status", "--json")
+    assert done.returncode == 0, done.stderr
+    found: dict[str, Any] = json.loads(done.stdout)
+    return found
+
+
+def test_a_killed_service_is_restarted_with_backoff_and_down_stops_the_supervisor(
+    tmp_path: Path, pg_dsn: str, kafka_bootstrap: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHANGEBROKER_")}
+    env.update({f"CHANGEBROKER_{name}": str(free_port()) for name in PORTS})
+    env["CHANGEBROKER_STATE_DIR"] = str(tmp_path / "state")
+    env["CHANGEBROKER_CACHE_DIR"] = str(REPO_ROOT / ".state" / "cache")
+    env["CHANGEBROKER_PG_DSN"] = pg_dsn
+    env["CHANGEBROKER_KAFKA_BOOTSTRAP"] = kafka_bootstrap
+    try:
+        started = _changebroker(env, "up")
+        assert started.returncode == 0, started.stdout + started.stderr
+        status = _status(env)
+        assert pid_alive(status["supervisor"]["pid"]), status
+        first = status["registry"]["pid"]
+        registry = status["registry"]["url"] + "/health"
+
+        # Killed twice in a row: restarted each time, the second after a longer backoff.
+        for restarts in (1, 2):
+            killed = _status(env)["registry"]["pid"]
+            os.kill(killed, signal.SIGKILL)
+
+            def restarted(killed: int = killed, restarts: int = restarts) -> bool:
+                now = _status(env)
+                record = now.get("supervisor", {}).get("parts", {}).get("registry", {})
+                running = now.get("registry", {}).get("pid") not in (None, killed)
+                return record.get("restarts") == restarts and running and answers(registry)
+
+            wait_until(restarted, timeout=90, what=f"registry restart {restarts}")
+        record = _status(env)["supervisor"]["parts"]["registry"]
+        assert record["last_exit"] == "killed by SIGKILL", record  # its own child by now
+        assert record["backoff"] == 4.0, record  # 1 s, then 2 s, next time 4 s
+        assert not pid_alive(first)
+
+        # Stopped before what it watches: nothing comes back after down.
+        supervisor = _status(env)["supervisor"]["pid"]
+        stopped = _changebroker(env, "down")
+        assert stopped.returncode == 0, stopped.stderr
+        assert "supervisor" in stopped.stdout and "registry" in stopped.stdout, stopped.stdout
+        assert not pid_alive(supervisor)
+        assert set(_status(env)) == {"postgres", "kafka"}  # external: they count as running
+    finally:
+        _changebroker(env, "down")
