@@ -8,10 +8,10 @@ compacted (replay/compaction.py) and written; the manifest is published last
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from replay import compaction, offsets, positions, snapshots
+from replay import compaction, offsets, positions, snapshots, writing
 from replay.catalog import Catalog, TableSpec
 from replay.columns import NoPrimaryKey
 from replay.offsets import PartitionRange, Watermarks
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 TABLES_DIR = "tables"
+FORMATS = ("parquet", "delta")
+CONCURRENT_TABLES = 4
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class ReplayOptions:
     pattern: str = "{prefix}.{schema}.{table}"
     bridge_name: str = "bridge"  # whose position record ends ``latest`` exactly
     wait_seconds: float = 60.0  # for an --until end whose transaction is not committed yet
+    format: str = "parquet"  # or "delta" (README "Snapshot format")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class _Planned:
     spec: TableSpec
     ranges: list[PartitionRange]
     base: Path | None
+    base_format: str
 
 
 def run_replay(
@@ -64,6 +68,8 @@ def run_replay(
     """Write a snapshot and return its manifest. ``spark``: a session to use (and leave
     running); without one, a session on ``options.master`` is made and stopped."""
     started = time.monotonic()
+    for left in writing.sweep(options.out):
+        say(f"replay: removed {left}, which a killed or failed run left unfinished")
     planned, base, skipped, sequence = _plan(options, say)
     total = sum(r.size for p in planned for r in p.ranges)
     say(
@@ -79,36 +85,25 @@ def run_replay(
         say(f"replay: Spark {spark.version} on {spark.sparkContext.master} ready")
     snapshot_id = snapshots.new_snapshot_id()
     directory = options.out / snapshot_id
-    (directory / TABLES_DIR).mkdir(parents=True)
     try:
-        entries, rows, read = {}, 0, 0
-        with _Heartbeat(spark, say):
-            for item in planned:
-                entry = _write_table(spark, options, item, directory, say)
-                entries[item.spec.table] = entry
-                read += sum(r.size for r in item.ranges)
-                rows += entry.rows
-                say(
-                    f"replay: {item.spec.table}: {entry.rows:,} rows written;"
-                    f" offsets read {read:,} of {total:,}"
-                )
-        manifest = Manifest(
-            snapshot_id=snapshot_id,
-            created_at=snapshots.rfc3339(datetime.now(UTC)),
-            base_snapshot_id=base.snapshot_id if base else None,
-            changeserver_sequence=sequence,
-            tables=entries,
-            cursors={p.spec.event_type: offsets.cursors_of(p.spec, p.ranges) for p in planned},
-        )
-        published = snapshots.publish(directory, manifest)
-    except BaseException:
-        # Not a snapshot without a manifest anyway; removing it just saves the space.
-        shutil.rmtree(directory, ignore_errors=True)
-        raise
+        with writing.writing(directory, writing.hold_in_jvm(spark.sparkContext._jvm)):
+            (directory / TABLES_DIR).mkdir()
+            with _Heartbeat(spark, say):
+                entries = _write_tables(spark, options, planned, directory, snapshot_id, say)
+            manifest = Manifest(
+                snapshot_id=snapshot_id,
+                created_at=snapshots.rfc3339(datetime.now(UTC)),
+                base_snapshot_id=base.snapshot_id if base else None,
+                changeserver_sequence=sequence,
+                tables=entries,
+                cursors={p.spec.event_type: offsets.cursors_of(p.spec, p.ranges) for p in planned},
+            )
+            published = snapshots.publish(directory, manifest)
     finally:
         if own_session:
             spark.stop()
     elapsed = time.monotonic() - started
+    rows = sum(entry.rows for entry in entries.values())
     rate = total / elapsed if elapsed > 0 else 0.0
     note = f"; skipped {', '.join(skipped)}" if skipped else ""
     say(
@@ -152,13 +147,14 @@ def _plan(
             # kept offsets) ends at its last stable offset: then no sequence is exact.
             exact = exact and all(r.partition in (written or {}) or r.end == 0 for r in ranges)
             base_path = base.table_path(table) if from_base and base is not None else None
+            base_format = base.tables[table].format if from_base and base is not None else ""
             if bridge is not None and table in bridge.snapshotting:
                 say(
                     f"replay: {table}: the bridge is still publishing its existing rows;"
                     " this snapshot holds the ones published so far"
                 )
                 exact = False
-            planned.append(_Planned(spec, ranges, base_path))
+            planned.append(_Planned(spec, ranges, base_path, base_format))
     sequence = bridge.sequence(p.spec.table for p in planned) if bridge and exact else None
     return planned, base, skipped, sequence
 
@@ -169,6 +165,44 @@ def _base(options: ReplayOptions) -> Manifest | None:
     if options.base is not None:
         return snapshots.find(options.out, options.base)
     return snapshots.newest(options.out)
+
+
+def _write_tables(
+    spark: SparkSession,
+    options: ReplayOptions,
+    planned: list[_Planned],
+    directory: Path,
+    snapshot_id: str,
+    say: Callable[[str], None],
+) -> dict[str, TableEntry]:
+    """Every table's Spark job, several at once: a small table's job is mostly waiting (planning,
+    committing files), which another table's tasks fill. One table failing cancels the rest."""
+    total = sum(r.size for p in planned for r in p.ranges)
+    entries: dict[str, TableEntry] = {}
+    read = 0
+
+    def write(item: _Planned) -> TableEntry:
+        spark.sparkContext.setJobGroup(snapshot_id, f"replay {snapshot_id}", True)
+        return _write_table(spark, options, item, directory, say)
+
+    # Delta tables one at a time: two threads' Delta jobs at once did not finish in a test run.
+    concurrent = 1 if options.format == "delta" else CONCURRENT_TABLES
+    with ThreadPoolExecutor(max(1, min(concurrent, len(planned)))) as pool:
+        running = {pool.submit(write, item): item for item in planned}
+        try:
+            for done in as_completed(running):
+                item, entry = running[done], done.result()
+                entries[item.spec.table] = entry
+                read += sum(r.size for r in item.ranges)
+                say(
+                    f"replay: {item.spec.table}: {entry.rows:,} rows written;"
+                    f" offsets read {read:,} of {total:,}"
+                )
+        except BaseException:
+            pool.shutdown(cancel_futures=True)
+            spark.sparkContext.cancelJobGroup(snapshot_id)
+            raise
+    return dict(sorted(entries.items()))
 
 
 def _write_table(
@@ -189,21 +223,24 @@ def _write_table(
     if events is not None:
         parts.append(compaction.parsed_events(events, spec))
     if item.base is not None:
-        parts.append(compaction.base_rows(spark, str(item.base), spec))
+        parts.append(compaction.base_rows(spark, item.base, item.base_format, spec))
     relative = f"{TABLES_DIR}/{spec.table}"
-    target = str(directory / relative)
     if parts:
         changes = parts[0]
         for part in parts[1:]:
             changes = changes.unionByName(part)
-        compaction.compact(changes, spec).write.parquet(target)
+        table = compaction.compact(changes, spec)
     else:
-        _empty(spark, spec).write.parquet(target)
-    rows = spark.read.parquet(target).count()
+        table = _empty(spark, spec)
+    target = str(directory / relative)
+    table.write.format(options.format).save(target)
+    # From the files' footers (or the Delta log): a short job, no data read.
+    rows = spark.read.format(options.format).load(target).count()
     return TableEntry(
         event_type=spec.event_type,
         topic=spec.topic,
         path=relative,
+        format=options.format,
         rows=rows,
         primary_key=spec.key,
         schema_versions=spec.schema_versions,

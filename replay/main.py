@@ -14,7 +14,7 @@ from changebroker.stack.state import default_state_dir
 from replay import schedule
 from replay.catalog import CatalogError
 from replay.columns import NoPrimaryKey
-from replay.job import ReplayOptions, run_replay
+from replay.job import FORMATS, ReplayOptions, run_replay
 from replay.offsets import RangeError
 from replay.snapshots import SnapshotNotFound, find
 from replay.subscribe import SubscriptionRefused, subscribe
@@ -26,6 +26,12 @@ SCOPE = "replay"
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _format(text: str) -> str:
+    if text not in FORMATS:
+        raise argparse.ArgumentTypeError(f"{text!r}: the formats are {', '.join(FORMATS)}")
+    return text
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +75,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         parser, "--full", scope=SCOPE, help="read from the beginning, not from the newest snapshot"
     )
     option("--base", help="the snapshot id (in --out) to continue from; default the newest")
+    option(
+        "--format",
+        type=_format,
+        default="parquet",
+        help="each table as a Parquet dataset, or as a Delta Lake table (delta)",
+    )
     option(
         "--master",
         env="CHANGEBROKER_SPARK_MASTER",

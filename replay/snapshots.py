@@ -33,6 +33,7 @@ class TableEntry:
     event_type: str
     topic: str
     path: str  # relative to the snapshot's directory
+    format: str  # "parquet" or "delta"
     rows: int
     primary_key: tuple[str, ...]
     schema_versions: tuple[str, ...]
@@ -43,6 +44,7 @@ class TableEntry:
             "event_type": self.event_type,
             "topic": self.topic,
             "path": self.path,
+            "format": self.format,
             "rows": self.rows,
             "primary_key": list(self.primary_key),
             "schema_versions": list(self.schema_versions),
@@ -55,6 +57,7 @@ class TableEntry:
             item["event_type"],
             item["topic"],
             item["path"],
+            item.get("format", "parquet"),
             int(item["rows"]),
             tuple(item["primary_key"]),
             tuple(item["schema_versions"]),

@@ -1,4 +1,5 @@
-"""A SparkSession with the Kafka connector: ``local[*]`` by default, any cluster by URL."""
+"""A SparkSession with the Kafka connector and Delta Lake: ``local[*]`` by default, any cluster
+by URL."""
 
 from __future__ import annotations
 
@@ -13,13 +14,17 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 POM = REPO_ROOT / "docker" / "local" / "spark-kafka-pom.xml"
-# The connector and what it needs beyond the jars pyspark ships.
+# The connector, Delta Lake (``format("delta")``, path-based) and what they need beyond the
+# jars pyspark ships.
 CONNECTOR_ARTIFACTS = (
     "spark-sql-kafka-0-10_2.13",
     "spark-token-provider-kafka-0-10_2.13",
     "kafka-clients",
     "commons-pool2",
+    "delta-spark_4.2_2.13",
+    "delta-storage",
 )
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 
 def connector_jars(state: StateDir | None = None) -> list[str]:
@@ -33,7 +38,8 @@ def connector_jars(state: StateDir | None = None) -> list[str]:
 def spark_session(
     master: str | None = None, app_name: str = "changebroker", state: StateDir | None = None
 ) -> SparkSession:
-    """A SparkSession that can read and write Kafka (``format("kafka")``).
+    """A SparkSession that can read and write Kafka (``format("kafka")``) and Delta tables
+    (``format("delta")``).
 
     ``master`` falls back to CHANGEBROKER_SPARK_MASTER, then ``local[*]``.
     """
@@ -48,6 +54,8 @@ def spark_session(
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
     )
     if master.startswith("local"):
         builder = builder.config("spark.driver.host", "127.0.0.1").config(

@@ -350,8 +350,8 @@ def test_snapshots_equal_the_database_and_hand_off_to_the_stream(
 
 
 def _kill_while_writing(stack: Stack, out: Path) -> None:
-    """``changebroker replay`` SIGKILLed (with its JVM) once its first table is written and
-    before the manifest."""
+    """``changebroker replay`` SIGKILLed (with its JVM) while it writes its tables, before the
+    manifest."""
     before = {d.name for d in out.iterdir()}
     process = subprocess.Popen(
         [
@@ -362,12 +362,12 @@ def _kill_while_writing(stack: Stack, out: Path) -> None:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
 
-    def first_table_written() -> bool:
+    def writing_tables() -> bool:
         assert process.poll() is None, "the replay ended before it could be killed"
-        return any(any(d.glob("tables/*/_SUCCESS")) for d in out.iterdir() if d.name not in before)
+        return any(any(d.glob("tables/*")) for d in out.iterdir() if d.name not in before)
 
     try:
-        wait_until(first_table_written, timeout=180, interval=0.01, what="a table to be written")
+        wait_until(writing_tables, timeout=180, interval=0.01, what="the tables to be written")
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=30)

@@ -61,7 +61,7 @@ def snapshot_tables(spark: SparkSession, manifest: Manifest) -> dict[str, Rows]:
     events carry them. Tests may collect; the job never does."""
     out = {}
     for table, entry in manifest.tables.items():
-        frame = spark.read.parquet(str(manifest.table_path(table)))
+        frame = spark.read.format(entry.format).load(str(manifest.table_path(table)))
         selected = [
             f"unix_micros(`{c.name}`) AS `{c.name}`" if c.kind == "timestamptz" else f"`{c.name}`"
             for c in entry.columns
