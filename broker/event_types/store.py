@@ -153,10 +153,11 @@ class Store:
             await cur.execute(_SELECT + " ORDER BY e.name")
             return [_stored(row) for row in await cur.fetchall()]
 
-    async def revision(self, name: str) -> Revision | None:
+    async def revision(self, name: str, *, fresh: bool = False) -> Revision | None:
         """The cheap question a cache asks before trusting its copy: from memory until any
-        event type changes (Postgres notifies every process), else one SELECT."""
-        kept: Revision | None = self._revisions.get(name)
+        event type changes (Postgres notifies every process), else one SELECT; ``fresh``:
+        the SELECT in any case (a change's notification may still be on its way)."""
+        kept: Revision | None = None if fresh else self._revisions.get(name)
         if kept is not None:
             return kept
         generation = self._revisions.generation

@@ -166,8 +166,8 @@ class Publisher:
     def routes(self) -> list[BaseRoute]:
         return [Route("/event-types/{name}/events", self.publish, methods=["POST"])]
 
-    async def target(self, name: str) -> Target | None:
-        revision = await self.store.revision(name)
+    async def target(self, name: str, *, fresh: bool = False) -> Target | None:
+        revision = await self.store.revision(name, fresh=fresh)
         if revision is None:
             self._targets.pop(name, None)
             return None
@@ -189,16 +189,25 @@ class Publisher:
         await self.access.require_publish(principal_of(request), name, target.authorization)
         started = time.perf_counter()
         batch = split_batch(await bodies.raw(request))
-        messages: list[Message] = []
         received_at = received_now()
-        for index, (event, size) in enumerate(batch):
-            try:
-                messages.append(prepare(target, event, size, received_at))
-            except ItemFailure as failure:
-                metrics.batches.labels(name, "422").inc()
-                metrics.failures.labels(failure.step).inc()
-                metrics.publish_duration.observe(time.perf_counter() - started)
-                return JSONResponse(_rejected(batch, index, failure), status_code=422)
+        messages, refused = _prepared(target, batch, received_at)
+        if refused is not None:
+            # Refused by what this process keeps: another process may have just changed the
+            # event type, its notification still on the way. Ask the database before saying no.
+            current = await self.target(name, fresh=True)
+            if current is None:
+                raise EventTypeNotFound(name)
+            if current.revision != target.revision:
+                await self.access.require_publish(
+                    principal_of(request), name, current.authorization
+                )
+                messages, refused = _prepared(current, batch, received_at)
+        if refused is not None:
+            index, failure = refused
+            metrics.batches.labels(name, "422").inc()
+            metrics.failures.labels(failure.step).inc()
+            metrics.publish_duration.observe(time.perf_counter() - started)
+            return JSONResponse(_rejected(batch, index, failure), status_code=422)
         errors = await self.producer.send(messages)
         metrics.publish_duration.observe(time.perf_counter() - started)
         metrics.batch_events.observe(len(messages))
@@ -223,6 +232,19 @@ class Publisher:
         metrics.events.labels(name).inc(len(messages))
         metrics.published_bytes.labels(name).inc(sum(len(m.value) for m in messages))
         return Response(status_code=200)
+
+
+def _prepared(
+    target: Target, batch: list[tuple[Any, int]], received_at: str
+) -> tuple[list[Message], tuple[int, ItemFailure] | None]:
+    """Every event of ``batch`` prepared, or the first refused one (its index and why)."""
+    messages: list[Message] = []
+    for index, (event, size) in enumerate(batch):
+        try:
+            messages.append(prepare(target, event, size, received_at))
+        except ItemFailure as failure:
+            return messages, (index, failure)
+    return messages, None
 
 
 def prepare(target: Target, event: Any, size: int, received_at: str) -> Message:
