@@ -57,7 +57,11 @@ def _published(rebuilt: Rebuilt) -> None:
 def _descendants(pid: int) -> list[int]:
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
+        try:
+            children = (task / "children").read_text().split()
+        except FileNotFoundError:
+            continue  # a thread that ended while we looked
+        for child in children:
             found += [int(child), *_descendants(int(child))]
     return found
 

@@ -52,7 +52,9 @@ def console_url(stack: Stack) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="session")
+# Per module: Playwright's sync API keeps an asyncio loop marked running in this thread while
+# it is open, which would break every later test that runs a loop of its own.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[BrowserContext]:
     with (
         tempfile.TemporaryDirectory(prefix="console-chromium-") as profile,
