@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,23 +13,7 @@ from changebroker import kafka
 from changebroker.services import SERVICE_MODULES
 from changebroker.stack.processes import free_port, pid_alive
 from changebroker.stack.state import REPO_ROOT
-
-
-def _changebroker(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "changebroker.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
-def _status(env: dict[str, str]) -> dict[str, Any]:
-    done = _changebroker(env, "status", "--json")
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
+from tests.support import cli
 
 
 def _processes(status: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
@@ -63,11 +44,11 @@ def test_up_demo_runs_every_service_idempotently_and_down_stops_them(
     env["CHANGEBROKER_STATE_DIR"] = str(tmp_path / "state")
     env["CHANGEBROKER_CACHE_DIR"] = str(REPO_ROOT / ".state" / "cache")
     try:
-        first = _changebroker(env, "up", "--demo")
+        first = cli.changebroker(env, "up", "--demo")
         assert first.returncode == 0, first.stdout + first.stderr
         assert "demo failed" not in first.stdout and "== Done." in first.stdout, first.stdout
         assert "GET /snapshots?selector=bridge: 2 demo_orders rows" in first.stdout, first.stdout
-        status = _status(env)
+        status = cli.status(env)
         for name in SERVICE_MODULES:
             assert pid_alive(status[name]["pid"]), f"{name} is not running after up"
         assert status["snapshot"]["rows"] >= 2, status["snapshot"]
@@ -82,25 +63,25 @@ def test_up_demo_runs_every_service_idempotently_and_down_stops_them(
         assert "no answer from" not in overview.text and "failing" not in overview.text
         assert overview.text.count('class="stage ok"') == 5, overview.text
 
-        second = _changebroker(env, "up", "--demo")
+        second = cli.changebroker(env, "up", "--demo")
         assert second.returncode == 0, second.stdout + second.stderr
         assert "== Done." in second.stdout, second.stdout
-        assert _processes(_status(env)) == _processes(status)  # nothing restarted
+        assert _processes(cli.status(env)) == _processes(status)  # nothing restarted
 
         # The replay as a service: started by up, its pid in status, stopped by down.
-        scheduled = _changebroker(env, "up", "--replay-every", "1h")
+        scheduled = cli.changebroker(env, "up", "--replay-every", "1h")
         assert scheduled.returncode == 0, scheduled.stdout + scheduled.stderr
-        status = _status(env)
+        status = cli.status(env)
         assert pid_alive(status["replay"]["pid"]), status
 
-        stopped = _changebroker(env, "down")
+        stopped = cli.changebroker(env, "down")
         assert stopped.returncode == 0, stopped.stderr
         assert "postgres" in stopped.stdout and "kafka" in stopped.stdout
-        assert _status(env) == {}
+        assert cli.status(env) == {}
         for name, info in status.items():
             if "pid" in info:
                 assert not pid_alive(info["pid"]), f"{name} still runs after down"
     finally:
-        purged = _changebroker(env, "down", "--purge")
+        purged = cli.changebroker(env, "down", "--purge")
     assert purged.returncode == 0, purged.stderr
     assert not (tmp_path / "state" / "data").exists()

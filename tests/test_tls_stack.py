@@ -12,8 +12,8 @@ import pytest
 from changebroker.services import SERVICE_MODULES
 from changebroker.stack.processes import free_port, pid_alive
 from changebroker.stack.state import REPO_ROOT
+from tests.support import cli
 from tests.support.credentials import self_signed_ca
-from tests.test_cli_stack import _changebroker, _status
 
 
 # The whole stack, its demo and a Spark replay: minutes on a loaded machine.
@@ -31,11 +31,11 @@ def test_up_demo_over_tls_with_a_self_signed_ca(tmp_path: Path) -> None:
     env["CHANGEBROKER_TLS_KEY"] = str(certificates.key)
     env["CHANGEBROKER_TLS_CA"] = str(certificates.ca)
     try:
-        up = _changebroker(env, "up", "--demo")
+        up = cli.changebroker(env, "up", "--demo")
         assert up.returncode == 0, up.stdout + up.stderr
         assert "demo failed" not in up.stdout and "== Done." in up.stdout, up.stdout
         assert "GET /snapshots?selector=bridge: 2 demo_orders rows" in up.stdout, up.stdout
-        status = _status(env)
+        status = cli.status(env)
         for name in SERVICE_MODULES:
             assert pid_alive(status[name]["pid"]), f"{name} is not running after up"
             assert status[name]["url"].startswith("https://127.0.0.1:")
@@ -51,5 +51,5 @@ def test_up_demo_over_tls_with_a_self_signed_ca(tmp_path: Path) -> None:
             with pytest.raises(httpx.HTTPError):  # no plain HTTP beside it
                 httpx.get(f"{plain}/health", timeout=30)
     finally:
-        purged = _changebroker(env, "down", "--purge")
+        purged = cli.changebroker(env, "down", "--purge")
     assert purged.returncode == 0, purged.stderr

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from changebroker.stack.processes import answers, free_port, pid_alive, wait_until
 from changebroker.stack.state import REPO_ROOT
+from tests.support import cli
 
 PORTS = (
     "BROKER_PORT",
@@ -24,20 +23,11 @@ PORTS = (
 
 
 def _changebroker(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "changebroker.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return cli.changebroker(env, *args, timeout=300)
 
 
 def _status(env: dict[str, str]) -> dict[str, Any]:
-    done = _changebroker(env, "status", "--json")
-    assert done.returncode == 0, done.stderr
-    found: dict[str, Any] = json.loads(done.stdout)
-    return found
+    return cli.status(env, timeout=300)
 
 
 def test_a_killed_service_is_restarted_with_backoff_and_down_stops_the_supervisor(

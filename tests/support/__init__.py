@@ -6,7 +6,8 @@ stack of one test (changeserver, registry, broker, bridge) and a consumer rebuil
 tables, ``changeserver.py`` a changeserver in this process, ``console.py`` the console and
 a browser, ``event_types.py`` event type bodies, ``replay_snapshots.py`` reading replay
 snapshots back, ``snapshots.py`` writing them, ``raw_http.py`` HTTP below httpx,
-``spark_cluster.py`` a standalone Spark cluster.
+``spark_cluster.py`` a standalone Spark cluster, ``cli.py`` the ``changebroker``
+command as a child process.
 """
 
 from pathlib import Path
