@@ -36,21 +36,36 @@ def registry_dsn(pg_server_dsn: str) -> Iterator[str]:
 
 
 async def _trickle(port: int, opened: asyncio.Queue[None]) -> bytes:
-    """Send a request one byte a second until the server answers; what it answered."""
+    """Send a request one byte a second until the server answers; what it answered.
+
+    Reading runs beside the writing and keeps every block as it arrives: after the server's
+    408 and close, the next byte written draws a reset, and an answer read only between
+    writes (or dropped by a cancelled read) would be lost to it."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     opened.put_nowait(None)
     request = b"GET /subjects HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"y" * 100 + b"\r\n\r\n"
+    received: list[bytes] = []
+
+    async def read_until_closed() -> None:
+        try:
+            while block := await reader.read(65536):
+                received.append(block)
+        except ConnectionError:
+            pass
+
+    reading = asyncio.create_task(read_until_closed())
     try:
         for byte in request:
+            if received or reading.done():
+                break
             writer.write(bytes([byte]))
-            await writer.drain()
             try:
-                return await asyncio.wait_for(reader.read(), timeout=1.0)
-            except TimeoutError:
-                continue  # nothing yet: the next byte, a second later
-        return b""
-    except ConnectionError:
-        return b""
+                await writer.drain()
+            except ConnectionError:
+                break
+            await asyncio.wait({reading}, timeout=1.0)  # the next byte a second later
+        await asyncio.wait_for(reading, timeout=30)
+        return b"".join(received)
     finally:
         writer.close()
 
