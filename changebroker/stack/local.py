@@ -276,9 +276,8 @@ class LocalStack:
                     "--bridge-url",
                     f"{loopback}:{p.bridge}",
                     *client,
-                    # The console serves people's browsers: TLS, not bearer tokens.
-                    *(["--tls-cert", str(self.tls.cert)] if self.tls else []),
-                    *(["--tls-key", str(self.tls.key)] if self.tls else []),
+                    # Operators sign in with tokens checked as the services check theirs.
+                    *server,
                 ],
                 f"{loopback}:{p.console}",
                 f"{loopback}:{p.console}/health",
@@ -319,6 +318,7 @@ class LocalStack:
         args = [
             *("--every", f"{self.replay_every:g}s", "--out", str(self.snapshots_dir)),
             *("--broker-url", f"{self.scheme}://127.0.0.1:{self.ports.broker}"),
+            *self._client_args(),
         ]
         return [Service(REPLAY, args, "", None)]
 
