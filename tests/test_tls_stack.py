@@ -1,4 +1,5 @@
-"""The whole local stack over TLS with a self-signed CA: `up --demo` works, plain HTTP does not."""
+"""The whole local stack over TLS with a self-signed CA and tokens: `up --demo` works (the
+bridge, the replay and the console send the client token), plain HTTP and no token do not."""
 
 from __future__ import annotations
 
@@ -13,12 +14,24 @@ from changebroker.services import SERVICE_MODULES
 from changebroker.stack.processes import free_port, pid_alive
 from changebroker.stack.state import REPO_ROOT
 from tests.support import cli
-from tests.support.credentials import self_signed_ca
+from tests.support.credentials import self_signed_ca, tokens_file
+
+SCOPES = [
+    "nakadi.config.write",
+    "nakadi.event_type.write",
+    "nakadi.event_stream.write",
+    "nakadi.event_stream.read",
+    "registry.read",
+    "registry.write",
+    "changeserver.read",
+    "console.read",
+    "console.admin",
+]
 
 
 # The whole stack, its demo and a Spark replay: minutes on a loaded machine.
 @pytest.mark.timeout(900)
-def test_up_demo_over_tls_with_a_self_signed_ca(tmp_path: Path) -> None:
+def test_up_demo_over_tls_with_a_self_signed_ca_and_tokens(tmp_path: Path) -> None:
     certificates = self_signed_ca(tmp_path)
     flags = ["PG_PORT", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "BROKER_PORT", "REGISTRY_PORT"]
     flags += ["CHANGESERVER_PORT", "CHANGESERVER_MGMT_PORT", "BRIDGE_PORT", "CONSOLE_PORT"]
@@ -30,6 +43,12 @@ def test_up_demo_over_tls_with_a_self_signed_ca(tmp_path: Path) -> None:
     env["CHANGEBROKER_TLS_CERT"] = str(certificates.cert)
     env["CHANGEBROKER_TLS_KEY"] = str(certificates.key)
     env["CHANGEBROKER_TLS_CA"] = str(certificates.ca)
+    env["CHANGEBROKER_AUTH"] = "tokens"
+    env["CHANGEBROKER_AUTH_TOKENS"] = str(
+        tokens_file(tmp_path / "tokens.json", {"stack-token": ("stack", SCOPES)})
+    )
+    env["CHANGEBROKER_CLIENT_TOKEN"] = "stack-token"
+    token = {"authorization": "Bearer stack-token"}
     try:
         up = cli.changebroker(env, "up", "--demo")
         assert up.returncode == 0, up.stdout + up.stderr
@@ -50,6 +69,16 @@ def test_up_demo_over_tls_with_a_self_signed_ca(tmp_path: Path) -> None:
             plain = url.replace("https://", "http://")
             with pytest.raises(httpx.HTTPError):  # no plain HTTP beside it
                 httpx.get(f"{plain}/health", timeout=30)
+        # No token, no answer; the console asks its operators to sign in.
+        with httpx.Client(verify=trusted, timeout=30) as client:
+            broker, console = status["broker"]["url"], status["console"]["url"]
+            assert client.get(f"{broker}/event-types").status_code == 401
+            assert client.get(f"{broker}/event-types", headers=token).status_code == 200
+            assert client.get(f"{console}/").status_code == 401
+            # Signed in, it sees every service through its own token.
+            overview = client.get(f"{console}/", headers=token)
+            assert overview.status_code == 200
+            assert overview.text.count('class="stage ok"') == 5, overview.text
     finally:
         purged = cli.changebroker(env, "down", "--purge")
     assert purged.returncode == 0, purged.stderr
