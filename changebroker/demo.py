@@ -348,6 +348,9 @@ def run(stack: LocalStack) -> int:
     global _tls_context, _token
     _tls_context, _token = stack.ssl_context(), stack.client_token
     running = stack.status()
+    if "loadbalancer" in running:
+        # Several broker processes: the tours use the broker port, HAProxy in front of them.
+        running["broker"] = running["loadbalancer"]
     try:
         postgres_tour(stack)
         kafka_tour(stack)

@@ -1,5 +1,6 @@
-"""The whole local stack over TLS with a self-signed CA and tokens: `up --demo` works (the
-bridge, the replay and the console send the client token), plain HTTP and no token do not."""
+"""The whole local stack over TLS with a self-signed CA and tokens, two broker processes behind
+HAProxy: `up --demo` works (the bridge, the replay and the console send the client token;
+HAProxy passes TLS through and checks the brokers over TLS), plain HTTP and no token do not."""
 
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ def test_up_demo_over_tls_with_a_self_signed_ca_and_tokens(tmp_path: Path) -> No
         tokens_file(tmp_path / "tokens.json", {"stack-token": ("stack", SCOPES)})
     )
     env["CHANGEBROKER_CLIENT_TOKEN"] = "stack-token"
+    env["CHANGEBROKER_BROKER_PROCESSES"] = "2"
     token = {"authorization": "Bearer stack-token"}
     try:
         up = cli.changebroker(env, "up", "--demo")
@@ -55,13 +57,15 @@ def test_up_demo_over_tls_with_a_self_signed_ca_and_tokens(tmp_path: Path) -> No
         assert "demo failed" not in up.stdout and "== Done." in up.stdout, up.stdout
         assert "GET /snapshots?selector=bridge: 2 demo_orders rows" in up.stdout, up.stdout
         status = cli.status(env)
-        for name in SERVICE_MODULES:
+        brokers = ["broker-1", "broker-2", "loadbalancer"]
+        for name in [*(n for n in SERVICE_MODULES if n != "broker"), *brokers]:
             assert pid_alive(status[name]["pid"]), f"{name} is not running after up"
             assert status[name]["url"].startswith("https://127.0.0.1:")
+        assert status["broker-1"]["ready"] and status["broker-2"]["ready"], status
         # The bridge read the changeserver and wrote to the broker over verified TLS.
         assert status["bridge"]["status"]["position"], status["bridge"]
         trusted = ssl.create_default_context(cafile=str(certificates.ca))
-        for name in ("registry", "broker", "bridge", "console"):
+        for name in ("registry", "loadbalancer", "broker-1", "bridge", "console"):
             url = status[name]["url"]
             assert httpx.get(f"{url}/health", verify=trusted, timeout=30).status_code == 200
             with pytest.raises(httpx.ConnectError):  # not trusted without the CA
@@ -71,7 +75,7 @@ def test_up_demo_over_tls_with_a_self_signed_ca_and_tokens(tmp_path: Path) -> No
                 httpx.get(f"{plain}/health", timeout=30)
         # No token, no answer; the console asks its operators to sign in.
         with httpx.Client(verify=trusted, timeout=30) as client:
-            broker, console = status["broker"]["url"], status["console"]["url"]
+            broker, console = status["loadbalancer"]["url"], status["console"]["url"]
             assert client.get(f"{broker}/event-types").status_code == 401
             assert client.get(f"{broker}/event-types", headers=token).status_code == 200
             assert client.get(f"{console}/").status_code == 401
