@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from changebroker.auth import Principal
+from changebroker.auth import Principal, audit
 from console.history import History
 from console.upstream import Reply, Upstream
 
@@ -66,11 +66,22 @@ class Console:
     def action(
         self, handler: Callable[[Request], Awaitable[Response]]
     ) -> Callable[[Request], Awaitable[Response]]:
-        """``handler`` of a form that acts, run unless :meth:`refuse_when_read_only` refuses."""
+        """``handler`` of a form that acts, run unless :meth:`refuse_when_read_only` refuses;
+        an audit line names the operator (the services see the console's own token)."""
 
         async def guarded(request: Request) -> Response:
             refused = self.refuse_when_read_only(request)
-            return refused if refused else await handler(request)
+            if refused:
+                return refused
+            response = await handler(request)
+            operator = request.scope.get("state", {}).get("principal")
+            audit(
+                "console action",
+                operator if isinstance(operator, Principal) else None,
+                request.url.path,
+                status=response.status_code,
+            )
+            return response
 
         return guarded
 

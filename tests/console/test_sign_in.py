@@ -4,6 +4,7 @@ answers without one."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,6 +60,19 @@ def test_actions_need_the_admin_scope(signed: httpx.Client) -> None:
     )
     operator = signed.get("/event-types/orders", headers=bearer("operator-token")).text
     assert 'action="/event-types/orders/publish"' in operator
+
+
+def test_an_action_is_audited_with_the_operator_who_took_it(
+    signed: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="changebroker.audit"):
+        # The changeserver does not answer: the action is tried, and not done.
+        answer = signed.post("/changeserver/markdown", headers=bearer("operator-token"))
+    assert answer.status_code == 502
+    lines = [r for r in caplog.records if r.getMessage() == "console action"]
+    assert [r.fields for r in lines] == [  # type: ignore[attr-defined]
+        {"sub": "operator", "resource": "/changeserver/markdown", "status": 502}
+    ]
 
 
 def test_health_static_and_the_sign_in_page_stay_open(signed: httpx.Client) -> None:
