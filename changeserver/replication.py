@@ -43,11 +43,27 @@ def format_lsn(lsn: int) -> str:
     return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
 
 
-def ensure_slot(dsn: str, slot: str, publication: str, tables: tuple[str, ...] = ()) -> None:
-    """Create the publication and the pgoutput slot when missing.
+class SlotLost(Exception):
+    """The slot we streamed from is gone, or Postgres removed WAL it still needed: the changes
+    between our confirmed position and now can no longer be streamed."""
+
+
+def ensure_slot(
+    dsn: str,
+    slot: str,
+    publication: str,
+    tables: tuple[str, ...] = (),
+    *,
+    streamed_before: bool = False,
+) -> None:
+    """Create the publication, and the pgoutput slot unless we streamed from one before.
 
     The publication covers ``tables`` (``schema.table`` or ``table``), or all tables
-    when none are given; an existing publication is used as it is.
+    when none are given; an existing publication is used as it is. Raise ``SlotLost`` when
+    the slot was dropped after we streamed from it, or invalidated (``max_slot_wal_keep_size``
+    exceeded: ``wal_status`` is ``lost``). Checking and creating are one step: a slot dropped
+    between a separate check and a create would be made anew at the current WAL position,
+    and the changes in between skipped without a word.
     """
     with pg.connect(dsn, autocommit=True) as conn:
         if not conn.execute(
@@ -63,29 +79,19 @@ def ensure_slot(dsn: str, slot: str, publication: str, tables: tuple[str, ...] =
                 sql.SQL("CREATE PUBLICATION {} FOR {}").format(sql.Identifier(publication), covered)
             )
             log.info("publication created", extra=logs.fields(publication=publication))
-        if not conn.execute(
-            "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)
-        ).fetchone():
-            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
-            log.info("replication slot created", extra=logs.fields(slot=slot))
-
-
-class SlotLost(Exception):
-    """The slot we streamed from is gone, or Postgres removed WAL it still needed: the changes
-    between our confirmed position and now can no longer be streamed."""
-
-
-def check_slot(dsn: str, slot: str, streamed_before: bool) -> None:
-    """Raise ``SlotLost`` when ``slot`` was dropped after we streamed from it, or invalidated
-    (``max_slot_wal_keep_size`` exceeded: ``wal_status`` is ``lost``)."""
-    with pg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(
             "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (slot,)
         ).fetchone()
-    if row is None and streamed_before:
-        raise SlotLost(f"replication slot {slot} was dropped")
-    if row is not None and row[0] == "lost":
-        raise SlotLost(f"replication slot {slot} was invalidated: Postgres removed WAL it needed")
+        if row is not None and row[0] == "lost":
+            raise SlotLost(
+                f"replication slot {slot} was invalidated: Postgres removed WAL it needed"
+            )
+        if row is not None:
+            return
+        if streamed_before:
+            raise SlotLost(f"replication slot {slot} was dropped")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        log.info("replication slot created", extra=logs.fields(slot=slot))
 
 
 def slot_start(dsn: str, slot: str) -> int:
@@ -177,8 +183,13 @@ class Replicator(threading.Thread):
         backoff = 0.1
         while not self.stopping.is_set():
             try:
-                check_slot(self.dsn, self.slot, self.changelog.slot_created())
-                ensure_slot(self.dsn, self.slot, self.publication, self.tables)
+                ensure_slot(
+                    self.dsn,
+                    self.slot,
+                    self.publication,
+                    self.tables,
+                    streamed_before=self.changelog.slot_created(),
+                )
                 self.changelog.note_slot_created()
                 self._stream()
                 backoff = 0.1

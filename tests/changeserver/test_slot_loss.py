@@ -8,10 +8,12 @@ import contextlib
 
 import httpx
 import psycopg
+import pytest
 
 from changebroker.chaos.faults import drop_slot_behind
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
+from changeserver.replication import SlotLost, ensure_slot
 from changeserver.server import ChangeServer, Settings
 from tests.support.changeserver import MakeServer
 
@@ -100,3 +102,18 @@ def test_an_invalidated_slot_is_detected_when_the_changeserver_starts_again(
         assert "invalidated" in str(again.replicator.failure)
         health = httpx.get(f"{url}/health")
         assert health.status_code == 503 and "invalidated" in health.text, health.text
+
+
+def test_a_slot_we_streamed_from_is_never_made_again_silently(pg_dsn: str) -> None:
+    # The reconnect path checks and creates in one step: a slot dropped between a check and a
+    # create would otherwise start anew at the current WAL position, skipping what came between.
+    ensure_slot(pg_dsn, "t_once", "t_once_pub")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot('t_once')")
+    with pytest.raises(SlotLost, match="was dropped"):
+        ensure_slot(pg_dsn, "t_once", "t_once_pub", streamed_before=True)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 't_once'"
+        ).fetchone()
+    assert left == (0,)
