@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 
@@ -26,3 +27,14 @@ def business_event_type(name: str, **overrides: Any) -> dict[str, Any]:
         },
         **overrides,
     }
+
+
+def order_events(count: int) -> list[dict[str, Any]]:
+    """``count`` events of :func:`business_event_type`, each with an eid of its own."""
+    return [
+        {
+            "order_number": uuid.uuid4().hex[:8],
+            "metadata": {"eid": str(uuid.uuid4()), "occurred_at": "2026-11-23T10:00:00Z"},
+        }
+        for _ in range(count)
+    ]
