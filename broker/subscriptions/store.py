@@ -6,7 +6,8 @@ is first streamed or reset (``initialise``), from ``read_from``: ``begin``, ``en
 or ``initial_cursors``. Sessions, commits and cursor resets are here too. Every
 change to a subscription's streams runs under :func:`locked` (its row lock);
 :func:`rebalance_partitions` re-assigns its partitions and :func:`close_expired` frees
-those of broker processes that are gone. The HTTP side is :mod:`broker.subscriptions.api` and :mod:`broker.subscriptions.stream_api`.
+those of broker processes that are gone. The HTTP side is :mod:`broker.subscriptions.api`
+and :mod:`broker.subscriptions.stream_api`.
 """
 
 from __future__ import annotations
