@@ -21,17 +21,15 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import anyio
 from confluent_kafka import Consumer, TopicPartition
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import Receive, Scope, Send
 
 from broker import bodies, metrics
 from broker.access import Access
 from broker.errors import BadRequest, SubscriptionNotFound
-from broker.streams.api import STREAM_MEDIA_TYPE, _gzipped, _wants_gzip
+from broker.streams.api import BatchStreamResponse, _wants_gzip
 from broker.streams.cursors import OffsetFormatError, format_offset, parse_offset
 from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS
 from broker.streams.watermarks import Watermarks, consumer_config
@@ -60,8 +58,10 @@ RESET_WAIT_SECONDS = MAX_COMMIT_TIMEOUT
 TIME_LAG_READ_SECONDS = 5.0
 
 
-class _SessionResponse(StreamingResponse):
-    """Closes the session whatever ends the response; the close survives the cancellation."""
+class _SessionResponse(BatchStreamResponse):
+    """Closes the session when the response ends."""
+
+    kind = "subscription"
 
     def __init__(
         self,
@@ -70,26 +70,15 @@ class _SessionResponse(StreamingResponse):
         waiter: contextlib.ExitStack,
         gzip: bool,
     ) -> None:
-        headers = {STREAM_ID_HEADER: session.stream_id}
-        if gzip:
-            headers["Content-Encoding"] = "gzip"
-        body = _gzipped(lines) if gzip else lines
-        super().__init__(body, media_type=STREAM_MEDIA_TYPE, headers=headers)
+        super().__init__(lines, gzip, {STREAM_ID_HEADER: session.stream_id})
         self._session = session
         self._waiter = waiter
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        open_streams = metrics.open_streams.labels("subscription")
-        open_streams.inc()
+    async def ended(self) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            await self._session.close()
         finally:
-            open_streams.dec()
-            with anyio.CancelScope(shield=True):
-                try:
-                    await self._session.close()
-                finally:
-                    self._waiter.close()
+            self._waiter.close()
 
 
 class SubscriptionStreams:

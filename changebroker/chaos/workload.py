@@ -19,6 +19,7 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +73,14 @@ class Worker(threading.Thread):
     def stop(self) -> None:
         self.stopping.set()
         self.join(timeout=60)
+
+    def batches(self, response: httpx.Response) -> Iterator[dict[str, Any]]:
+        """A stream's batches (keep-alive lines skipped) until the stream ends or we stop."""
+        for line in response.iter_lines():
+            if self.stopping.is_set():
+                return
+            if line:
+                yield json.loads(line)
 
 
 def setup_tables(dsn: str) -> None:
@@ -305,12 +314,7 @@ class SubscriptionReader(Worker):
         with self.client.stream("GET", path, params=params) as response:
             response.raise_for_status()
             stream_id = response.headers["X-Nakadi-StreamId"]
-            for line in response.iter_lines():
-                if self.stopping.is_set():
-                    return
-                if not line:
-                    continue
-                batch = json.loads(line)
+            for batch in self.batches(response):
                 for event in batch.get("events") or []:
                     self.seen.add(event["metadata"]["eid"])
                 if batch.get("events"):
@@ -360,12 +364,7 @@ class StreamReader(Worker):
         path = f"/event-types/{EVENT_TYPE}/events"
         with self.client.stream("GET", path, params=params, headers=headers) as response:
             response.raise_for_status()
-            for line in response.iter_lines():
-                if self.stopping.is_set():
-                    return
-                if not line:
-                    continue
-                batch = json.loads(line)
+            for batch in self.batches(response):
                 events = batch.get("events") or []
                 partition, offset = batch["cursor"]["partition"], _offset(batch["cursor"])
                 before = self.cursors.get(partition, -1)
