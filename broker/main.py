@@ -9,7 +9,6 @@ import logging
 import os
 from pathlib import Path
 
-import uvicorn
 from starlette.types import ASGIApp
 
 from broker.app import create_app
@@ -115,19 +114,13 @@ def run(args: argparse.Namespace) -> int:
         args.metrics_dir or default_state_dir() / "run" / f"broker-{args.port}-metrics"
     )
     os.environ[SETTINGS_ENV] = json.dumps(settings.to_json())
-    uvicorn.run(
+    http.serve_workers(
         "broker.main:worker_app",
-        factory=True,
-        workers=args.workers,
-        host=args.host,
-        port=args.port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=10,
-        http=http.limits_of(args).protocol(),
-        timeout_keep_alive=int(args.idle_timeout) or 1,
-        ssl_certfile=tls.cert if tls else None,
-        ssl_keyfile=tls.key if tls else None,
+        args.workers,
+        args.host,
+        args.port,
+        tls=tls,
+        limits=http.limits_of(args),
     )
     return 0
 

@@ -405,19 +405,19 @@ def config(
     **options: Any,
 ) -> uvicorn.Config:
     """uvicorn's settings for every service (``options``: lifespan, graceful timeout, ...)."""
-    if tls is not None:
-        options.update(tls.uvicorn_options())
-    return uvicorn.Config(
-        FlowIdMiddleware(app),
-        host=host,
-        port=port,
-        http=limits.protocol(),
-        timeout_keep_alive=int(limits.idle_timeout) or 1,
-        ws="none",  # no service serves WebSockets: their upgrades are ignored too
-        log_config=None,
-        access_log=False,
-        **options,
-    )
+    settings = _uvicorn_settings(tls, limits) | options
+    return uvicorn.Config(FlowIdMiddleware(app), host=host, port=port, **settings)
+
+
+def _uvicorn_settings(tls: Tls | None, limits: ConnectionLimits) -> dict[str, Any]:
+    return {
+        "http": limits.protocol(),
+        "timeout_keep_alive": int(limits.idle_timeout) or 1,
+        "ws": "none",  # no service serves WebSockets: their upgrades are ignored too
+        "log_config": None,
+        "access_log": False,
+        **(tls.uvicorn_options() if tls is not None else {}),
+    }
 
 
 class _DrainingServer(uvicorn.Server):
@@ -438,3 +438,25 @@ def serve(
     end after their current batch: ``draining``)."""
     server_config = config(app, host, port, tls=tls, limits=limits, timeout_graceful_shutdown=10)
     _DrainingServer(server_config).run()
+
+
+def serve_workers(
+    factory: str,
+    workers: int,
+    host: str,
+    port: int,
+    *,
+    tls: Tls | None = None,
+    limits: ConnectionLimits = ConnectionLimits(),
+) -> None:
+    """Run ``workers`` processes sharing ``port``, each serving the app the function
+    ``factory`` ("module:function") makes; the settings of :func:`serve`."""
+    uvicorn.run(
+        factory,
+        factory=True,
+        workers=workers,
+        host=host,
+        port=port,
+        timeout_graceful_shutdown=10,
+        **_uvicorn_settings(tls, limits),
+    )

@@ -8,7 +8,6 @@ import logging
 import os
 from typing import Any
 
-import uvicorn
 from starlette.types import ASGIApp
 
 from changebroker import auth, config, http, logs
@@ -71,20 +70,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     # Workers share nothing but Postgres, as separate registry processes do.
     os.environ[SETTINGS_ENV] = json.dumps(settings)
-    uvicorn.run(
-        "registry.main:worker_app",
-        factory=True,
-        workers=args.workers,
-        host=args.host,
-        port=args.port,
-        http=limits.protocol(),
-        timeout_keep_alive=int(limits.idle_timeout) or 1,
-        ws="none",
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=10,
-        ssl_certfile=tls.cert if tls else None,
-        ssl_keyfile=tls.key if tls else None,
+    http.serve_workers(
+        "registry.main:worker_app", args.workers, args.host, args.port, tls=tls, limits=limits
     )
     return 0
 
