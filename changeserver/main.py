@@ -21,7 +21,7 @@ SCOPE = "changeserver"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    option = config.options(parser, SCOPE)
+    option = config.service_options(parser, SCOPE, config.DEFAULT_CHANGESERVER_PORT)
     option(
         "--pg-url",
         env="CHANGEBROKER_PG_DSN",
@@ -35,13 +35,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="directory of the change log (SQLite)",
     )
-    option(
-        "--port",
-        type=int,
-        default=config.DEFAULT_CHANGESERVER_PORT,
-        help="API port",
-    )
-    option("--host", default="127.0.0.1", help="address to listen on")
     option(
         "--mgmt-port",
         type=int,

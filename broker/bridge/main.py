@@ -35,7 +35,8 @@ DEFAULT_ADMIN_SCOPE = "bridge.admin"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    option = config.options(parser, SCOPE)
+    # --host and --port: where /health /status /metrics answer.
+    option = config.service_options(parser, SCOPE, config.DEFAULT_BRIDGE_PORT)
 
     def names(text: str) -> tuple[str, ...]:
         return tuple(part.strip() for part in text.split(",") if part.strip())
@@ -52,8 +53,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         return found
 
     loopback = "http://127.0.0.1"
-    option("--host", default="127.0.0.1", help="address of /health /status /metrics")
-    option("--port", type=int, default=config.DEFAULT_BRIDGE_PORT, help="port of those")
     option(
         "--pg-url",
         env="CHANGEBROKER_PG_DSN",
