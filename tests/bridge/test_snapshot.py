@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import psycopg
+import pytest
 
 from changebroker import cli
 from changebroker.stack.processes import wait_until
@@ -136,15 +137,18 @@ def existing(
     return make_stack(kafka_bootstrap)
 
 
-def test_initial_snapshot_while_four_writers_write(
+@pytest.fixture
+def filled(
     make_stack: Callable[[str], Stack], kafka_bootstrap: str, pg_dsn: str
-) -> None:
+) -> Iterator[tuple[Stack, Rebuilt]]:
+    """:func:`existing` with ``ROWS`` rows, and the tables rebuilt from its events."""
     stack = existing(make_stack, kafka_bootstrap, pg_dsn, ROWS)
     with rebuilding(stack) as rebuilt:
-        initial_snapshot_while_four_writers_write(stack, rebuilt)
+        yield stack, rebuilt
 
 
-def initial_snapshot_while_four_writers_write(stack: Stack, rebuilt: Rebuilt) -> None:
+def test_initial_snapshot_while_four_writers_write(filled: tuple[Stack, Rebuilt]) -> None:
+    stack, rebuilt = filled
     writers = Writers(stack.app_dsn, ROWS).start()
     try:
         wait_until(lambda: writers.ops() > 200, timeout=30, what="the writers to write")
@@ -175,15 +179,8 @@ def initial_snapshot_while_four_writers_write(stack: Stack, rebuilt: Rebuilt) ->
     assert via_api.duplicate_eids() == []
 
 
-def test_sigkilled_twice_the_snapshot_resumes(
-    make_stack: Callable[[str], Stack], kafka_bootstrap: str, pg_dsn: str
-) -> None:
-    stack = existing(make_stack, kafka_bootstrap, pg_dsn, ROWS)
-    with rebuilding(stack) as rebuilt:
-        sigkilled_twice_the_snapshot_resumes(stack, rebuilt)
-
-
-def sigkilled_twice_the_snapshot_resumes(stack: Stack, rebuilt: Rebuilt) -> None:
+def test_sigkilled_twice_the_snapshot_resumes(filled: tuple[Stack, Rebuilt]) -> None:
+    stack, rebuilt = filled
     bridge = stack.bridge_process("--include", TABLE, "--snapshot-chunk", "10000")
     writers = Writers(stack.app_dsn, ROWS).start()
     try:
