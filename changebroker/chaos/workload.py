@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import psycopg
 
+from broker.event_types.examples import order_received
 from changeserver.sequence import Sequence
 
 log = logging.getLogger(__name__)
@@ -227,24 +228,7 @@ class ChangesReader(Worker):
 
 
 def event_type_body() -> dict[str, Any]:
-    return {
-        "name": EVENT_TYPE,
-        "owning_application": "chaos",
-        "category": "business",
-        "partition_strategy": "hash",
-        "partition_key_fields": ["order_number"],
-        "enrichment_strategies": ["metadata_enrichment"],
-        "default_statistic": {
-            "messages_per_minute": 1000,
-            "message_size": 5,
-            "read_parallelism": 4,
-            "write_parallelism": 4,
-        },
-        "schema": {
-            "type": "json_schema",
-            "schema": '{ "properties": { "order_number": { "type": "string" } } }',
-        },
-    }
+    return order_received(EVENT_TYPE, "chaos", partitions=4)
 
 
 class Publisher(Worker):
