@@ -31,10 +31,7 @@ def test_up_demo_over_tls_with_a_self_signed_ca(tmp_path: Path) -> None:
     env["CHANGEBROKER_TLS_KEY"] = str(certificates.key)
     env["CHANGEBROKER_TLS_CA"] = str(certificates.ca)
     try:
-        up = cli.changebroker(env, "up", "--demo")
-        assert up.returncode == 0, up.stdout + up.stderr
-        assert "demo failed" not in up.stdout and "== Done." in up.stdout, up.stdout
-        assert "GET /snapshots?selector=bridge: 2 demo_orders rows" in up.stdout, up.stdout
+        cli.up_demo(env)
         status = cli.status(env)
         for name in SERVICE_MODULES:
             assert pid_alive(status[name]["pid"]), f"{name} is not running after up"

@@ -55,3 +55,12 @@ def status(env: dict[str, str], timeout: float = 600) -> dict[str, Any]:
     assert done.returncode == 0, done.stderr
     found: dict[str, Any] = json.loads(done.stdout)
     return found
+
+
+def up_demo(env: dict[str, str]) -> None:
+    """``up --demo``, which must start the stack and run the whole tour: the replay's
+    snapshot served, every step done."""
+    up = changebroker(env, "up", "--demo")
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "demo failed" not in up.stdout and "== Done." in up.stdout, up.stdout
+    assert "GET /snapshots?selector=bridge: 2 demo_orders rows" in up.stdout, up.stdout
