@@ -47,6 +47,11 @@ class Writers:
     def ops(self) -> int:
         return sum(self.done)
 
+    def wait_for(self, more: int, what: str) -> None:
+        """Until ``more`` writes have been committed from now."""
+        start = self.ops()
+        wait_until(lambda: self.ops() > start + more, timeout=30, what=what)
+
     def start(self) -> Writers:
         for thread in self._threads:
             thread.start()
@@ -151,15 +156,14 @@ def test_initial_snapshot_while_four_writers_write(filled: tuple[Stack, Rebuilt]
     stack, rebuilt = filled
     writers = Writers(stack.app_dsn, ROWS).start()
     try:
-        wait_until(lambda: writers.ops() > 200, timeout=30, what="the writers to write")
+        writers.wait_for(200, "the writers to write")
         stack.start_bridge(include=(TABLE,))
         wait_until(
             lambda: snapshot_of(stack).get("state") == "done",
             timeout=240,
             what="the snapshot to finish",
         )
-        after = writers.ops()
-        wait_until(lambda: writers.ops() > after + 200, timeout=30, what="writes after it")
+        writers.wait_for(200, "writes after it")
     finally:
         writers.stop()
     run = snapshot_of(stack)
@@ -237,8 +241,7 @@ def snapshot_again_on_request_while_writers_write(
             timeout=60,
             what="the second snapshot",
         )
-        after = writers.ops()
-        wait_until(lambda: writers.ops() > after + 100, timeout=30, what="writes after it")
+        writers.wait_for(100, "writes after it")
     finally:
         writers.stop()
     second = snapshot_of(stack)["id"]
