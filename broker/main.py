@@ -60,8 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
             default=getattr(defaults, name),
             help=f"the token scope Nakadi calls {getattr(defaults, name)} (auth on)",
         )
-    http.add_tls_options(parser)
-    http.add_limit_options(parser)
+    http.add_server_options(parser)
     option(
         "--workers",
         type=int,

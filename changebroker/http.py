@@ -362,6 +362,12 @@ class ConnectionLimits:
         return type("LimitedProtocol", (UpgradeIgnoringProtocol,), limits)
 
 
+def add_server_options(parser: argparse.ArgumentParser) -> None:
+    """What every service's HTTP server takes: TLS and the limits on its clients."""
+    add_tls_options(parser)
+    add_limit_options(parser)
+
+
 def add_limit_options(parser: argparse.ArgumentParser) -> None:
     """``--header-timeout``, ``--max-header-bytes``, ``--idle-timeout``: what a slow or
     abusive client may hold of a server."""

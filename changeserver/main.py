@@ -94,8 +94,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_ADMIN_SCOPE,
         help="token scope /markdown and the stack dump need (auth on)",
     )
-    http.add_tls_options(parser)
-    http.add_limit_options(parser)
+    http.add_server_options(parser)
 
 
 def _slot_loss_policy(text: str) -> str:

@@ -117,8 +117,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_ADMIN_SCOPE,
         help="token scope resuming a unit and asking a snapshot need (auth on)",
     )
-    http.add_tls_options(parser)
-    http.add_limit_options(parser)
+    http.add_server_options(parser)
     commands = parser.add_subparsers(dest="bridge_command")
     snapshot = commands.add_parser(
         "snapshot", help="ask the running bridge (--host, --port) to publish TABLE again"
