@@ -446,23 +446,16 @@ def serve(
     _DrainingServer(server_config).run()
 
 
-def serve_workers(
-    factory: str,
-    workers: int,
-    host: str,
-    port: int,
-    *,
-    tls: Tls | None = None,
-    limits: ConnectionLimits = ConnectionLimits(),
-) -> None:
-    """Run ``workers`` processes sharing ``port``, each serving the app the function
-    ``factory`` ("module:function") makes; the settings of :func:`serve`."""
+def serve_workers(factory: str, args: argparse.Namespace) -> None:
+    """A service's ``--workers`` processes sharing its ``--host`` and ``--port``, each serving
+    the app the function ``factory`` ("module:function") makes; the settings of :func:`serve`
+    with the service's TLS and limit options."""
     uvicorn.run(
         factory,
         factory=True,
-        workers=workers,
-        host=host,
-        port=port,
+        workers=args.workers,
+        host=args.host,
+        port=args.port,
         timeout_graceful_shutdown=10,
-        **_uvicorn_settings(tls, limits),
+        **_uvicorn_settings(tls_of(args), limits_of(args)),
     )
