@@ -342,3 +342,18 @@ def test_history_invalid_by_current_rules_is_a_violation_not_a_crash() -> None:
     assert [(v.rule, v.path) for v in found] == [("schema-invalid", "#")]
     assert "the latest schema is not a valid schema" in found[0].message
     assert check(Mode.NONE, new, [old], "AVRO") == []
+
+
+@pytest.mark.parametrize(
+    ("reader", "writer"),
+    [
+        ({"const": True}, {"const": 1}),
+        ({"enum": [1]}, {"enum": [1.5]}),
+        ({"properties": {"a": {"const": False}}}, {"properties": {"a": {"const": 0}}}),
+    ],
+)
+def test_equal_in_python_is_not_the_same_schema(reader: Any, writer: Any) -> None:
+    # true == 1 and 0 == False in Python: the shortcut for unchanged subtrees must not take them
+    # for the same schema.
+    assert json_schema_violations(reader, writer), (reader, writer)
+    assert json_schema_violations(writer, reader), (writer, reader)
