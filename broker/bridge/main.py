@@ -126,25 +126,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
-    return Settings(
-        changeserver_url=args.changeserver_url,
-        broker_url=args.broker_url,
+    """The options of a field's name, and those named otherwise."""
+    return config.from_args(
+        Settings,
+        args,
         meta_dsn=args.meta_pg_url,
         app_dsn=args.pg_url,
-        kafka_bootstrap=args.kafka_bootstrap,
-        name=args.name,
-        include=args.include,
-        exclude=args.exclude,
         keys=args.key,
-        publication=args.publication,
-        snapshot_chunk=args.snapshot_chunk,
-        prefix=args.prefix,
-        pattern=args.pattern,
-        outbox_table=args.outbox_table,
-        partitions=args.partitions,
-        limit=args.limit,
-        replication_factor=args.replication_factor,
-        min_insync_replicas=args.min_insync_replicas,
         client_token=args.client_token or None,
         ca_file=args.tls_ca,
     )
