@@ -8,7 +8,6 @@ import json
 import signal
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +17,8 @@ import pytest
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import broker_process
 from tests.broker.subscription_support import create
-from tests.support.event_types import business_event_type
+from tests.support.event_types import business_event_type, order_events
 
-OCCURRED_AT = "2026-11-23T10:00:00Z"
 BOUND = 15.0  # seconds: the graceful shutdown's 10, and some
 
 
@@ -65,16 +63,7 @@ class Publisher(threading.Thread):
     def run(self) -> None:
         with httpx.Client(base_url=self.url, timeout=60) as client:
             while True:
-                events = [
-                    {
-                        "order_number": str(n),
-                        "metadata": {
-                            "eid": str(uuid.uuid4()),
-                            "occurred_at": "2026-11-23T10:00:00Z",
-                        },
-                    }
-                    for n in range(20)
-                ]
+                events = order_events(20)
                 try:
                     response = client.post(f"/event-types/{self.name}/events", json=events)
                 except httpx.ConnectError:
