@@ -144,7 +144,11 @@ class KafkaProducer:
         return batch.errors()
 
     def close(self, timeout: float = 10.0) -> None:
-        """Deliver what is queued (up to ``timeout`` seconds), then stop polling."""
+        """Deliver what is queued (up to ``timeout`` seconds), then stop polling and release
+        the client: left to the garbage collector, it kept reconnecting to a Kafka gone."""
         self._producer.flush(timeout)
+        self._producer.purge()  # what Kafka did not take in time fails its requests (207)
+        self._producer.flush(1)  # serves the purged messages' reports
         self._stopping.set()
         self._poller.join(timeout=5)
+        self._producer.close()
