@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from broker.errors import BadRequest
 from changebroker.auth import Forbidden, Principal, audit
 
 Operation = Literal["admin", "read", "write"]
@@ -72,6 +73,21 @@ _SCOPED: list[tuple[frozenset[str], re.Pattern[str], str]] = [
 def matches(attribute: Mapping[str, Any], principal: Principal) -> bool:
     data_type, value = attribute.get("data_type"), attribute.get("value")
     return data_type in ("*", principal.type) and value in ("*", principal.sub)
+
+
+def attribute_query(text: str) -> Principal:
+    """A listing's ``writer`` / ``reader`` parameter, ``<data_type>:<value>``, as the caller it
+    names; 400 when it is not that."""
+    data_type, colon, value = text.partition(":")
+    if not colon or not data_type or not value or ":" in value:
+        raise BadRequest(f"{text!r} is not <data_type>:<value>, e.g. service:shop")
+    return Principal(value, data_type)
+
+
+def lists(authorization: Mapping[str, Any] | None, operation: Operation, who: Principal) -> bool:
+    """Does the section's list for ``operation`` name ``who``, by name or by a wildcard? (A
+    resource without a section lists nobody: the listings' filters ask who is named.)"""
+    return any(matches(a, who) for a in (authorization or {}).get(LISTS[operation]) or ())
 
 
 def listed(principal: Principal, attributes: Sequence[Mapping[str, Any]] | None) -> bool:

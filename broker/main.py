@@ -113,13 +113,21 @@ def run(args: argparse.Namespace) -> int:
         args.metrics_dir or default_state_dir() / "run" / f"broker-{args.port}-metrics"
     )
     os.environ[SETTINGS_ENV] = json.dumps(settings.to_json())
-    http.serve_workers("broker.main:worker_app", args)
+    http.serve_workers(
+        "broker.main:worker_app",
+        args.workers,
+        args.host,
+        args.port,
+        tls=tls,
+        limits=http.limits_of(args),
+    )
     return 0
 
 
 def worker_app() -> ASGIApp:
     """The app of one worker process, from the settings its parent left in the environment."""
     logs.configure("broker")
+    http.drain_in_worker()
     app = http.FlowIdMiddleware(
         create_app(Settings.from_json(json.loads(os.environ[SETTINGS_ENV])))
     )

@@ -531,8 +531,14 @@ def bearer(headers: Mapping[str, str] | list[tuple[bytes, bytes]]) -> str | None
     return token.strip() or None if scheme.lower() == "bearer" else None
 
 
-Refuse = Callable[[int, str], Response]
+# The answer to a refused request: a Response, or any ASGI app (a page that needs the request).
+Refuse = Callable[[int, str], Response | ASGIApp]
 ScopeOf = Callable[[str, str], str | None]
+TokenOf = Callable[[Scope], str | None]
+
+
+def bearer_of(scope: Scope) -> str | None:
+    return bearer(scope["headers"])
 
 
 def audit(what: str, principal: Principal | None, resource: str, **more: Any) -> None:
@@ -546,7 +552,9 @@ def audit(what: str, principal: Principal | None, resource: str, **more: Any) ->
 class AuthMiddleware:
     """Authenticates every request but those to ``open_paths`` and checks the scope its
     method and path need; a refusal is answered with ``refuse(status, message)`` in the
-    service's own error format. The caller is ``principal_of(request)`` in the handlers."""
+    service's own error format. The caller is ``principal_of(request)`` in the handlers.
+    ``open_prefixes``: paths under these are open too; ``token_of``: where the token is (the
+    ``Authorization`` header unless told)."""
 
     def __init__(
         self,
@@ -555,13 +563,20 @@ class AuthMiddleware:
         refuse: Refuse,
         *,
         open_paths: frozenset[str] = frozenset(),
+        open_prefixes: tuple[str, ...] = (),
         scope_of: ScopeOf = lambda method, path: None,
+        token_of: TokenOf = bearer_of,
     ) -> None:
         self.app = app
         self.authenticator = authenticator
         self.refuse = refuse
         self.open_paths = open_paths
+        self.open_prefixes = open_prefixes
         self.scope_of = scope_of
+        self.token_of = token_of
+
+    def is_open(self, path: str) -> bool:
+        return path in self.open_paths or path.startswith(self.open_prefixes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -569,9 +584,9 @@ class AuthMiddleware:
             return
         path, method = scope["path"], scope["method"]
         principal = ANONYMOUS
-        if self.authenticator.mode != "off" and path not in self.open_paths:
+        if self.authenticator.mode != "off" and not self.is_open(path):
             try:
-                principal = await self.authenticator.principal(bearer(scope["headers"]))
+                principal = await self.authenticator.principal(self.token_of(scope))
             except Unauthenticated as error:
                 audit("refused", None, path, method=method, status=401, reason=error)
                 await self.refuse(401, str(error))(scope, receive, send)

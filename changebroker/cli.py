@@ -113,7 +113,7 @@ def cmd_supervise(args: argparse.Namespace) -> int:
 def cmd_chaos(args: argparse.Namespace) -> int:
     from changebroker.chaos import campaign
 
-    return campaign.run(args.minutes, args.seed, args.state_dir)
+    return campaign.run(args.minutes, args.seed, args.state_dir, args.lanes, args.hold)
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -204,6 +204,18 @@ def build_parser() -> argparse.ArgumentParser:
     chaos.add_argument("--seed", type=int, default=1, help="the schedule's random seed")
     chaos.add_argument(
         "--state-dir", type=Path, default=None, help="keep the stack here (default: a temp dir)"
+    )
+    chaos.add_argument(
+        "--lanes",
+        type=_at_least_one,
+        default=1,
+        help="faults under way at once, never two on one component (denser schedules)",
+    )
+    chaos.add_argument(
+        "--hold",
+        type=float,
+        default=10.0,
+        help="a fault lasts 1 to this many seconds (one in ten lasts a minute)",
     )
     chaos.set_defaults(handler=cmd_chaos)
 

@@ -9,7 +9,6 @@ same stack.
 from __future__ import annotations
 
 import json
-import os
 import ssl
 import urllib.error
 import urllib.request
@@ -294,6 +293,8 @@ def snapshots_tour(stack: LocalStack, running: dict[str, Any]) -> None:
         out=stack.snapshots_dir,
         tables=("public.demo_orders",),
         master="local[2]",
+        client_token=_token,
+        tls_ca=stack.ca_file,
     )
     try:
         manifest = run_replay(options, say=_say)
@@ -329,7 +330,9 @@ def snapshots_tour(stack: LocalStack, running: dict[str, Any]) -> None:
              f" item={change['newRow']['item']['value']}")  # fmt: skip
 
     _bridge_caught_up(running["bridge"]["url"], changeserver)
-    subscription = subscribe(broker, manifest, "changebroker-demo")
+    subscription = subscribe(
+        broker, manifest, "changebroker-demo", token=_token, ca_file=stack.ca_file
+    )
     _say(f"subscription {subscription} (read_from: cursors = the snapshot's) streams:")
     stream = f"{broker}/subscriptions/{subscription}/events?stream_timeout=3&batch_flush_timeout=1"
     status, body = _http("GET", stream)
@@ -344,10 +347,10 @@ def snapshots_tour(stack: LocalStack, running: dict[str, Any]) -> None:
 def run(stack: LocalStack) -> int:
     global _tls_context, _token
     _tls_context, _token = stack.ssl_context(), stack.client_token
-    if stack.ca_file is not None:
-        # The replay's HTTP client (httpx) trusts the stack's CA through the standard variable.
-        os.environ["SSL_CERT_FILE"] = str(stack.ca_file)
     running = stack.status()
+    if "loadbalancer" in running:
+        # Several broker processes: the tours use the broker port, HAProxy in front of them.
+        running["broker"] = running["loadbalancer"]
     try:
         postgres_tour(stack)
         kafka_tour(stack)

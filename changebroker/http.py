@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import functools
 import logging
+import signal
 import threading
 import time
 import uuid
@@ -29,6 +30,7 @@ from uvicorn.protocols.http.httptools_impl import (
     HttpToolsProtocol,
     RequestResponseCycle,
 )
+from uvicorn.supervisors.multiprocess import Multiprocess
 
 from changebroker import logs, metrics
 from changebroker.config import add_option, parse_duration
@@ -402,7 +404,7 @@ def limits_of(args: argparse.Namespace) -> ConnectionLimits:
 
 
 def config(
-    app: ASGIApp,
+    app: ASGIApp | str,
     host: str,
     port: int,
     *,
@@ -410,26 +412,96 @@ def config(
     limits: ConnectionLimits = ConnectionLimits(),
     **options: Any,
 ) -> uvicorn.Config:
-    """uvicorn's settings for every service (``options``: lifespan, graceful timeout, ...)."""
-    settings = _uvicorn_settings(tls, limits) | options
-    return uvicorn.Config(FlowIdMiddleware(app), host=host, port=port, **settings)
-
-
-def _uvicorn_settings(tls: Tls | None, limits: ConnectionLimits) -> dict[str, Any]:
-    return {
-        "http": limits.protocol(),
-        "timeout_keep_alive": int(limits.idle_timeout) or 1,
-        "ws": "none",  # no service serves WebSockets: their upgrades are ignored too
-        "log_config": None,
-        "access_log": False,
-        **(tls.uvicorn_options() if tls is not None else {}),
-    }
+    """uvicorn's settings for every service (``options``: lifespan, graceful timeout, ...);
+    ``app`` named by its import string is a worker's, which adds the flow-id middleware itself."""
+    if tls is not None:
+        options.update(tls.uvicorn_options())
+    return uvicorn.Config(
+        app if isinstance(app, str) else FlowIdMiddleware(app),
+        host=host,
+        port=port,
+        http=limits.protocol(),
+        timeout_keep_alive=int(limits.idle_timeout) or 1,
+        ws="none",  # no service serves WebSockets: their upgrades are ignored too
+        log_config=None,
+        access_log=False,
+        **options,
+    )
 
 
 class _DrainingServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         draining.set()
         super().handle_exit(sig, frame)
+
+
+def drain_in_worker() -> None:
+    """In a worker process of uvicorn's (``--workers`` above 1), called while its app is made:
+    SIGTERM and SIGINT set ``draining`` too, as in ``serve``, so a worker's streams also end
+    after their current batch instead of being cut at the graceful timeout. The worker's
+    server has installed its exit handlers by then (before it loads the app); they are kept
+    and called after."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        then = signal.getsignal(signum)
+        if not callable(then):
+            raise RuntimeError(
+                f"no exit handler for {signum.name} while the app is made: call this from"
+                " the app factory of a uvicorn worker"
+            )
+
+        def drain_then_exit(
+            sig: int, frame: FrameType | None, then: Callable[[int, FrameType | None], Any] = then
+        ) -> None:
+            draining.set()
+            then(sig, frame)
+
+        signal.signal(signum, drain_then_exit)
+
+
+class _DrainingWorkers(Multiprocess):
+    """uvicorn's supervisor of worker processes, which lets go of the listening socket as soon
+    as it is told to stop: connections made while the workers drain are refused, as by one
+    process, instead of queued where no worker takes them any more and reset at exit."""
+
+    def handle_int(self) -> None:
+        self._close_listeners()
+        super().handle_int()
+
+    def handle_term(self) -> None:
+        self._close_listeners()
+        super().handle_term()
+
+    def _close_listeners(self) -> None:
+        for sock in self.sockets:
+            sock.close()
+
+
+def serve_workers(
+    factory: str,
+    workers: int,
+    host: str,
+    port: int,
+    *,
+    tls: Tls | None = None,
+    limits: ConnectionLimits = ConnectionLimits(),
+) -> None:
+    """Run the app ``factory`` (``module:function``, which calls ``drain_in_worker``) in
+    ``workers`` processes on one port until SIGTERM/SIGINT, drained as ``serve`` drains one."""
+    server_config = config(
+        factory,
+        host,
+        port,
+        tls=tls,
+        limits=limits,
+        factory=True,
+        workers=workers,
+        timeout_graceful_shutdown=10,
+        # A worker that does not answer its supervisor within this is killed and started
+        # again; uvicorn's 5 s is shorter than a worker's start-up on a loaded machine, which
+        # then never finished starting.
+        timeout_worker_healthcheck=60,
+    )
+    _DrainingWorkers(server_config, sockets=[server_config.bind_socket()]).run()
 
 
 def serve(
@@ -444,18 +516,3 @@ def serve(
     end after their current batch: ``draining``)."""
     server_config = config(app, host, port, tls=tls, limits=limits, timeout_graceful_shutdown=10)
     _DrainingServer(server_config).run()
-
-
-def serve_workers(factory: str, args: argparse.Namespace) -> None:
-    """A service's ``--workers`` processes sharing its ``--host`` and ``--port``, each serving
-    the app the function ``factory`` ("module:function") makes; the settings of :func:`serve`
-    with the service's TLS and limit options."""
-    uvicorn.run(
-        factory,
-        factory=True,
-        workers=args.workers,
-        host=args.host,
-        port=args.port,
-        timeout_graceful_shutdown=10,
-        **_uvicorn_settings(tls_of(args), limits_of(args)),
-    )

@@ -10,12 +10,14 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
-from changebroker import metrics
+from changebroker import auth, metrics
 from console import (
     bridge_pages,
     changeserver_pages,
     event_types,
+    login,
     overview,
     registry_pages,
     subscriptions,
@@ -32,13 +34,20 @@ def create_app(
     read_only: bool = False,
     sample_interval: float = 15.0,
     keep_seconds: float = 3 * 3600,
-) -> Starlette:
+    authenticator: auth.Authenticator | None = None,
+    read_scope: str = login.DEFAULT_READ_SCOPE,
+    admin_scope: str = login.DEFAULT_ADMIN_SCOPE,
+) -> ASGIApp:
+    """The console; with an ``authenticator`` that checks tokens, operators sign in (pages
+    need ``read_scope``, actions ``admin_scope``)."""
+    authenticator = authenticator or auth.Off()
     console = Console(
         upstream=Upstream(endpoints),
         history=History(keep_seconds),
         templates=templates(),
         read_only=read_only,
         subscription_lag={},
+        admin_scope=admin_scope,
     )
 
     @contextlib.asynccontextmanager
@@ -56,6 +65,7 @@ def create_app(
         Route("/health", health),
         metrics.route(),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+        *login.routes(console, authenticator, read_scope),
         *overview.routes(console),
         *event_types.routes(console),
         *subscriptions.routes(console),
@@ -65,4 +75,4 @@ def create_app(
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.console = console
-    return app
+    return login.protect(app, console, authenticator, read_scope, admin_scope)

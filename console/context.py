@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
+from changebroker.auth import Principal, audit
 from console.history import History
 from console.upstream import Reply, Upstream
 
@@ -29,11 +30,19 @@ class Console:
     # Newest total unconsumed events per subscription id, from the sampler.
     subscription_lag: dict[str, int]
     sampled_at: float = 0.0
+    admin_scope: str = "console.admin"  # what an operator's token needs to act
 
     def page(
         self, request: Request, template: str, status_code: int = 200, **values: Any
     ) -> HTMLResponse:
-        values.setdefault("read_only", self.read_only)
+        operator = request.scope.get("state", {}).get("principal")
+        may_act = isinstance(operator, Principal) and operator.has_scope(self.admin_scope)
+        values.setdefault("read_only", self.read_only or not may_act)
+        # Who signed in (none when authentication is off).
+        values.setdefault(
+            "operator",
+            operator.sub if isinstance(operator, Principal) and not operator.unrestricted else None,
+        )
         return self.templates.TemplateResponse(request, template, values, status_code=status_code)
 
     def message(
@@ -57,11 +66,22 @@ class Console:
     def action(
         self, handler: Callable[[Request], Awaitable[Response]]
     ) -> Callable[[Request], Awaitable[Response]]:
-        """``handler`` of a form that acts, run unless :meth:`refuse_when_read_only` refuses."""
+        """``handler`` of a form that acts, run unless :meth:`refuse_when_read_only` refuses;
+        an audit line names the operator (the services see the console's own token)."""
 
         async def guarded(request: Request) -> Response:
             refused = self.refuse_when_read_only(request)
-            return refused if refused else await handler(request)
+            if refused:
+                return refused
+            response = await handler(request)
+            operator = request.scope.get("state", {}).get("principal")
+            audit(
+                "console action",
+                operator if isinstance(operator, Principal) else None,
+                request.url.path,
+                status=response.status_code,
+            )
+            return response
 
         return guarded
 
@@ -74,8 +94,7 @@ class Console:
                 title="Read-only",
                 message="This console runs with --read-only: it shows, it does not act.",
             )
-        origin = request.headers.get("origin")
-        if origin and urlsplit(origin).netloc != request.headers.get("host"):
+        if from_another_site(request):
             return self.message(
                 request,
                 status_code=403,
@@ -83,6 +102,12 @@ class Console:
                 message="Actions are taken only from this console's own pages.",
             )
         return None
+
+
+def from_another_site(request: Request) -> bool:
+    """A form posted from a page of another site (the browser says so in ``Origin``)."""
+    origin = request.headers.get("origin")
+    return bool(origin) and urlsplit(origin).netloc != request.headers.get("host")
 
 
 async def gather(*calls: Awaitable[Reply]) -> list[Reply]:

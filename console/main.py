@@ -6,6 +6,7 @@ import argparse
 import logging
 
 from changebroker import auth, config, http, logs
+from console import login
 from console.app import create_app
 from console.upstream import Endpoints
 
@@ -56,6 +57,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=3 * 3600.0,
         help="how long lag samples are kept (in memory)",
     )
+    # Operators sign in with a token checked as the services check theirs.
+    auth.add_options(parser)
+    option(
+        "--read-scope",
+        default=login.DEFAULT_READ_SCOPE,
+        help="token scope an operator needs to see the pages (auth on)",
+    )
+    option(
+        "--admin-scope",
+        default=login.DEFAULT_ADMIN_SCOPE,
+        help="token scope an operator needs to act: publish, reset, mark down, resume (auth on)",
+    )
     # The console is a client of every service: it sends their token and trusts their CA.
     auth.add_client_options(parser)
     http.add_server_options(parser)
@@ -79,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
         read_only=args.read_only,
         sample_interval=args.sample_interval,
         keep_seconds=args.keep,
+        authenticator=auth.start(auth.AuthSettings.from_args(args), "console"),
+        read_scope=args.read_scope,
+        admin_scope=args.admin_scope,
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
     log.info(

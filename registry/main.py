@@ -69,13 +69,16 @@ def run(args: argparse.Namespace) -> int:
         return 0
     # Workers share nothing but Postgres, as separate registry processes do.
     os.environ[SETTINGS_ENV] = json.dumps(settings)
-    http.serve_workers("registry.main:worker_app", args)
+    http.serve_workers(
+        "registry.main:worker_app", args.workers, args.host, args.port, tls=tls, limits=limits
+    )
     return 0
 
 
 def worker_app() -> ASGIApp:
     """The app of one worker process, from the settings its parent left in the environment."""
     logs.configure("registry")
+    http.drain_in_worker()
     return http.FlowIdMiddleware(_app(json.loads(os.environ[SETTINGS_ENV])))
 
 

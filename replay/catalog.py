@@ -14,12 +14,25 @@ import re
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from broker.streams.cursors import parse_offset
+from changebroker import auth
 from replay.columns import Column, primary_key, union_columns
+
+
+def broker_client(url: str, token: str | None, ca_file: Path | None) -> httpx.Client:
+    """The replay's client of the broker: the token it sends when the broker checks
+    credentials, and the CA it trusts besides the system's."""
+    return httpx.Client(
+        base_url=url,
+        timeout=30,
+        headers=auth.client_headers(token),
+        verify=auth.client_verify(ca_file),
+    )
 
 
 class CatalogError(Exception):

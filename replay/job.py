@@ -17,10 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import httpx
-
 from replay import compaction, offsets, positions, snapshots, writing
-from replay.catalog import Catalog, TableSpec
+from replay.catalog import Catalog, TableSpec, broker_client
 from replay.columns import NoPrimaryKey
 from replay.offsets import PartitionRange, Watermarks
 from replay.snapshots import Manifest, TableEntry
@@ -50,6 +48,8 @@ class ReplayOptions:
     bridge_name: str = "bridge"  # whose position record ends ``latest`` exactly
     wait_seconds: float = 60.0  # for an --until end whose transaction is not committed yet
     format: str = "parquet"  # or "delta" (README "Snapshot format")
+    client_token: str | None = None  # sent to the broker when it checks credentials
+    tls_ca: Path | None = None  # CA the broker's certificate is checked against
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def _plan(
     bridge = positions.read(options.kafka_bootstrap, options.bridge_name) if until.latest else None
     exact = bridge is not None
     planned, skipped = [], []
-    with httpx.Client(base_url=options.broker_url, timeout=30) as broker:
+    with broker_client(options.broker_url, options.client_token, options.tls_ca) as broker:
         catalog = Catalog(broker, options.pattern, options.prefix)
         chosen = catalog.select(options.tables, options.event_types, options.every)
         for event_type, table in sorted(chosen.items(), key=lambda item: item[1]):

@@ -9,7 +9,7 @@ import logging
 import sys
 from pathlib import Path
 
-from changebroker import config
+from changebroker import auth, config, http
 from changebroker.stack.state import default_state_dir
 from replay import schedule
 from replay.catalog import CatalogError
@@ -48,6 +48,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
         default=default_state_dir() / "snapshots",
         help="the directory snapshots are written to and read from",
     )
+    # A client of the broker like the bridge: its token and the CA it trusts.
+    auth.add_client_options(parser)
+    http.add_tls_options(parser, server=False)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -123,7 +126,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    options = config.from_args(ReplayOptions, args, every=args.all)
+    options = config.from_args(
+        ReplayOptions, args, every=args.all, client_token=args.client_token or None
+    )
     say = functools.partial(print, flush=True)
     if args.every:
         return schedule.run_every(options, args.every, say)
@@ -133,5 +138,13 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _subscribe(args: argparse.Namespace) -> int:
     manifest = find(args.out, args.snapshot)
-    print(subscribe(args.broker_url, manifest, args.owning_application, args.consumer_group))
+    found = subscribe(
+        args.broker_url,
+        manifest,
+        args.owning_application,
+        args.consumer_group,
+        token=args.client_token or None,
+        ca_file=args.tls_ca,
+    )
+    print(found)
     return 0

@@ -7,10 +7,10 @@ events after them. A consumer loads the snapshot, then consumes the subscription
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-import httpx
-
+from replay.catalog import broker_client
 from replay.snapshots import Manifest
 
 
@@ -41,12 +41,16 @@ def subscribe(
     manifest: Manifest,
     owning_application: str,
     consumer_group: str | None = None,
+    *,
+    token: str | None = None,
+    ca_file: Path | None = None,
 ) -> str:
     """The id of a subscription starting right after ``manifest``'s snapshot."""
     if not manifest.cursors:
         raise SubscriptionRefused(f"snapshot {manifest.snapshot_id} holds no event types")
     body = subscription_body(manifest, owning_application, consumer_group)
-    response = httpx.post(f"{broker_url}/subscriptions", json=body, timeout=30)
+    with broker_client(broker_url, token, ca_file) as broker:
+        response = broker.post("/subscriptions", json=body)
     if response.status_code not in (200, 201):
         raise SubscriptionRefused(
             f"the broker refused the subscription: {response.status_code} {response.text}"

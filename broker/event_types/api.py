@@ -59,7 +59,23 @@ class EventTypeApi:
         ]
 
     async def list(self, request: Request) -> Response:
-        return JSONResponse([stored.body for stored in await self.store.all()])
+        """Every event type, as Nakadi lists them to any caller; ``writer=<data_type>:<value>``
+        keeps those whose writers name it (by name or by a wildcard), ``owning_application``
+        those it owns."""
+        writer = request.query_params.get("writer")
+        owner = request.query_params.get("owning_application")
+        named = None if writer is None else authorization.attribute_query(writer)
+        return JSONResponse(
+            [
+                stored.body
+                for stored in await self.store.all()
+                if (owner is None or stored.body.get("owning_application") == owner)
+                and (
+                    named is None
+                    or authorization.lists(stored.body.get("authorization"), "write", named)
+                )
+            ]
+        )
 
     async def get(self, request: Request) -> Response:
         name = request.path_params["name"]

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from broker import bodies
+from broker import authorization, bodies
 from broker.access import Access
 from broker.errors import BadRequest, SubscriptionNotFound, Unavailable
 from broker.subscriptions.store import (
@@ -89,9 +89,11 @@ class SubscriptionApi:
         offset = _page_number(request, "offset", 0, 0, 2**62)
         owner = query.get("owning_application")
         event_types = query.getlist("event_type")
-        if not storable([owner, *event_types]):
-            raise BadRequest("owning_application and event_type must not contain NUL")
-        found, more = await self._subscriptions.page(owner, event_types, limit, offset)
+        reader = query.get("reader")
+        if not storable([owner, reader, *event_types]):
+            raise BadRequest("owning_application, event_type and reader must not contain NUL")
+        named = None if reader is None else authorization.attribute_query(reader)
+        found, more = await self._subscriptions.page(owner, event_types, limit, offset, named)
         items = [s.body() for s in found]
         if query.get("show_status", "false").lower() == "true":
             for item, subscription in zip(items, found, strict=True):
@@ -99,6 +101,8 @@ class SubscriptionApi:
         filters: list[tuple[str, str]] = []
         if owner is not None:
             filters.append(("owning_application", owner))
+        if reader is not None:
+            filters.append(("reader", reader))
         filters += [("event_type", name) for name in event_types]
 
         def link(at: int) -> dict[str, str]:

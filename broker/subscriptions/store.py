@@ -32,6 +32,7 @@ from broker.streams.cursors import Cursor, CursorError, parse_cursor, position
 from broker.streams.watermarks import Watermarks
 from broker.subscriptions import coordination, rebalance
 from changebroker import logs
+from changebroker.auth import Principal
 
 log = logging.getLogger(__name__)
 
@@ -318,11 +319,23 @@ class Subscriptions:
         return _subscription(existing), False
 
     async def page(
-        self, owner: str | None, event_types: list[str], limit: int, offset: int
+        self,
+        owner: str | None,
+        event_types: list[str],
+        limit: int,
+        offset: int,
+        reader: Principal | None = None,
     ) -> tuple[list[Subscription], bool]:
-        """Newest first; and whether there is a next page."""
+        """Newest first; and whether there is a next page. ``reader``: only subscriptions whose
+        readers name it, by name or by a wildcard."""
         conditions: list[str] = ["true"]
         params: list[object] = []
+        if reader is not None:
+            conditions.append(
+                "EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(authz->'readers', '[]'))"
+                " a WHERE a->>'data_type' IN (%s, '*') AND a->>'value' IN (%s, '*'))"
+            )
+            params += [reader.type, reader.sub]
         if owner is not None:
             conditions.append("owning_application = %s")
             params.append(owner)

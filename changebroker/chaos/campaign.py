@@ -5,8 +5,11 @@ the end. Exit status 1 on any violation.
 The stack is a private one (its own state folder, free ports) with two broker processes,
 the supervisor, the changeserver on ``--on-slot-loss recreate`` and its change log on a
 small filesystem of its own; our services reach Postgres, the registry, the changeserver
-and the broker through the fault proxy (``proxy.py``). Faults come one at a time; after
-each, the time until every part is healthy again is measured (and bounded).
+and the broker through the fault proxy (``proxy.py``). Fault categories come in rounds, each
+round every category once in a seeded order, so each is injected about as often. ``lanes``
+injectors run side by side, never two faults on one component at once; after each fault
+the time until its component is healthy again is measured (and bounded), and, when no other
+fault was under way, the time until the whole stack is.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +50,7 @@ RECOVERY_BOUND = 180.0  # seconds every part has to be healthy again after a fau
 DRAIN_BOUND = 15.0  # seconds a service has to exit after SIGTERM (its graceful timeout + 5)
 DISK_SIZE = "256m"  # the change log's filesystem
 LONG_HOLD = 60.0  # seconds a fault lasts, one time in ten
+HEALTH_POLL = 0.5  # seconds between health checks while a component recovers
 
 
 @dataclass
@@ -56,8 +62,8 @@ class Report:
     failed_injections: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
 
-    def render(self, violations: list[str], seed: int, minutes: float) -> str:
-        lines = [f"== chaos campaign: seed {seed}, {minutes:g} min of faults"]
+    def render(self, violations: list[str], seed: int, minutes: float, lanes: int) -> str:
+        lines = [f"== chaos campaign: seed {seed}, {minutes:g} min of faults, {lanes} at a time"]
         lines.append(f"{'fault':<28}{'count':>7}")
         kinds = collections.Counter(kind.split(":")[0] for kind in self.faults.elements())
         for kind, count in sorted(kinds.items()):
@@ -82,10 +88,71 @@ class Report:
         return "\n".join(lines)
 
 
+def claims(kind: str) -> set[str]:
+    """The components fault ``kind`` occupies: no other lane's fault may touch them."""
+    action, target = kind.split(":")
+    if action in (CUT, SLOW, BLACKHOLE):
+        return {f"{target} link"}
+    if action == "slot":
+        return {"changeserver", "postgres"}  # the slot's reader, and Postgres to reach it
+    if action == "disk":
+        return {"changeserver"}
+    return {target}
+
+
+def recovered_by(component: str) -> tuple[str, ...]:
+    """The parts that answer for ``component``'s health (the broker link ends at the load
+    balancer, before both broker processes)."""
+    if component == "broker link":
+        return ("broker-1", "broker-2")
+    return (component.removesuffix(" link"),)
+
+
+class Schedule:
+    """Fault kinds in rounds: each round every category once, in a seeded order; a lane
+    takes the next category and a target in it that no other lane's fault occupies."""
+
+    def __init__(self, kinds: list[str], rng: random.Random) -> None:
+        self.rng = rng
+        self.by_category: dict[str, list[str]] = {}
+        for kind in kinds:
+            self.by_category.setdefault(kind.split(":")[0], []).append(kind)
+        self.round: list[str] = []
+        self.busy: set[str] = set()
+        self.lock = threading.Lock()
+
+    def take(self) -> str | None:
+        """The next fault to inject, its components now occupied; None if every target of
+        the next category is occupied (try again shortly)."""
+        with self.lock:
+            if not self.round:
+                self.round = sorted(self.by_category)
+                self.rng.shuffle(self.round)
+            free = [k for k in self.by_category[self.round[-1]] if not claims(k) & self.busy]
+            if not free:
+                return None
+            self.round.pop()
+            kind = self.rng.choice(free)
+            self.busy |= claims(kind)
+            return kind
+
+    def release(self, kind: str) -> None:
+        with self.lock:
+            self.busy -= claims(kind)
+
+    def others_active(self, kind: str) -> bool:
+        with self.lock:
+            return bool(self.busy - claims(kind))
+
+
 class Campaign:
-    def __init__(self, minutes: float, seed: int, root: Path) -> None:
+    def __init__(
+        self, minutes: float, seed: int, root: Path, lanes: int = 1, hold: float = 10.0
+    ) -> None:
         self.minutes, self.seed, self.root = minutes, seed, root
+        self.lanes, self.hold = lanes, hold
         self.rng = random.Random(seed)
+        self.report_lock = threading.Lock()
         self.violations = Violations()
         self.report = Report()
         ports = Ports(*(free_port() for _ in range(9)))
@@ -177,7 +244,7 @@ class Campaign:
             kinds.append("disk:full")
         return kinds
 
-    def inject(self, kind: str) -> tuple[str, faults.Heal]:
+    def inject(self, kind: str, rng: random.Random) -> tuple[str, faults.Heal]:
         """Start fault ``kind``; returns the component it hits and how to end it."""
         action, target = kind.split(":")
         if action in ("kill", "freeze", "term"):
@@ -189,7 +256,8 @@ class Campaign:
             if action == "freeze":
                 return target, faults.freeze(pid, whole_family=target == "postgres")
             took = faults.terminate(pid, DRAIN_BOUND)
-            self.report.drains.setdefault(target, []).append(took)
+            with self.report_lock:
+                self.report.drains.setdefault(target, []).append(took)
             if took > DRAIN_BOUND:
                 self.violations.add(
                     "SIGTERM drains within a bound",
@@ -198,8 +266,8 @@ class Campaign:
                 )
             return target, lambda: None
         if action in (CUT, SLOW, BLACKHOLE):
-            delay = self.rng.uniform(0.05, 0.5) if action == SLOW else 0.0
-            return target, faults.link(self.proxies, target, action, delay)
+            delay = rng.uniform(0.05, 0.5) if action == SLOW else 0.0
+            return f"{target} link", faults.link(self.proxies, target, action, delay)
         if kind == "slot:drop":
             faults.drop_slot_behind(self.stack.pg_dsn, "changebroker")
             return "changeserver", lambda: None
@@ -214,46 +282,75 @@ class Campaign:
             return "changeserver", faults.fill_disk(self.disk)
         raise ValueError(kind)
 
-    def one_fault(self, kind: str) -> None:
+    def one_fault(self, kind: str, rng: random.Random, schedule: Schedule) -> None:
         # Mostly short, now and then a long one (a process frozen for a minute).
-        hold = self.rng.uniform(1.0, 10.0) if self.rng.random() < 0.9 else LONG_HOLD
+        hold = rng.uniform(1.0, self.hold) if rng.random() < 0.9 else LONG_HOLD
         if kind.split(":")[0] in ("kill", "term", "slot"):
             hold = 0.0  # over once injected: recovery (the supervisor, a new slot) is measured
         print(f"{time.strftime('%H:%M:%S')} fault {kind} for {hold:.0f}s", flush=True)
         try:
-            component, heal = self.inject(kind)
+            component, heal = self.inject(kind, rng)
         except Exception as error:
-            self.report.failed_injections.append(f"{kind}: {error}")
+            with self.report_lock:
+                self.report.failed_injections.append(f"{kind}: {error}")
             return
-        self.report.faults[kind] += 1
+        with self.report_lock:
+            self.report.faults[kind] += 1
         try:
             time.sleep(hold)  # the fault lasts this long: wall time is the point here
         finally:
             heal()
-        self.measure_recovery(component, kind)
+        self.measure_recovery(component, kind, schedule)
 
-    def measure_recovery(self, component: str, kind: str) -> None:
-        started = time.monotonic()
-        pending = set(PROCESSES)
-        first: dict[str, float] = {}
-        while pending and time.monotonic() - started < RECOVERY_BOUND:
-            for each in sorted(pending):
-                if self.healthy(each):
-                    first[each] = time.monotonic() - started
-                    pending.discard(each)
-            if pending:
-                time.sleep(0.5)
-        if pending:
+    def measure_recovery(self, component: str, kind: str, schedule: Schedule) -> None:
+        """Seconds from the fault's end until ``component`` is healthy again; then, if no
+        other lane's fault is under way, until every part is."""
+        took = self._healthy_within(recovered_by(component))
+        if took is None:
+            self.violations.add(
+                "healthy again within a bound",
+                f"{component} healthy {RECOVERY_BOUND:g}s after {kind} ended",
+                "not",
+            )
+            return
+        with self.report_lock:
+            self.report.recovery.setdefault(component, []).append(took)
+        if schedule.others_active(kind):
+            return  # the whole stack waits on another fault too: its time is not this one's
+        whole = self._healthy_within(PROCESSES)
+        if whole is None:
             self.violations.add(
                 "healthy again within a bound",
                 f"every part healthy {RECOVERY_BOUND:g}s after {kind} ended",
-                f"{sorted(pending)} not",
+                f"{[p for p in PROCESSES if not self.healthy(p)]} not",
             )
             return
-        # A link's fault (the broker link ends at the load balancer) counts the whole stack's.
-        took = first.get(component, max(first.values()))
-        self.report.recovery.setdefault(component, []).append(took)
-        self.report.recovery.setdefault("whole stack", []).append(max(first.values()))
+        with self.report_lock:
+            self.report.recovery.setdefault("whole stack", []).append(took + whole)
+
+    def _healthy_within(self, parts: tuple[str, ...]) -> float | None:
+        """Seconds until every one of ``parts`` was seen healthy; None past the bound."""
+        started = time.monotonic()
+        pending = set(parts)
+        while time.monotonic() - started < RECOVERY_BOUND:
+            pending = {each for each in pending if not self.healthy(each)}
+            if not pending:
+                return time.monotonic() - started
+            time.sleep(HEALTH_POLL)
+        return None
+
+    def lane(self, number: int, schedule: Schedule, deadline: float) -> None:
+        rng = random.Random(self.seed * 1000 + number)
+        while time.monotonic() < deadline:
+            kind = schedule.take()
+            if kind is None:
+                time.sleep(HEALTH_POLL)  # every target of the next category is under a fault
+                continue
+            try:
+                self.one_fault(kind, rng, schedule)
+            finally:
+                schedule.release(kind)
+            time.sleep(rng.uniform(0.5, 2.0))  # the stack under load, between faults
 
     # -- the run --------------------------------------------------------------------------
 
@@ -280,15 +377,12 @@ class Campaign:
             for worker in (*writers, *publishers, *readers):
                 worker.start()
 
-            by_category: dict[str, list[str]] = {}
-            for kind in self.kinds():
-                by_category.setdefault(kind.split(":")[0], []).append(kind)
+            schedule = Schedule(self.kinds(), self.rng)
             deadline = time.monotonic() + self.minutes * 60
-            while time.monotonic() < deadline:
-                # A category first, then its target: every category comes about as often.
-                category = self.rng.choice(sorted(by_category))
-                self.one_fault(self.rng.choice(by_category[category]))
-                time.sleep(self.rng.uniform(0.5, 2.0))  # the stack under load, between faults
+            with ThreadPoolExecutor(self.lanes, thread_name_prefix="chaos-lane") as pool:
+                running = [pool.submit(self.lane, n, schedule, deadline) for n in range(self.lanes)]
+                for each in running:
+                    each.result()  # an injector's own crash ends the campaign
 
             print(f"{time.strftime('%H:%M:%S')} faults over: settling", flush=True)
             for worker in (*writers, *publishers):
@@ -321,7 +415,10 @@ class Campaign:
                     ),
                 }
             )
-        print(self.report.render(self.violations.found, self.seed, self.minutes), flush=True)
+        print(
+            self.report.render(self.violations.found, self.seed, self.minutes, self.lanes),
+            flush=True,
+        )
         return 1 if self.violations.found else 0
 
     # -- final checks ---------------------------------------------------------------------
@@ -414,9 +511,11 @@ class Campaign:
                 )
 
 
-def run(minutes: float, seed: int, state_dir: Path | None) -> int:
+def run(
+    minutes: float, seed: int, state_dir: Path | None, lanes: int = 1, hold: float = 10.0
+) -> int:
     root = state_dir or Path(tempfile.mkdtemp(prefix=f"changebroker-chaos-{seed}-"))
-    campaign = Campaign(minutes, seed, root)
+    campaign = Campaign(minutes, seed, root, lanes, hold)
     try:
         return campaign.run()
     finally:

@@ -1,5 +1,9 @@
 """HAProxy from Debian in front of several broker processes, health-checked on ``/health``.
 
+When the broker processes serve HTTPS, HAProxy passes TLS through (TCP mode: clients see the
+brokers' own certificate, and HAProxy holds no key) and checks ``/health`` over TLS,
+verifying the brokers' certificate against the stack's CA (else the system's).
+
 A backend that stops answering ``/health`` 200 leaves the rotation within ~2 s; a request
 that finds its backend refusing connections is sent to another at once (``redispatch``).
 Streams are long responses: their timeouts are the longest a stream may last, and a
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,10 +35,20 @@ class LoadBalancer:
     port: int
     backends: list[int]  # the broker processes' ports on the loopback
     host: str = "127.0.0.1"
+    tls: bool = False  # the broker processes serve HTTPS
+    ca_file: Path | None = None  # what their certificates are checked against
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+    @property
+    def backend_urls(self) -> list[str]:
+        return [f"{self.scheme}://{self.host}:{port}" for port in self.backends]
 
     @property
     def pid_file(self) -> Path:
@@ -60,8 +75,9 @@ class LoadBalancer:
             start_detached(
                 [haproxy, "-db", "-f", str(config)], log_file=self.log_file, pid_file=self.pid_file
             )
+        context = ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file else None
         wait_until(
-            lambda: answers(f"{self.url}/health"),
+            lambda: answers(f"{self.url}/health", context),
             timeout=60,
             what=f"the load balancer at {self.url} (see {self.log_file})",
         )
@@ -71,8 +87,11 @@ class LoadBalancer:
         return stop_pid(self.pid_file, timeout=10)
 
     def config(self) -> str:
+        # Over TLS: checks by TLS too, the brokers' certificates verified.
+        trust = str(self.ca_file) if self.ca_file else "@system-ca"
+        check = f"check check-ssl verify required ca-file {trust}" if self.tls else "check"
         servers = "".join(
-            f"    server broker-{i} {self.host}:{port} check inter 1s fall 2 rise 1\n"
+            f"    server broker-{i} {self.host}:{port} {check} inter 1s fall 2 rise 1\n"
             for i, port in enumerate(self.backends, start=1)
         )
         return f"""\
@@ -80,7 +99,7 @@ global
     maxconn 4096
 
 defaults
-    mode http
+    mode {"tcp" if self.tls else "http"}
     option redispatch
     retries 3
     timeout connect 2s

@@ -152,7 +152,13 @@ class LocalStack:
 
     @property
     def load_balancer(self) -> LoadBalancer:
-        return LoadBalancer(self.state, self.ports.broker, self.layout().broker_ports)
+        return LoadBalancer(
+            self.state,
+            self.ports.broker,
+            self.layout().broker_ports,
+            tls=self.tls is not None,
+            ca_file=self.ca_file,
+        )
 
     @property
     def pg_dsn(self) -> str:
@@ -276,9 +282,8 @@ class LocalStack:
                     "--bridge-url",
                     f"{loopback}:{p.bridge}",
                     *client,
-                    # The console serves people's browsers: TLS, not bearer tokens.
-                    *(["--tls-cert", str(self.tls.cert)] if self.tls else []),
-                    *(["--tls-key", str(self.tls.key)] if self.tls else []),
+                    # Operators sign in with tokens checked as the services check theirs.
+                    *server,
                 ],
                 f"{loopback}:{p.console}",
                 f"{loopback}:{p.console}/health",
@@ -319,6 +324,7 @@ class LocalStack:
         args = [
             *("--every", f"{self.replay_every:g}s", "--out", str(self.snapshots_dir)),
             *("--broker-url", f"{self.scheme}://127.0.0.1:{self.ports.broker}"),
+            *self._client_args(),
         ]
         return [Service(REPLAY, args, "", None)]
 
@@ -429,7 +435,7 @@ class LocalStack:
             result["loadbalancer"] = {
                 "url": balancer.url,
                 "pid": balancer_pid,
-                "backends": [f"http://127.0.0.1:{port}" for port in balancer.backends],
+                "backends": balancer.backend_urls,
                 "health_check": "GET /health",
             }
         for service in self.services():
@@ -438,7 +444,7 @@ class LocalStack:
                 result[service.name] = {"url": service.base_url, "pid": pid}
                 if service.ready_url:
                     # Running is not serving: a frozen or cut-off service is not ready.
-                    result[service.name]["ready"] = answers(service.ready_url)
+                    result[service.name]["ready"] = answers(service.ready_url, self.ssl_context())
                 if service.status_url:
                     result[service.name]["status"] = self._json(service.status_url)
         replay_pid = read_pid(self.state.pid_file(REPLAY))

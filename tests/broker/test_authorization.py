@@ -164,3 +164,50 @@ def test_narrowing_a_subscriptions_readers_ends_the_lost_readers_stream(
     wait_until(lambda: stream.ended is not None, timeout=10, what="the lost reader's stream to end")
     assert stream.ended is not None and stream.ended - changed <= FLUSH_SECONDS + 1.0
     assert broker.get(f"/subscriptions/{sid}/events", headers=bearer("bi")).status_code == 403
+
+
+def test_listings_filter_by_the_writer_or_reader_they_name(
+    broker: httpx.Client, unique_name
+) -> None:
+    """Nakadi lists every event type and subscription to any caller with the scope; a team
+    finds its own with ``writer=`` / ``reader=`` (named or by a wildcard)."""
+    everyone = {"data_type": "*", "value": "*"}
+    owners = {"shop": [service("shop")], "bi": [service("bi")], "any": [everyone]}
+    names = {team: unique_name(f"listed_{team}") for team in [*owners, "open"]}
+    for team, name in names.items():
+        lists = owners.get(team)
+        section = None if lists is None else {"admins": lists, "readers": lists, "writers": lists}
+        body = business_event_type(name, **({"authorization": section} if section else {}))
+        assert broker.post("/event-types", json=body, headers=bearer("ops")).status_code == 201
+        subscription = {
+            "owning_application": "listing",
+            "event_types": [name],
+            "consumer_group": name,
+            **({"authorization": {"admins": lists, "readers": lists}} if lists else {}),
+        }
+        created = broker.post("/subscriptions", json=subscription, headers=bearer("ops"))
+        assert created.status_code == 201, created.text
+
+    def event_types(token: str, **params: str) -> set[str]:
+        answer = broker.get("/event-types", params=params, headers=bearer(token))
+        assert answer.status_code == 200, answer.text
+        return {e["name"] for e in answer.json()} & set(names.values())
+
+    def subscribed(token: str, **params: str) -> set[str]:
+        params = {"owning_application": "listing", "limit": "1000", **params}
+        answer = broker.get("/subscriptions", params=params, headers=bearer(token))
+        assert answer.status_code == 200, answer.text
+        return {s["event_types"][0] for s in answer.json()["items"]} & set(names.values())
+
+    for team, other in (("shop", "bi"), ("bi", "shop")):
+        own = {names[team], names["any"]}
+        assert event_types(team, writer=f"service:{team}") == own
+        assert subscribed(team, reader=f"service:{team}") == own
+        assert names[other] not in event_types(team, writer=f"service:{team}")
+    # Unfiltered, every caller sees every one: what a resource's metadata says is not secret.
+    assert event_types("bi") == event_types("ops") == set(names.values())
+    assert subscribed("bi") == subscribed("ops") == set(names.values())
+    assert event_types("ops", owning_application="nobody") == set()
+    refused = broker.get("/event-types", params={"writer": "shop"}, headers=bearer("shop"))
+    assert refused.status_code == 400
+    assert refused.headers["content-type"] == "application/problem+json"

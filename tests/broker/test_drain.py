@@ -1,5 +1,6 @@
-"""SIGTERM drains the broker: publishes under way are answered, open streams end whole (their
-last batch sent, the response finished), and the process is gone within a bound."""
+"""SIGTERM drains the broker, one process or several workers alike: publishes under way are
+answered, open streams end whole (their last batch sent, the response finished), and the
+process is gone within a bound."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import broker_process
@@ -73,10 +75,13 @@ class Publisher(threading.Thread):
                 self.answered += 1
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 def test_sigterm_answers_publishes_and_ends_streams_whole(
-    pg_dsn: str, kafka_bootstrap: str, unique_name: Any, tmp_path: Path
+    pg_dsn: str, kafka_bootstrap: str, unique_name: Any, tmp_path: Path, workers: int
 ) -> None:
-    process, url = broker_process(pg_dsn, kafka_bootstrap, tmp_path / "broker.log")
+    process, url = broker_process(
+        pg_dsn, kafka_bootstrap, tmp_path / "broker.log", "--workers", str(workers)
+    )
     process.start()
     try:
         name = unique_name("drain")

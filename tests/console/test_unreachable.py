@@ -4,6 +4,7 @@ not answer; and a read-only console refuses every action."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -35,22 +36,24 @@ ACTIONS = [
 ]
 
 
-def _console(read_only: bool) -> Iterator[httpx.Client]:
+def unreachable_console(read_only: bool = False, **options: Any) -> Iterator[httpx.Client]:
+    """A console whose services do not answer (``options``: create_app's, e.g. the
+    authenticator)."""
     nowhere = f"http://127.0.0.1:{free_port()}"  # a free port: nothing listens there
     endpoints = Endpoints(nowhere, nowhere, nowhere, nowhere, nowhere)
-    app = create_app(endpoints, read_only=read_only)
+    app = create_app(endpoints, read_only=read_only, **options)
     with serve_in_thread(app) as url, httpx.Client(base_url=url, timeout=30) as client:
         yield client
 
 
 @pytest.fixture
 def console() -> Iterator[httpx.Client]:
-    yield from _console(read_only=False)
+    yield from unreachable_console(read_only=False)
 
 
 @pytest.fixture
 def read_only() -> Iterator[httpx.Client]:
-    yield from _console(read_only=True)
+    yield from unreachable_console(read_only=True)
 
 
 @pytest.mark.parametrize("path", PAGES)
