@@ -113,14 +113,7 @@ def run(args: argparse.Namespace) -> int:
         args.metrics_dir or default_state_dir() / "run" / f"broker-{args.port}-metrics"
     )
     os.environ[SETTINGS_ENV] = json.dumps(settings.to_json())
-    http.serve_workers(
-        "broker.main:worker_app",
-        args.workers,
-        args.host,
-        args.port,
-        tls=tls,
-        limits=http.limits_of(args),
-    )
+    http.serve_workers("broker.main:worker_app", args)
     return 0
 
 

@@ -48,6 +48,8 @@ class Reading:
     retention_seconds: float | None = None
     snapshot_id: str | None = None
     snapshot_age_seconds: float | None = None
+    snapshot_rows: int | None = None
+    snapshot_duration_seconds: float | None = None  # the replay run that wrote it
     read_at: float = 0.0
 
 
@@ -101,9 +103,7 @@ class Observed:
         reading.oldest_change_unix = None if oldest is None else oldest / 1_000_000
         reading.changelog_bytes = _size(server.changelog.path)
         if settings.snapshots_dir is not None:
-            reading.snapshot_id, reading.snapshot_age_seconds = _newest_snapshot(
-                settings.snapshots_dir
-            )
+            _read_newest_snapshot(settings.snapshots_dir, reading)
         return reading
 
     def close(self) -> None:
@@ -146,6 +146,12 @@ class Observed:
                 "Age of the newest snapshot /snapshots serves.",
                 r.snapshot_age_seconds,
             ),
+            ("snapshot_rows", "Rows of the newest snapshot's tables.", r.snapshot_rows),
+            (
+                "snapshot_duration_seconds",
+                "How long the replay run that wrote the newest snapshot took.",
+                r.snapshot_duration_seconds,
+            ),
             (
                 "metrics_refreshed_timestamp_seconds",
                 "When the numbers above (but waiters) were read.",
@@ -178,10 +184,12 @@ def _size(path: Path) -> int:
     return total
 
 
-def _newest_snapshot(directory: Path) -> tuple[str | None, float | None]:
+def _read_newest_snapshot(directory: Path, reading: Reading) -> None:
     found = find_newest(directory)
     if found is None:
-        return None, None
-    snapshot_id, manifest = found
+        return
+    reading.snapshot_id, manifest = found
     created = datetime.datetime.fromisoformat(manifest["created_at"])
-    return snapshot_id, (datetime.datetime.now(datetime.UTC) - created).total_seconds()
+    reading.snapshot_age_seconds = (datetime.datetime.now(datetime.UTC) - created).total_seconds()
+    reading.snapshot_rows = sum(int(table["rows"]) for table in manifest["tables"].values())
+    reading.snapshot_duration_seconds = manifest.get("duration_seconds")

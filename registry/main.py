@@ -69,9 +69,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     # Workers share nothing but Postgres, as separate registry processes do.
     os.environ[SETTINGS_ENV] = json.dumps(settings)
-    http.serve_workers(
-        "registry.main:worker_app", args.workers, args.host, args.port, tls=tls, limits=limits
-    )
+    http.serve_workers("registry.main:worker_app", args)
     return 0
 
 
