@@ -4,7 +4,6 @@ HAProxy passes TLS through and checks the brokers over TLS), plain HTTP and no t
 
 from __future__ import annotations
 
-import os
 import ssl
 from pathlib import Path
 
@@ -12,8 +11,7 @@ import httpx
 import pytest
 
 from changebroker.services import SERVICE_MODULES
-from changebroker.stack.processes import free_port, pid_alive
-from changebroker.stack.state import REPO_ROOT
+from changebroker.stack.processes import pid_alive
 from tests.support import cli
 from tests.support.credentials import self_signed_ca, tokens_file
 
@@ -34,12 +32,7 @@ SCOPES = [
 @pytest.mark.timeout(900)
 def test_up_demo_over_tls_with_a_self_signed_ca_and_tokens(tmp_path: Path) -> None:
     certificates = self_signed_ca(tmp_path)
-    flags = ["PG_PORT", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "BROKER_PORT", "REGISTRY_PORT"]
-    flags += ["CHANGESERVER_PORT", "CHANGESERVER_MGMT_PORT", "BRIDGE_PORT", "CONSOLE_PORT"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CHANGEBROKER_")}
-    env.update({f"CHANGEBROKER_{name}": str(free_port()) for name in flags})
-    env["CHANGEBROKER_STATE_DIR"] = str(tmp_path / "state")
-    env["CHANGEBROKER_CACHE_DIR"] = str(REPO_ROOT / ".state" / "cache")
+    env = cli.stack_env(tmp_path / "state")
     # Every flag has its variable: the stack's TLS through the environment, as a container has.
     env["CHANGEBROKER_TLS_CERT"] = str(certificates.cert)
     env["CHANGEBROKER_TLS_KEY"] = str(certificates.key)

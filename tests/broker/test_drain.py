@@ -4,6 +4,7 @@ process is gone within a bound."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import threading
@@ -14,12 +15,14 @@ from typing import Any
 import httpx
 import pytest
 
-from changebroker.stack.processes import wait_until
+from broker.publishing.producer import KafkaProducer, Message
+from changebroker.stack.processes import free_port, wait_until
 from changebroker.stack.run import broker_process
 from tests.broker.subscription_support import create
 from tests.support.event_types import business_event_type, order_events
 
-BOUND = 15.0  # seconds: the graceful shutdown's 10, and some
+GRACEFUL = 10.0  # seconds: uvicorn's graceful shutdown, as our services set it
+BOUND = GRACEFUL + 5
 
 
 class Reader(threading.Thread):
@@ -120,3 +123,28 @@ def test_sigterm_answers_publishes_and_ends_streams_whole(
             assert reader.error is None, f"{reader.path} was cut: {reader.error!r}"
     finally:
         process.stop()  # a no-op once it exited
+
+
+def test_a_publish_waiting_on_an_unreachable_kafka_is_answered_while_draining() -> None:
+    """Kafka gone when SIGTERM comes: the publish waiting on it is answered (its events
+    failed) within the graceful shutdown, not cut at its end, and the producer closes
+    promptly after."""
+    draining = threading.Event()
+    producer = KafkaProducer(f"127.0.0.1:{free_port()}", draining=draining)  # nothing listens
+    producer.start()
+
+    async def publish() -> list[str | None]:
+        sending = asyncio.ensure_future(producer.send([Message("drain", 0, None, b"{}")]))
+        await asyncio.sleep(0.5)
+        assert not sending.done()  # waiting on Kafka
+        draining.set()
+        return await asyncio.wait_for(sending, timeout=GRACEFUL - 1)
+
+    try:
+        errors = asyncio.run(publish())
+    finally:
+        started = time.monotonic()
+        producer.close()
+        took = time.monotonic() - started
+    assert len(errors) == 1 and errors[0] is not None, errors
+    assert took < 5, f"the producer took {took:.1f}s to close"

@@ -1,5 +1,6 @@
-"""A short fault campaign, as CI runs it: a fixed seed, about a minute of faults on a private
-stack under load; any violated invariant fails it."""
+"""A short fault campaign, as CI runs it (``.ci/run`` runs pytest): a fixed seed, a minute of
+faults two at a time on a private stack under load (about two minutes in all); any violated
+invariant fails it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ SEED = 7
 
 def test_a_short_campaign_finds_no_violation() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "changebroker.cli", "chaos", "--minutes", "1", "--seed", str(SEED)],
+        [
+            *(sys.executable, "-m", "changebroker.cli", "chaos"),
+            *("--minutes", "1", "--seed", str(SEED), "--lanes", "2", "--hold", "4"),
+        ],
         capture_output=True,
         text=True,
         timeout=900,

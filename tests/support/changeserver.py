@@ -85,7 +85,8 @@ MakeServer = Callable[..., Harness]
 def make_server(
     pg_dsn: str, tmp_path: Path, unique_name: Callable[[str], str]
 ) -> Iterator[MakeServer]:
-    """Start a changeserver (settings overridable); all are stopped at the end."""
+    """Start a changeserver (settings overridable, even its ``dsn``: the harness's ``sql``
+    still writes to the test's Postgres directly); all are stopped at the end."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(TABLE)
     stack: list[Harness] = []
@@ -98,7 +99,7 @@ def make_server(
         # unique_name is one token per test: number the servers so each has its own slot
         # and its own change log.
         slot = unique_name(f"cs{len(stack)}")
-        settings = Settings(dsn=pg_dsn, slot=slot, db_dir=tmp_path / slot, **overrides)
+        settings = Settings(**{"dsn": pg_dsn, "slot": slot, "db_dir": tmp_path / slot, **overrides})
         server = ChangeServer(
             settings, separate_management=separate_management, authenticator=authenticator
         )
