@@ -18,6 +18,7 @@ Process metrics are then those of all the service's processes, summed.
 from __future__ import annotations
 
 import asyncio
+import collections
 import gc
 import logging
 import os
@@ -88,6 +89,7 @@ class Collector(Protocol):
 def observe_request(scope: MutableMapping[str, Any], status: int, seconds: float) -> None:
     """One request into the duration histogram (the ASGI middleware in ``http`` calls it)."""
     route = getattr(scope.get("route"), "path", None) or UNMATCHED_ROUTE
+    _count_pending_gc()
     http_request_duration.labels(scope["method"], route, str(status)).observe(seconds)
 
 
@@ -239,13 +241,24 @@ _gc_uncollectable = Counter(
 )
 
 
+# Collections not counted yet: (generation, collected, uncollectable).
+_gc_pending: collections.deque[tuple[str, int, int]] = collections.deque()
+
+
 def _count_gc(phase: str, info: dict[str, int]) -> None:
-    if phase != "stop":
-        return
-    generation = str(info["generation"])
-    _gc_collections.labels(generation).inc()
-    _gc_collected.labels(generation).inc(info["collected"])
-    _gc_uncollectable.labels(generation).inc(info["uncollectable"])
+    # Only noted here: a collection can start while this thread holds prometheus_client's
+    # lock (making a labelled child, say), and a counter incremented here would wait for
+    # that lock forever. Each request counts what is pending (``observe_request``).
+    if phase == "stop":
+        _gc_pending.append((str(info["generation"]), info["collected"], info["uncollectable"]))
+
+
+def _count_pending_gc() -> None:
+    while _gc_pending:
+        generation, collected, uncollectable = _gc_pending.popleft()
+        _gc_collections.labels(generation).inc()
+        _gc_collected.labels(generation).inc(collected)
+        _gc_uncollectable.labels(generation).inc(uncollectable)
 
 
 if multiprocess():

@@ -75,6 +75,7 @@ class _File:
         self.families = families
         self.used = _HEADER
         self.entries: list[tuple[int, _Series]] = []  # (where the value is, its series)
+        self.keys: list[tuple[int, bytes]] = []  # (where, the key's length and bytes)
 
     def read(self) -> Iterator[tuple[_Series, float, float]]:
         """(series, value, timestamp) of every entry now; FileNotFoundError when it is gone."""
@@ -82,6 +83,10 @@ class _File:
             data = file.read(_HEADER)
             used = _INT.unpack_from(data, 0)[0] if len(data) == _HEADER else 0
             data += file.read(max(used - _HEADER, 0))
+        if used < self.used or any(data[at : at + len(key)] != key for at, key in self.keys):
+            # Another file under the same name (a live gauge's, removed as its worker ended,
+            # then made by a new worker with the same pid): nothing parsed before holds.
+            self.used, self.entries, self.keys = _HEADER, [], []
         if used > self.used:
             self._parse(data, used)
         for position, series in self.entries:
@@ -94,9 +99,10 @@ class _File:
             length = _INT.unpack_from(data, position)[0]
             if position + 4 + length > used:
                 raise RuntimeError(f"{self.path}: an entry runs past the used length")
-            key = data[position + 4 : position + 4 + length].decode()
+            key = data[position + 4 : position + 4 + length]
+            self.keys.append((position, data[position : position + 4 + length]))
             position += 4 + length + (8 - (length + 4) % 8)
-            self.entries.append((position, self.families.series_of(self, key)))
+            self.entries.append((position, self.families.series_of(self, key.decode())))
             position += _TWO_DOUBLES.size
         self.used = used
 

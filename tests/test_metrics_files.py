@@ -98,3 +98,12 @@ def test_worker_files_read_as_prometheus_client_reads_them(
     mark_process_dead(2, str(tmp_path))
     found = same_as_prometheus_client()
     assert ("t_livesum", frozenset(), 10.0 + 30.0) in found[("t_livesum", "gauge")]
+
+    # The first ends and a new worker gets its pid: its live gauges' files are new ones,
+    # with other entries at the places read before.
+    mark_process_dead(1, str(tmp_path))
+    monkeypatch.setattr(values, "ValueClass", values.MultiProcessValue(lambda: 1))
+    Gauge("t_other", "Another.", multiprocess_mode="livesum", registry=None).set(5)
+    worker(1, first)
+    found = same_as_prometheus_client()
+    assert ("t_other", frozenset(), 5.0) in found[("t_other", "gauge")]
