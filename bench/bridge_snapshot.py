@@ -19,7 +19,6 @@ of about 200 bytes, filled before the changeserver starts (existing rows, not ch
 
 from __future__ import annotations
 
-import os
 import random
 import sys
 import tempfile
@@ -33,7 +32,7 @@ import psycopg
 
 from bench.bridge_latency import services
 from bench.report import Figure, report
-from bench.services import app_and_meta_databases, kafka_bootstrap
+from bench.services import app_and_meta_databases, kafka_bootstrap, server_cpu
 from changebroker.stack.processes import wait_until
 
 NAME = "bridge_snapshot"
@@ -142,16 +141,10 @@ def main() -> int:
     return 0
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _measure(app_dsn: str, bridge_url: str, pid: int, copy_rate: float) -> list[Figure]:
-    began, cpu = time.monotonic(), _cpu_seconds(pid)  # its initial snapshot is under way
+    began, cpu = time.monotonic(), server_cpu(pid)  # its initial snapshot is under way
     idle = _snapshot_rate(bridge_url, began, _wait_done(bridge_url))
-    per_cpu_second = _snapshot(bridge_url)["rows_read"] / (_cpu_seconds(pid) - cpu)
+    per_cpu_second = _snapshot(bridge_url)["rows_read"] / (server_cpu(pid) - cpu)
     writers = Writers(app_dsn)
     writers.start()
     try:

@@ -78,12 +78,14 @@ def main() -> int:
         pg.scratch_database(services.pg_server_dsn(), "bench_auth") as meta_dsn,
         contextlib.ExitStack() as running,
     ):
-        urls = {}
+        urls, pids = {}, {}
         for mode, flags in (("off", ["--auth", "off"]), ("jwt", jwt_flags)):
             log = Path(tempfile.mkstemp(prefix=f"bench-broker-{mode}-", suffix=".log")[1])
             process, urls[mode] = broker_process(meta_dsn, bootstrap, log, "--workers", "1", *flags)
             process.start()
             running.callback(process.stop)
+            assert process.process is not None
+            pids[mode] = process.process.pid
         name = f"bench.auth_{uuid.uuid4().hex[:8]}"
         writers = [{"data_type": "service", "value": f"bench-{n}"} for n in range(THREADS)]
         created = httpx.post(
@@ -108,10 +110,19 @@ def main() -> int:
         encoded = [json.dumps(_event(i), separators=(",", ":")).encode() for i in range(BATCH)]
         body = b"[" + b",".join(encoded) + b"]"
         rates: dict[str, list[float]] = {"off": [], "jwt": []}
+        # The broker's CPU per event: what authentication adds, steadier than a shared
+        # machine's rates.
+        cpu: dict[str, float] = {"off": 0.0, "jwt": 0.0}
+        events: dict[str, float] = {"off": 0.0, "jwt": 0.0}
         for _ in range(ROUNDS):
             for mode in ("off", "jwt"):
-                rates[mode].append(_publish_rate(urls[mode], name, body, tokens))
+                began, cpu_before = time.monotonic(), services.server_cpu(pids[mode])
+                rate = _publish_rate(urls[mode], name, body, tokens)
+                cpu[mode] += services.server_cpu(pids[mode]) - cpu_before
+                events[mode] += rate * (time.monotonic() - began)
+                rates[mode].append(rate)
         off, on = (sum(rates[m]) / ROUNDS for m in ("off", "jwt"))
+        per_event = {m: cpu[m] / events[m] * 1e6 for m in cpu}
         report(
             [
                 Figure(
@@ -121,7 +132,16 @@ def main() -> int:
                     "events/s",
                     baseline=off,
                     baseline_name="--auth off, same run",
-                )
+                ),
+                Figure(
+                    "broker_auth",
+                    "broker CPU per event, --auth jwt (RS256)",
+                    per_event["jwt"],
+                    "µs",
+                    baseline=per_event["off"],
+                    baseline_name="--auth off, same run",
+                    higher_is_better=False,
+                ),
             ]
         )
         return 0

@@ -30,7 +30,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -38,7 +37,7 @@ import jsonschema
 import psycopg
 
 from bench.report import Figure, report
-from bench.services import pg_server_dsn
+from bench.services import pg_server_dsn, server_cpu
 from changebroker import pg
 from changebroker.stack.processes import answers, free_port, wait_until
 from registry.compat import Mode, check
@@ -100,19 +99,6 @@ def timed(work: Callable[[int], None], count: int, clients: int) -> tuple[float,
     elapsed = time.perf_counter() - started
     p99 = statistics.quantiles(latencies, n=100)[98] * 1000
     return count / elapsed, p99
-
-
-def server_cpu(pid: int) -> float:
-    """CPU seconds of ``pid`` and its children (the workers) so far: steadier than rates on
-    a shared machine."""
-    pids = [pid]
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        pids += [int(child) for child in (task / "children").read_text().split()]
-    ticks = 0
-    for each in pids:
-        fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks += int(fields[11]) + int(fields[12])  # utime + stime
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager

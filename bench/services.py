@@ -4,6 +4,7 @@ starts; ``CHANGEBROKER_PG_DSN`` and ``CHANGEBROKER_KAFKA_BOOTSTRAP`` name others
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,19 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
+
+
+def server_cpu(pid: int) -> float:
+    """CPU seconds of ``pid`` and its children (the workers) so far: steadier than rates on
+    a shared machine."""
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        pids += [int(child) for child in (task / "children").read_text().split()]
+    ticks = 0
+    for each in pids:
+        fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime + stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def local_stack() -> LocalStack:
