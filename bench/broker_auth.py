@@ -25,7 +25,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from bench import services
-from bench.broker_publish import _event, _rate
+from bench.broker_publish import _event, _rate, poster
 from bench.report import Figure, report
 from changebroker import pg
 from changebroker.stack.run import broker_process
@@ -55,22 +55,14 @@ def _token(key: rsa.RSAPrivateKey, sub: str) -> str:
 
 
 def _publish_rate(url: str, name: str, body: bytes, tokens: list[str]) -> float:
-    local = threading.local()
     next_token = iter(tokens)
     lock = threading.Lock()
 
-    def post() -> int:
-        if not hasattr(local, "client"):
-            with lock:
-                token = next(next_token)
-            headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
-            local.client = httpx.Client(base_url=url, timeout=60, headers=headers)
-        response = local.client.post(f"/event-types/{name}/events", content=body)
-        if response.status_code != 200:
-            raise RuntimeError(f"publish answered {response.status_code}: {response.text[:300]}")
-        return BATCH
+    def headers() -> dict[str, str]:
+        with lock:
+            return {"Authorization": f"Bearer {next(next_token)}"}
 
-    return _rate(THREADS, post)
+    return _rate(THREADS, poster(url, name, body, BATCH, headers))
 
 
 def main() -> int:

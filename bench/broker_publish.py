@@ -73,22 +73,31 @@ def _rate(threads: int, work: Callable[[], int]) -> float:
     return sum(counts) / (time.monotonic() - started)
 
 
-def _through_api(url: str, name: str, batch: bytes, size: int) -> float:
+def poster(
+    url: str,
+    name: str,
+    batch: bytes,
+    size: int,
+    headers: Callable[[], dict[str, str]] = dict,
+) -> Callable[[], int]:
+    """A ``work`` for :func:`_rate`: publish ``batch`` (``size`` events) through the API, each
+    thread over a keep-alive client of its own with ``headers()`` (asked once per thread)."""
     local = threading.local()
 
     def post() -> int:
         if not hasattr(local, "client"):
-            local.client = httpx.Client(base_url=url, timeout=60)
-        response = local.client.post(
-            f"/event-types/{name}/events",
-            content=batch,
-            headers={"Content-Type": "application/json"},
-        )
+            sent = {"Content-Type": "application/json", **headers()}
+            local.client = httpx.Client(base_url=url, timeout=60, headers=sent)
+        response = local.client.post(f"/event-types/{name}/events", content=batch)
         if response.status_code != 200:
             raise RuntimeError(f"publish answered {response.status_code}: {response.text[:300]}")
         return size
 
-    return _rate(THREADS, post)
+    return post
+
+
+def _through_api(url: str, name: str, batch: bytes, size: int) -> float:
+    return _rate(THREADS, poster(url, name, batch, size))
 
 
 async def _post_one(

@@ -18,13 +18,13 @@ import sys
 import tempfile
 import time
 import uuid
-from pathlib import Path
 
 import httpx
 import psycopg
 from confluent_kafka import Producer
 
 from bench.report import Figure, report
+from bench.services import rss_bytes
 from changebroker import kafka, pg
 from changebroker.stack.processes import answers, free_port, wait_until
 
@@ -32,13 +32,6 @@ EVENTS = 100_000
 EVENT_BYTES = 1000
 SECONDS = 60
 GOAL_MB = 64.0
-
-
-def _rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
 
 
 def _fill(bootstrap: str, topic: str) -> None:
@@ -110,7 +103,7 @@ def main() -> int:
             }
             created = httpx.post(f"{url}/subscriptions", json=subscription, timeout=60)
             created.raise_for_status()
-            before = _rss(broker.pid)
+            before = rss_bytes(broker.pid)
             peak, received = before, 0
             with socket.socket() as sock:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -122,7 +115,7 @@ def main() -> int:
                 sock.sendall(f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
                 for _ in range(SECONDS):
                     received += len(sock.recv(1024))
-                    peak = max(peak, _rss(broker.pid))
+                    peak = max(peak, rss_bytes(broker.pid))
                     time.sleep(1)  # the slow client's pace, 1 KB a second
             if received < SECONDS * 512:
                 raise RuntimeError(f"the stream sent only {received} bytes")

@@ -31,7 +31,7 @@ import httpx
 import psycopg
 
 from bench.report import Figure, report
-from bench.services import pg_server_dsn
+from bench.services import pg_server_dsn, rss_bytes
 from changebroker import pg
 from changebroker.stack.run import changeserver_process
 
@@ -40,13 +40,6 @@ P99_GOAL_MS = {1_000: 15.0, 5_000: 50.0, 10_000: 100.0}
 MEMORY_GOAL_KB = 15.0
 CONNECTING_AT_ONCE = 200  # below uvicorn's listen backlog
 ONE_AMONG_IDLE_SAMPLES = 10
-
-
-def _rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
 
 
 def _cpu_ticks(pid: int) -> int:
@@ -111,7 +104,7 @@ async def _round(
 ) -> tuple[list[float], float, float, float, str]:
     """Latencies, memory per idle client, server and client CPU seconds per response, last
     sequence."""
-    rss_before = _rss_bytes(pid)
+    rss_before = rss_bytes(pid)
     gate = asyncio.Semaphore(CONNECTING_AT_ONCE)
     connected = [0]
     path = f"/changes?selector=lp&since={since}&block=300"
@@ -119,7 +112,7 @@ async def _round(
     while connected[0] < clients:
         await asyncio.sleep(0.05)
     await asyncio.to_thread(_settle, pid)
-    per_client = (_rss_bytes(pid) - rss_before) / clients
+    per_client = (rss_bytes(pid) - rss_before) / clients
     ticks = _cpu_ticks(pid)
     with psycopg.connect(dsn) as conn:
         conn.execute("INSERT INTO items (name, _change_selector) VALUES ('wake', 'lp')")

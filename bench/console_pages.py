@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from bench.broker_stream import broker_with_event_type
-from bench.report import Figure, report
+from bench.report import Figure, report, verdict
 from changebroker.stack.processes import free_port
 from changebroker.stack.run import CliProcess
 
@@ -161,11 +161,7 @@ def main() -> int:
         finally:
             console.stop()
     report(figures)
-    if over:
-        print(f"over the {GOAL_MS:.0f} ms goal: {', '.join(over)}")
-        return 1
-    print(f"every page within the {GOAL_MS:.0f} ms goal")
-    return 0
+    return verdict(f"{GOAL_MS:.0f} ms page", ", ".join(over))
 
 
 if __name__ == "__main__":

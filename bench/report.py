@@ -47,3 +47,12 @@ def report(figures: list[Figure]) -> None:
         with open(target, "a") as out:
             for figure in figures:
                 out.write(json.dumps(asdict(figure)) + "\n")
+
+
+def verdict(goal: str, missed: str) -> int:
+    """A benchmark's exit status against its goal: 1, saying ``missed``, when it was missed."""
+    if missed:
+        print(f"over the {goal} goal: {missed}")
+        return 1
+    print(f"within the {goal} goal")
+    return 0

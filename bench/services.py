@@ -17,6 +17,14 @@ from changebroker.stack.run import broker_process
 from changebroker.stack.state import StateDir, default_state_dir
 
 
+def rss_bytes(pid: int) -> int:
+    """The resident memory of process ``pid`` (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
+
+
 def local_stack() -> LocalStack:
     return LocalStack.from_env(StateDir(default_state_dir()), Ports())
 

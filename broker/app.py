@@ -98,8 +98,8 @@ def create_app(settings: Settings) -> ASGIApp:
     routes: list[BaseRoute] = [
         Route("/health", health, methods=["GET"]),
         # Process, request and publishing metrics (broker/metrics.py), and every subscription's
-        # lag, read in the background at most once per --lag-interval.
-        service_metrics.route([lag], [lag_refresh]),
+        # lag, read and rendered in the background at most once per --lag-interval.
+        service_metrics.route(refresh=[lag_refresh], texts=[lag.text]),
         Route("/registry/enrichment-strategies", enrichment_strategies, methods=["GET"]),
         Route("/registry/partition-strategies", partition_strategies, methods=["GET"]),
         *event_type_api.routes(),

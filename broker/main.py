@@ -60,8 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
             default=getattr(defaults, name),
             help=f"the token scope Nakadi calls {getattr(defaults, name)} (auth on)",
         )
-    http.add_tls_options(parser)
-    http.add_limit_options(parser)
+    http.add_server_options(parser)
     option(
         "--workers",
         type=int,
@@ -114,14 +113,7 @@ def run(args: argparse.Namespace) -> int:
         args.metrics_dir or default_state_dir() / "run" / f"broker-{args.port}-metrics"
     )
     os.environ[SETTINGS_ENV] = json.dumps(settings.to_json())
-    http.serve_workers(
-        "broker.main:worker_app",
-        args.workers,
-        args.host,
-        args.port,
-        tls=tls,
-        limits=http.limits_of(args),
-    )
+    http.serve_workers("broker.main:worker_app", args)
     return 0
 
 

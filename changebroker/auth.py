@@ -26,7 +26,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -190,6 +190,23 @@ class _Cache:
         while len(self._entries) > CACHE_SIZE:
             self._entries.popitem(last=False)
 
+    async def principal(
+        self,
+        token: str | None,
+        check: Callable[[str], Awaitable[Principal | Unauthenticated]],
+        kind: str,
+    ) -> Principal:
+        """The cached answer for ``token``, else ``check``'s (which caches what may be kept);
+        ``kind`` names the token a request without one should send."""
+        if not token:
+            raise Unauthenticated(f"send Authorization: Bearer <{kind}>")
+        answer = self.get(token)
+        if answer is None:
+            answer = await check(token)
+        if isinstance(answer, Unauthenticated):
+            raise answer
+        return answer
+
 
 class JwkSet:
     """Signing keys by key id, from a JWK set file or URL."""
@@ -261,14 +278,7 @@ class JwtVerifier:
     _cache: _Cache = field(default_factory=_Cache)
 
     async def principal(self, token: str | None) -> Principal:
-        if not token:
-            raise Unauthenticated("send Authorization: Bearer <JWT>")
-        cached = self._cache.get(token)
-        if cached is None:
-            cached = await self._verify(token)
-        if isinstance(cached, Unauthenticated):
-            raise cached
-        return cached
+        return await self._cache.principal(token, self._verify, "JWT")
 
     async def _verify(self, token: str) -> Principal | Unauthenticated:
         try:
@@ -317,14 +327,7 @@ class Introspector:
         return httpx.URL(self.url).path.rstrip("/").endswith("tokeninfo")
 
     async def principal(self, token: str | None) -> Principal:
-        if not token:
-            raise Unauthenticated("send Authorization: Bearer <token>")
-        cached = self._cache.get(token)
-        if cached is None:
-            cached = await self._ask(token)
-        if isinstance(cached, Unauthenticated):
-            raise cached
-        return cached
+        return await self._cache.principal(token, self._ask, "token")
 
     async def _ask(self, token: str) -> Principal | Unauthenticated:
         try:

@@ -364,6 +364,12 @@ class ConnectionLimits:
         return type("LimitedProtocol", (UpgradeIgnoringProtocol,), limits)
 
 
+def add_server_options(parser: argparse.ArgumentParser) -> None:
+    """What every service's HTTP server takes: TLS and the limits on its clients."""
+    add_tls_options(parser)
+    add_limit_options(parser)
+
+
 def add_limit_options(parser: argparse.ArgumentParser) -> None:
     """``--header-timeout``, ``--max-header-bytes``, ``--idle-timeout``: what a slow or
     abusive client may hold of a server."""
@@ -408,19 +414,20 @@ def config(
 ) -> uvicorn.Config:
     """uvicorn's settings for every service (``options``: lifespan, graceful timeout, ...);
     ``app`` named by its import string is a worker's, which adds the flow-id middleware itself."""
-    if tls is not None:
-        options.update(tls.uvicorn_options())
-    return uvicorn.Config(
-        app if isinstance(app, str) else FlowIdMiddleware(app),
-        host=host,
-        port=port,
-        http=limits.protocol(),
-        timeout_keep_alive=int(limits.idle_timeout) or 1,
-        ws="none",  # no service serves WebSockets: their upgrades are ignored too
-        log_config=None,
-        access_log=False,
-        **options,
-    )
+    settings = _uvicorn_settings(tls, limits) | options
+    served = app if isinstance(app, str) else FlowIdMiddleware(app)
+    return uvicorn.Config(served, host=host, port=port, **settings)
+
+
+def _uvicorn_settings(tls: Tls | None, limits: ConnectionLimits) -> dict[str, Any]:
+    return {
+        "http": limits.protocol(),
+        "timeout_keep_alive": int(limits.idle_timeout) or 1,
+        "ws": "none",  # no service serves WebSockets: their upgrades are ignored too
+        "log_config": None,
+        "access_log": False,
+        **(tls.uvicorn_options() if tls is not None else {}),
+    }
 
 
 class _DrainingServer(uvicorn.Server):
@@ -470,25 +477,19 @@ class _DrainingWorkers(Multiprocess):
             sock.close()
 
 
-def serve_workers(
-    factory: str,
-    workers: int,
-    host: str,
-    port: int,
-    *,
-    tls: Tls | None = None,
-    limits: ConnectionLimits = ConnectionLimits(),
-) -> None:
-    """Run the app ``factory`` (``module:function``, which calls ``drain_in_worker``) in
-    ``workers`` processes on one port until SIGTERM/SIGINT, drained as ``serve`` drains one."""
+def serve_workers(factory: str, args: argparse.Namespace) -> None:
+    """A service's ``--workers`` processes sharing its ``--host`` and ``--port``, each serving
+    the app the function ``factory`` ("module:function", which calls ``drain_in_worker``)
+    makes, with the service's TLS and limit options; until SIGTERM/SIGINT, drained as
+    :func:`serve` drains one."""
     server_config = config(
         factory,
-        host,
-        port,
-        tls=tls,
-        limits=limits,
+        args.host,
+        args.port,
+        tls=tls_of(args),
+        limits=limits_of(args),
         factory=True,
-        workers=workers,
+        workers=args.workers,
         timeout_graceful_shutdown=10,
         # A worker that does not answer its supervisor within this is killed and started
         # again; uvicorn's 5 s is shorter than a worker's start-up on a loaded machine, which

@@ -9,7 +9,9 @@ answers the scrape, so they are right whichever worker that is.
 A service running several worker processes (the broker's ``--workers``) calls
 ``use_multiprocess_dir`` before it starts them: prometheus_client's multiprocess mode, where
 each worker writes its values to files in that directory and the worker answering a scrape
-adds up every worker's. The directory is emptied first (a previous run's files would count).
+adds up every worker's (``metrics_files``: as prometheus_client's ``MultiProcessCollector``
+does, but each file parsed once). The directory is emptied first (a previous run's files
+would count).
 Process metrics are then those of all the service's processes, summed.
 """
 
@@ -20,6 +22,7 @@ import gc
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
 from pathlib import Path
@@ -34,11 +37,12 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.metrics_core import Metric
-from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
-from prometheus_client.registry import CollectorRegistry
+from prometheus_client.multiprocess import mark_process_dead
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+
+from changebroker.metrics_files import WorkerFiles
 
 log = logging.getLogger(__name__)
 
@@ -87,43 +91,58 @@ def observe_request(scope: MutableMapping[str, Any], status: int, seconds: float
     http_request_duration.labels(scope["method"], route, str(status)).observe(seconds)
 
 
-class _Exposition:
-    """What one scrape collects: the service's own metrics (this process's, or every
-    worker's from the multiprocess directory), process metrics, then the app's collectors."""
+Text = Callable[[], bytes]
 
-    def __init__(self, collectors: Iterable[Collector]) -> None:
+
+class _Exposition:
+    """What one scrape answers: the service's own metrics (this process's, or every worker's
+    from the multiprocess directory), process metrics, the app's collectors, then ``texts``:
+    families an app renders once per refresh rather than per scrape (a thousand
+    subscriptions' lag)."""
+
+    def __init__(self, collectors: Iterable[Collector], texts: Iterable[Text] = ()) -> None:
         self.collectors = list(collectors)
+        self.texts = list(texts)
+        directory = os.environ.get(MULTIPROCESS_ENV)
+        self.workers = WorkerFiles(Path(directory)) if directory else None
+        self._lock = threading.Lock()  # scrapes run in threads; the files' parse is shared
 
     def collect(self) -> Iterator[Metric]:
-        if multiprocess():
-            workers = CollectorRegistry()
-            MultiProcessCollector(workers)
-            yield from workers.collect()
+        if self.workers is not None:
             yield from _ServiceProcesses().collect()
         else:
             yield from REGISTRY.collect()
         for collector in self.collectors:
             yield from collector.collect()
 
-
-def exposition(collectors: Iterable[Collector] = ()) -> bytes:
-    """The Prometheus text of this service now."""
-    return generate_latest(_Exposition(collectors))
+    def text(self) -> bytes:
+        """The Prometheus text of this service now."""
+        parts = []
+        if self.workers is not None:
+            with self._lock:
+                parts.append(self.workers.text().encode())
+        parts.append(generate_latest(self))
+        parts += [text() for text in self.texts]
+        return b"".join(parts)
 
 
 Refresh = Callable[[], Awaitable[None]]
 
 
-def route(collectors: Iterable[Collector] = (), refresh: Iterable[Refresh] = ()) -> Route:
+def route(
+    collectors: Iterable[Collector] = (),
+    refresh: Iterable[Refresh] = (),
+    texts: Iterable[Text] = (),
+) -> Route:
     """``GET /metrics``; each ``refresh`` (an ``Interval``) is asked first, and the text is
     rendered off the event loop (collectors may read files or databases)."""
-    chosen = list(collectors)
     refreshes = list(refresh)
+    exposing = _Exposition(collectors, texts)
 
     async def metrics(request: Request) -> Response:
         for step in refreshes:
             await step()
-        body = await asyncio.to_thread(exposition, chosen)
+        body = await asyncio.to_thread(exposing.text)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     return Route("/metrics", metrics, methods=["GET"])

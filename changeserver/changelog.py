@@ -22,12 +22,13 @@ SQLite transaction keeps the fsync cost per change small.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import marshal
 import sqlite3
 import struct
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,8 +150,7 @@ class ChangeLog:
         handed out so far gets SNAPSHOT_TOO_OLD rather than a silent gap."""
         with self._lock:
             conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with _immediate(conn):
                 conn.execute("DELETE FROM changes")
                 conn.execute("DELETE FROM commits")
                 # The log is empty: first = last, both before the gap; the next write
@@ -164,13 +164,7 @@ class ChangeLog:
                     "durable_lsn": max(meta["durable_lsn"], start_lsn),
                     "end_lsn": max(meta["end_lsn"], start_lsn),
                 }
-                conn.executemany(
-                    "UPDATE meta SET value = ? WHERE key = ?", [(v, k) for k, v in updates.items()]
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+                _set_meta(conn, updates)
 
     def write(self, records: Iterable[Record], commits: list[Commit]) -> None:
         """Store a batch of whole transactions (in commit order) in one SQLite transaction."""
@@ -178,8 +172,7 @@ class ChangeLog:
             return
         with self._lock:
             conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with _immediate(conn):
                 conn.executemany(
                     "INSERT INTO relations (id, data) VALUES (?, ?)", self._new_relations
                 )
@@ -201,28 +194,20 @@ class ChangeLog:
                     if meta["first_lsn"] == 0 or meta["first_lsn"] <= meta["purged_lsn"]:
                         updates["first_lsn"] = sized[0].lsn
                         updates["first_idx"] = 0
-                conn.executemany(
-                    "UPDATE meta SET value = ? WHERE key = ?", [(v, k) for k, v in updates.items()]
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+                _set_meta(conn, updates)
             self._new_relations = []
 
     def purge(self, before_unix_us: int) -> int:
         """Drop whole transactions committed before ``before_unix_us``; returns changes dropped."""
         with self._lock:
             conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with _immediate(conn):
                 row = conn.execute(
                     "SELECT lsn, size FROM commits WHERE lsn ="
                     " (SELECT max(lsn) FROM commits WHERE unix_us < ?)",
                     (before_unix_us,),
                 ).fetchone()
                 if row is None:
-                    conn.execute("COMMIT")
                     return 0
                 cutoff, size = row
                 dropped = 0
@@ -246,14 +231,8 @@ class ChangeLog:
                     "first_lsn": first_lsn,
                     "first_idx": first_idx,
                 }
-                conn.executemany(
-                    "UPDATE meta SET value = ? WHERE key = ?", [(v, k) for k, v in updates.items()]
-                )
-                conn.execute("COMMIT")
+                _set_meta(conn, updates)
                 return int(dropped)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
 
     def close(self) -> None:
         self._conn.close()
@@ -390,11 +369,29 @@ def _load_relation(data: bytes) -> Relation:
     return Relation(table, tuple(columns))
 
 
+@contextlib.contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction, taking the write lock at once; committed when the block ends,
+    rolled back when it raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _set_meta(conn: sqlite3.Connection, updates: dict[str, int]) -> None:
+    conn.executemany(
+        "UPDATE meta SET value = ? WHERE key = ?", [(v, k) for k, v in updates.items()]
+    )
+
+
 def _upgrade(conn: sqlite3.Connection) -> None:
     """Rewrite a format 0 log's bodies (marshal-encoded rows) as pgoutput messages."""
     relations: dict[Relation, int] = {}
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with _immediate(conn):
         rows = conn.execute("SELECT selector, lsn, idx, data FROM changes").fetchall()
         updated = []
         for selector, lsn, idx, data in rows:
@@ -415,10 +412,6 @@ def _upgrade(conn: sqlite3.Connection) -> None:
             [(id, _dump_relation(relation)) for relation, id in relations.items()],
         )
         conn.execute(f"PRAGMA user_version = {_FORMAT}")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
 
 
 def _message(operation: int, new: pgoutput.Row | None, old: pgoutput.Row | None) -> bytes:

@@ -21,7 +21,7 @@ SCOPE = "changeserver"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    option = config.options(parser, SCOPE)
+    option = config.service_options(parser, SCOPE, config.DEFAULT_CHANGESERVER_PORT)
     option(
         "--pg-url",
         env="CHANGEBROKER_PG_DSN",
@@ -35,13 +35,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="directory of the change log (SQLite)",
     )
-    option(
-        "--port",
-        type=int,
-        default=config.DEFAULT_CHANGESERVER_PORT,
-        help="API port",
-    )
-    option("--host", default="127.0.0.1", help="address to listen on")
     option(
         "--mgmt-port",
         type=int,
@@ -101,8 +94,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_ADMIN_SCOPE,
         help="token scope /markdown and the stack dump need (auth on)",
     )
-    http.add_tls_options(parser)
-    http.add_limit_options(parser)
+    http.add_server_options(parser)
 
 
 def _slot_loss_policy(text: str) -> str:

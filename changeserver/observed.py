@@ -48,6 +48,8 @@ class Reading:
     retention_seconds: float | None = None
     snapshot_id: str | None = None
     snapshot_age_seconds: float | None = None
+    snapshot_rows: int | None = None
+    snapshot_duration_seconds: float | None = None  # the replay run that wrote it
     read_at: float = 0.0
 
 
@@ -101,9 +103,7 @@ class Observed:
         reading.oldest_change_unix = None if oldest is None else oldest / 1_000_000
         reading.changelog_bytes = _size(server.changelog.path)
         if settings.snapshots_dir is not None:
-            reading.snapshot_id, reading.snapshot_age_seconds = _newest_snapshot(
-                settings.snapshots_dir
-            )
+            _read_newest_snapshot(settings.snapshots_dir, reading)
         return reading
 
     def close(self) -> None:
@@ -114,52 +114,55 @@ class Observed:
         r = self.reading
         waiters = self.server.state.waiters
 
-        def gauge(name: str, help_text: str, value: float | None) -> Iterator[Metric]:
-            if value is not None:
+        gauges = [
+            (
+                "replication_lag_bytes",
+                "WAL bytes between the server's current position and what this changeserver"
+                " confirmed (made durable, or found to hold nothing of its publication).",
+                r.replication_lag_bytes,
+            ),
+            (
+                "replication_lag_seconds",
+                "While behind: the age of the newest change the change log holds; 0 caught up.",
+                r.replication_lag_seconds,
+            ),
+            (
+                "slot_retained_wal_bytes",
+                "WAL the server keeps for the replication slot (current position - restart_lsn).",
+                r.slot_retained_wal_bytes,
+            ),
+            ("changelog_bytes", "Size of the change log's files.", r.changelog_bytes),
+            ("changelog_first_lsn", "Commit LSN of the oldest change held.", r.first_lsn),
+            ("changelog_last_lsn", "Commit LSN of the newest change held.", r.last_lsn),
+            (
+                "changelog_oldest_change_timestamp_seconds",
+                "Commit time (Unix) of the oldest transaction held.",
+                r.oldest_change_unix,
+            ),
+            ("changelog_retention_seconds", "Retention by age (--max-age).", r.retention_seconds),
+            ("longpoll_waiters", "Long polls waiting for changes now.", waiters.waiting),
+            (
+                "snapshot_age_seconds",
+                "Age of the newest snapshot /snapshots serves.",
+                r.snapshot_age_seconds,
+            ),
+            ("snapshot_rows", "Rows of the newest snapshot's tables.", r.snapshot_rows),
+            (
+                "snapshot_duration_seconds",
+                "How long the replay run that wrote the newest snapshot took.",
+                r.snapshot_duration_seconds,
+            ),
+            (
+                "metrics_refreshed_timestamp_seconds",
+                "When the numbers above (but waiters) were read.",
+                r.read_at or None,
+            ),
+        ]
+        for name, help_text, value in gauges:
+            if value is not None:  # not known (yet): no sample rather than a made-up one
                 family = GaugeMetricFamily(f"{PREFIX}_{name}", help_text)
                 family.add_metric([], value)
                 yield family
-
-        yield from gauge(
-            "replication_lag_bytes",
-            "WAL bytes between the server's current position and what this changeserver"
-            " confirmed (made durable, or found to hold nothing of its publication).",
-            r.replication_lag_bytes,
-        )
-        yield from gauge(
-            "replication_lag_seconds",
-            "While behind: the age of the newest change the change log holds; 0 caught up.",
-            r.replication_lag_seconds,
-        )
-        yield from gauge(
-            "slot_retained_wal_bytes",
-            "WAL the server keeps for the replication slot (current position - restart_lsn).",
-            r.slot_retained_wal_bytes,
-        )
-        yield from gauge("changelog_bytes", "Size of the change log's files.", r.changelog_bytes)
-        yield from gauge(
-            "changelog_first_lsn", "Commit LSN of the oldest change held.", r.first_lsn
-        )
-        yield from gauge("changelog_last_lsn", "Commit LSN of the newest change held.", r.last_lsn)
-        yield from gauge(
-            "changelog_oldest_change_timestamp_seconds",
-            "Commit time (Unix) of the oldest transaction held.",
-            r.oldest_change_unix,
-        )
-        yield from gauge(
-            "changelog_retention_seconds", "Retention by age (--max-age).", r.retention_seconds
-        )
-        yield from gauge("longpoll_waiters", "Long polls waiting for changes now.", waiters.waiting)
-        yield from gauge(
-            "snapshot_age_seconds",
-            "Age of the newest snapshot /snapshots serves.",
-            r.snapshot_age_seconds,
-        )
-        yield from gauge(
-            "metrics_refreshed_timestamp_seconds",
-            "When the numbers above (but waiters) were read.",
-            r.read_at or None,
-        )
 
     def status(self) -> dict[str, Any]:
         """The reading as JSON, with the selectors most long polls wait on."""
@@ -181,10 +184,12 @@ def _size(path: Path) -> int:
     return total
 
 
-def _newest_snapshot(directory: Path) -> tuple[str | None, float | None]:
+def _read_newest_snapshot(directory: Path, reading: Reading) -> None:
     found = find_newest(directory)
     if found is None:
-        return None, None
-    snapshot_id, manifest = found
+        return
+    reading.snapshot_id, manifest = found
     created = datetime.datetime.fromisoformat(manifest["created_at"])
-    return snapshot_id, (datetime.datetime.now(datetime.UTC) - created).total_seconds()
+    reading.snapshot_age_seconds = (datetime.datetime.now(datetime.UTC) - created).total_seconds()
+    reading.snapshot_rows = sum(int(table["rows"]) for table in manifest["tables"].values())
+    reading.snapshot_duration_seconds = manifest.get("duration_seconds")

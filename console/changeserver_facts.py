@@ -39,6 +39,11 @@ def duration(seconds: float | None) -> str:
     return f"{seconds / 86400:,.1f} days"
 
 
+def _written_in(seconds: float | None) -> str:
+    """The replay run's duration, when its manifest recorded it."""
+    return "" if seconds is None else f", written in {duration(seconds)}"
+
+
 def facts(status: Reply) -> list[Fact]:
     """The facts, or one saying why there are none (the management port did not answer)."""
     if not status.ok or not isinstance(status.body, dict):
@@ -78,6 +83,7 @@ def facts(status: Reply) -> list[Fact]:
             "newest snapshot",
             "none yet"
             if body.get("snapshot_id") is None
-            else f"{body['snapshot_id']}, {duration(body.get('snapshot_age_seconds'))} old",
+            else f"{body['snapshot_id']}, {duration(body.get('snapshot_age_seconds'))} old"
+            + _written_in(body.get("snapshot_duration_seconds")),
         ),
     ]

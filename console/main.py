@@ -71,8 +71,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     # The console is a client of every service: it sends their token and trusts their CA.
     auth.add_client_options(parser)
-    http.add_tls_options(parser)
-    http.add_limit_options(parser)
+    http.add_server_options(parser)
 
 
 def endpoints_of(args: argparse.Namespace) -> Endpoints:

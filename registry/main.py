@@ -25,8 +25,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     auth.add_options(parser)
     option("--read-scope", default="registry.read", help="token scope reads need (auth on)")
     option("--write-scope", default="registry.write", help="token scope writes need (auth on)")
-    http.add_tls_options(parser)
-    http.add_limit_options(parser)
+    http.add_server_options(parser)
     option(
         "--statement-timeout",
         type=config.parse_duration,
@@ -70,9 +69,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     # Workers share nothing but Postgres, as separate registry processes do.
     os.environ[SETTINGS_ENV] = json.dumps(settings)
-    http.serve_workers(
-        "registry.main:worker_app", args.workers, args.host, args.port, tls=tls, limits=limits
-    )
+    http.serve_workers("registry.main:worker_app", args)
     return 0
 
 

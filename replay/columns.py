@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 # Spark SQL type names (DDL spelling) by the replay's kind of column.
@@ -125,12 +125,7 @@ class Column:
         return SPARK_TYPES[self.kind]
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "pg_type": self.pg_type,
-            "type_oid": self.type_oid,
-            "nullable": self.nullable,
-        }
+        return asdict(self)
 
     @classmethod
     def of(cls, item: Mapping[str, Any]) -> Column:

@@ -97,6 +97,7 @@ def run_replay(
                 changeserver_sequence=sequence,
                 tables=entries,
                 cursors={p.spec.event_type: offsets.cursors_of(p.spec, p.ranges) for p in planned},
+                duration_seconds=round(time.monotonic() - started, 3),
             )
             published = snapshots.publish(directory, manifest)
     finally:

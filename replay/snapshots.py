@@ -77,12 +77,14 @@ class Manifest:
     tables: dict[str, TableEntry] = field(default_factory=dict)  # schema.table -> entry
     cursors: Cursors = field(default_factory=dict)
     directory: Path | None = None  # where it was read from or written to
+    duration_seconds: float | None = None  # the run's, until the manifest (None: not recorded)
 
     def as_json(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
             "snapshot_id": self.snapshot_id,
             "created_at": self.created_at,
+            "duration_seconds": self.duration_seconds,
             "base_snapshot_id": self.base_snapshot_id,
             "changeserver_sequence": self.changeserver_sequence,
             "tables": {name: entry.as_json() for name, entry in sorted(self.tables.items())},
@@ -103,6 +105,7 @@ class Manifest:
             {name: TableEntry.of(entry) for name, entry in item["tables"].items()},
             {name: list(cursors) for name, cursors in item["cursors"].items()},
             directory,
+            item.get("duration_seconds"),
         )
 
     def table_path(self, table: str) -> Path:

@@ -2,11 +2,16 @@
 
 A run holds a lock on ``<out>/<snapshot id>/.writing`` from the moment the directory exists
 until it has published the manifest or given up: a shared POSIX lock, taken by the replay
-process and by its Spark driver JVM (which writes the files and may outlive a killed replay
-process by a moment). The lock file appears only once it is locked (made under another name,
-then renamed), so a directory with the file, without ``manifest.json`` and whose lock nobody
-holds any more is provably a dead run's: the next run removes it. A directory without the
-file is not provably ours and is left alone, as is a published snapshot.
+process and by its Spark driver JVM (which writes the files). The lock file appears only once
+it is locked (made under another name, then renamed), so a directory with the file, without
+``manifest.json`` and whose lock nobody holds any more is provably a dead run's: the next run
+removes it. A directory without the file is not provably ours and is left alone, as is a
+published snapshot.
+
+A driver JVM whose replay process was killed exits by itself (it reads its stdin to EOF), but
+only after its shutdown has waited for the running tasks, which took minutes on a loaded
+machine: all that time its lock kept the next run from removing the directory. So while it
+holds the lock, a watcher process kills it the moment the replay process dies.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import errno
 import fcntl
 import os
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -90,16 +96,34 @@ def writing(directory: Path, hold_elsewhere: Callable[[Path], Release]) -> Itera
         raise
 
 
+# Reads one line from this process; EOF first means this process died: kill the JVM.
+_WATCHER = 'read -r _ || kill -KILL "$1"'
+
+
 def hold_in_jvm(jvm: object) -> Callable[[Path], Release]:
-    """``hold_elsewhere`` for a Spark driver: a shared lock taken through Py4J by the JVM."""
+    """``hold_elsewhere`` for a Spark driver: a shared lock taken through Py4J by the JVM,
+    which a watcher kills if this process dies before letting go."""
 
     def hold(path: Path) -> Release:
+        pid = jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[attr-defined]
+        # Its own session: a Ctrl-C meant for the replay does not end the watcher first.
+        watcher = subprocess.Popen(
+            ["sh", "-c", _WATCHER, "watcher", str(pid)],
+            stdin=subprocess.PIPE,
+            start_new_session=True,
+        )
         file = jvm.java.io.RandomAccessFile(str(path), "rw")  # type: ignore[attr-defined]
-        lock = file.getChannel().lock(0, _MAX_LOCK_LENGTH, True)
+        try:
+            lock = file.getChannel().lock(0, _MAX_LOCK_LENGTH, True)
+        except BaseException:
+            watcher.communicate(b"\n")
+            file.close()
+            raise
 
         def release() -> None:
             lock.release()
             file.close()
+            watcher.communicate(b"\n")
 
         return release
 

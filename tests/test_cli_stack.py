@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +10,7 @@ import psycopg
 
 from changebroker import kafka
 from changebroker.services import SERVICE_MODULES
-from changebroker.stack.processes import free_port, pid_alive
-from changebroker.stack.state import REPO_ROOT
+from changebroker.stack.processes import pid_alive
 from tests.support import cli
 
 
@@ -25,35 +23,15 @@ def _processes(status: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
 def test_up_demo_runs_every_service_idempotently_and_down_stops_them(
     tmp_path: Path,
 ) -> None:
-    ports = {
-        name: str(free_port())
-        for name in (
-            "PG_PORT",
-            "KAFKA_PORT",
-            "KAFKA_CONTROLLER_PORT",
-            "BROKER_PORT",
-            "REGISTRY_PORT",
-            "CHANGESERVER_PORT",
-            "CHANGESERVER_MGMT_PORT",
-            "BRIDGE_PORT",
-            "CONSOLE_PORT",
-        )
-    }
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CHANGEBROKER_")}
-    env.update({f"CHANGEBROKER_{k}": v for k, v in ports.items()})
-    env["CHANGEBROKER_STATE_DIR"] = str(tmp_path / "state")
-    env["CHANGEBROKER_CACHE_DIR"] = str(REPO_ROOT / ".state" / "cache")
+    env = cli.stack_env(tmp_path / "state")
     try:
-        first = cli.changebroker(env, "up", "--demo")
-        assert first.returncode == 0, first.stdout + first.stderr
-        assert "demo failed" not in first.stdout and "== Done." in first.stdout, first.stdout
-        assert "GET /snapshots?selector=bridge: 2 demo_orders rows" in first.stdout, first.stdout
+        cli.up_demo(env)
         status = cli.status(env)
         for name in SERVICE_MODULES:
             assert pid_alive(status[name]["pid"]), f"{name} is not running after up"
         assert status["snapshot"]["rows"] >= 2, status["snapshot"]
-        assert status["postgres"]["dsn"].endswith(f":{ports['PG_PORT']}/changebroker")
-        assert status["kafka"]["bootstrap"] == f"127.0.0.1:{ports['KAFKA_PORT']}"
+        assert status["postgres"]["dsn"].endswith(f":{env['CHANGEBROKER_PG_PORT']}/changebroker")
+        assert status["kafka"]["bootstrap"] == f"127.0.0.1:{env['CHANGEBROKER_KAFKA_PORT']}"
         with psycopg.connect(status["postgres"]["dsn"]) as conn:
             assert conn.execute("SHOW wal_level").fetchone() == ("logical",)
         kafka.wait_until_ready(status["kafka"]["bootstrap"], timeout=30)

@@ -24,13 +24,16 @@ def test_the_newest_snapshot_with_its_rows_age_and_lag_behind_the_bridge(
     hour_ago = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
     write_snapshot(directory, pg_dsn, ["public.a"], "0.10.0", when=hour_ago)
     later = hour_ago + datetime.timedelta(minutes=30)
-    newest = write_snapshot(directory, pg_dsn, ["public.a", "public.b"], "1.20.3", when=later)
+    newest = write_snapshot(
+        directory, pg_dsn, ["public.a", "public.b"], "1.20.3", when=later, duration_seconds=42.5
+    )
 
     found = newest_snapshot(directory, "1.a0.0")
 
     assert found is not None
     assert found["id"] == newest
     assert found["rows"] == 8 and found["tables"] == 2
+    assert found["duration_seconds"] == 42.5
     assert 1800 <= found["age_seconds"] < 3600
     assert found["changeserver_sequence"] == "1.20.3"
     assert found["lag_bytes_behind_bridge"] == 0xA0 - 0x20

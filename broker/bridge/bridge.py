@@ -27,7 +27,7 @@ import re
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -121,12 +121,7 @@ class Progress:
     commit_time: int = 0  # of that change, Unix seconds
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "event_type": self.event_type,
-            "sequence": self.sequence,
-            "events": self.events,
-            "commit_time": self.commit_time,
-        }
+        return asdict(self)
 
 
 @dataclass

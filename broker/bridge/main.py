@@ -35,7 +35,8 @@ DEFAULT_ADMIN_SCOPE = "bridge.admin"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    option = config.options(parser, SCOPE)
+    # --host and --port: where /health /status /metrics answer.
+    option = config.service_options(parser, SCOPE, config.DEFAULT_BRIDGE_PORT)
 
     def names(text: str) -> tuple[str, ...]:
         return tuple(part.strip() for part in text.split(",") if part.strip())
@@ -52,8 +53,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         return found
 
     loopback = "http://127.0.0.1"
-    option("--host", default="127.0.0.1", help="address of /health /status /metrics")
-    option("--port", type=int, default=config.DEFAULT_BRIDGE_PORT, help="port of those")
     option(
         "--pg-url",
         env="CHANGEBROKER_PG_DSN",
@@ -118,8 +117,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_ADMIN_SCOPE,
         help="token scope resuming a unit and asking a snapshot need (auth on)",
     )
-    http.add_tls_options(parser)
-    http.add_limit_options(parser)
+    http.add_server_options(parser)
     commands = parser.add_subparsers(dest="bridge_command")
     snapshot = commands.add_parser(
         "snapshot", help="ask the running bridge (--host, --port) to publish TABLE again"
@@ -128,25 +126,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
-    return Settings(
-        changeserver_url=args.changeserver_url,
-        broker_url=args.broker_url,
+    """The options of a field's name, and those named otherwise."""
+    return config.from_args(
+        Settings,
+        args,
         meta_dsn=args.meta_pg_url,
         app_dsn=args.pg_url,
-        kafka_bootstrap=args.kafka_bootstrap,
-        name=args.name,
-        include=args.include,
-        exclude=args.exclude,
         keys=args.key,
-        publication=args.publication,
-        snapshot_chunk=args.snapshot_chunk,
-        prefix=args.prefix,
-        pattern=args.pattern,
-        outbox_table=args.outbox_table,
-        partitions=args.partitions,
-        limit=args.limit,
-        replication_factor=args.replication_factor,
-        min_insync_replicas=args.min_insync_replicas,
         client_token=args.client_token or None,
         ca_file=args.tls_ca,
     )

@@ -297,37 +297,37 @@ def _partitioning(body: dict[str, Any], category: str, schema: Mapping[str, Any]
         )
 
 
+def _object(body: Mapping[str, Any], key: str, what: str = "an object") -> Mapping[str, Any] | None:
+    """``body[key]``: None when absent, else it must be an object."""
+    value = body.get(key)
+    if value is not None and not isinstance(value, Mapping):
+        raise InvalidEventType(f"{key} must be {what}")
+    return value
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
 def _statistic(body: Mapping[str, Any]) -> None:
-    statistic = body.get("default_statistic")
+    statistic = _object(body, "default_statistic")
     if statistic is None:
         return
-    if not isinstance(statistic, Mapping):
-        raise InvalidEventType("default_statistic must be an object")
     for field in STATISTIC_FIELDS:
-        value = statistic.get(field)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not _positive(statistic.get(field)):
             raise InvalidEventType(f"default_statistic.{field} must be a positive integer")
 
 
 def _options(body: Mapping[str, Any]) -> None:
-    options = body.get("options")
-    if options is None:
-        return
-    if not isinstance(options, Mapping):
-        raise InvalidEventType("options must be an object")
-    retention = options.get("retention_time")
-    if retention is not None and (
-        not isinstance(retention, int) or isinstance(retention, bool) or retention < 1
-    ):
+    retention = (_object(body, "options") or {}).get("retention_time")
+    if retention is not None and not _positive(retention):
         raise InvalidEventType("options.retention_time must be a positive number of milliseconds")
 
 
 def _authorization(body: Mapping[str, Any]) -> None:
-    authorization = body.get("authorization")
+    authorization = _object(body, "authorization", "an object with admins, readers and writers")
     if authorization is None:
         return
-    if not isinstance(authorization, Mapping):
-        raise InvalidEventType("authorization must be an object with admins, readers and writers")
     for field in ("admins", "readers", "writers"):
         attributes = authorization.get(field)
         if not isinstance(attributes, list) or not attributes:

@@ -15,6 +15,7 @@ import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
+import anyio
 from confluent_kafka import KafkaException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -58,22 +59,47 @@ GZIP_LEVEL = 1
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-class _StreamResponse(StreamingResponse):
-    """Closes the stream's consumer whatever ends the response (a limit, an error, a disconnect)."""
+class BatchStreamResponse(StreamingResponse):
+    """Batch lines, gzipped when ``gzip``; counted in ``open_streams`` under ``kind`` while it
+    runs, and :meth:`ended` runs whatever ends it (a limit, an error, a disconnect), shielded
+    from the cancellation that may have ended it."""
 
-    def __init__(self, stream: EventStream, body: AsyncIterator[bytes], gzip: bool) -> None:
-        headers = {"Content-Encoding": "gzip"} if gzip else None
+    kind = ""
+
+    def __init__(
+        self, lines: AsyncIterator[bytes], gzip: bool, headers: dict[str, str] | None = None
+    ) -> None:
+        headers = dict(headers or {})
+        if gzip:
+            headers["Content-Encoding"] = "gzip"
+        body = _gzipped(lines) if gzip else lines
         super().__init__(body, media_type=STREAM_MEDIA_TYPE, headers=headers)
-        self._stream = stream
+
+    async def ended(self) -> None:
+        """Release what the stream held."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        open_streams = metrics.open_streams.labels("low_level")
+        open_streams = metrics.open_streams.labels(self.kind)
         open_streams.inc()
         try:
             await super().__call__(scope, receive, send)
         finally:
             open_streams.dec()
-            self._stream.close()
+            with anyio.CancelScope(shield=True):
+                await self.ended()
+
+
+class _StreamResponse(BatchStreamResponse):
+    """Closes the stream's consumer when the response ends."""
+
+    kind = "low_level"
+
+    def __init__(self, stream: EventStream, lines: AsyncIterator[bytes], gzip: bool) -> None:
+        super().__init__(lines, gzip)
+        self._stream = stream
+
+    async def ended(self) -> None:
+        self._stream.close()
 
 
 async def _gzipped(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -153,10 +179,8 @@ class Reading:
                 else {p: mark.newest_position for p, mark in marks.items()}
             )
         stream = EventStream(self._bootstrap, topic.topic, positions, limits, topic.timeline)
-        gzip = _wants_gzip(request)
         batches = self._access.guarded(stream.batches(), principal, [name])
-        body = _gzipped(batches) if gzip else batches
-        return _StreamResponse(stream, body, gzip)
+        return _StreamResponse(stream, batches, _wants_gzip(request))
 
     async def partitions(self, request: Request) -> Response:
         name = request.path_params["name"]

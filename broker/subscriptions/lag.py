@@ -6,6 +6,8 @@ Read in the background at most once per ``--lag-interval`` (``changebroker.metri
 never per scrape: committed offsets in one query, watermarks per topic on a Kafka consumer of
 its own (request paths keep theirs), and the storage time of each partition's oldest
 unconsumed event, remembered by offset so a subscription that does not move costs no read.
+The families are rendered to text once per refresh too (``text``): a thousand subscriptions
+of four partitions are 8,000 lines, 50 ms of CPU to format, which scrapes then only append.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
@@ -42,6 +45,7 @@ class SubscriptionLag:
         self.bootstrap = bootstrap
         self.watermarks = Watermarks(bootstrap)
         self.lags: list[PartitionLag] = []
+        self._text = b""  # the families of ``lags``, as Prometheus text
         # (topic, partition, offset) -> when that event was stored (Unix seconds)
         self._stored_at: dict[tuple[str, int, int], float] = {}
 
@@ -76,6 +80,7 @@ class SubscriptionLag:
                 seconds = None if stored is None else max(now - stored, 0.0)
             lags.append(PartitionLag(subscription, event_type, partition, count, seconds))
         self.lags = lags
+        self._text = await asyncio.to_thread(generate_latest, self)
 
     def _read_ages(self, behind: dict[str, set[tuple[int, int]]]) -> None:
         """Storage times of the events not read before (blocking): per topic, in rounds of at
@@ -98,6 +103,10 @@ class SubscriptionLag:
 
     async def close(self) -> None:
         await self.watermarks.close()
+
+    def text(self) -> bytes:
+        """What the last refresh read, for ``/metrics``."""
+        return self._text
 
     def collect(self) -> Iterator[Metric]:
         labels = ["subscription", "event_type", "partition"]

@@ -3,15 +3,17 @@
 A subscription is identified by (owning_application, event_types, consumer_group):
 creating it again answers 200 with the one that exists. Its cursors are set when it
 is first streamed or reset (``initialise``), from ``read_from``: ``begin``, ``end``
-or ``initial_cursors``. Every change to a subscription's streams runs under
-:func:`locked` (its row lock); :func:`rebalance_partitions` re-assigns its partitions
-and :func:`close_expired` frees those of broker processes that are gone. The HTTP side
-is :mod:`broker.subscriptions.api` and :mod:`broker.subscriptions.stream_api`.
+or ``initial_cursors``. Sessions, commits and cursor resets are here too. Every
+change to a subscription's streams runs under :func:`locked` (its row lock);
+:func:`rebalance_partitions` re-assigns its partitions and :func:`close_expired` frees
+those of broker processes that are gone. The HTTP side is :mod:`broker.subscriptions.api`
+and :mod:`broker.subscriptions.stream_api`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -23,7 +25,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from broker.errors import BrokerError
+from broker.errors import BrokerError, Conflict, SubscriptionNotFound
 from broker.event_types.store import Store, _utc
 from broker.event_types.topics import EventTypeTopic, TopicResolver
 from broker.streams.cursors import Cursor, CursorError, parse_cursor, position
@@ -391,6 +393,228 @@ class Subscriptions:
                 (None if authorization is None else Jsonb(authorization), subscription_id),
             )
         return True
+
+    async def open_session(
+        self,
+        subscription: Subscription,
+        stream_id: str,
+        requested: frozenset[PartitionKey],
+        commit_timeout: float,
+    ) -> None:
+        """Record a new stream's session and rebalance the partitions to include it.
+
+        Refused while a reset runs (409), when every partition has a stream already (409), or
+        when ``requested`` names partitions that are not the subscription's (422) or another
+        stream asked for (409).
+        """
+        async with locked(self.store, subscription.id) as (conn, row):
+            if row is None:
+                raise SubscriptionError(404, f"Subscription {subscription.id} does not exist")
+            if row["resetting"]:
+                raise SubscriptionError(409, "Cursors reset is in progress for this subscription")
+            await self.initialise(conn, subscription)
+            cur = await conn.execute(
+                "SELECT event_type, partition FROM broker_subscription_partitions"
+                " WHERE subscription_id = %s",
+                (subscription.id,),
+            )
+            keys = {(e, p) for e, p in await cur.fetchall()}
+            foreign = sorted(requested - keys)
+            if foreign:
+                raise SubscriptionError(
+                    422, f"partitions {foreign} do not belong to this subscription"
+                )
+            cur = await conn.execute(
+                "SELECT requested FROM broker_subscription_sessions"
+                " WHERE subscription_id = %s AND closed_at IS NULL AND alive_until > now()",
+                (subscription.id,),
+            )
+            live = [r[0] for r in await cur.fetchall()]
+            if len(live) >= len(keys):
+                raise SubscriptionError(
+                    409,
+                    f"No free slots for streaming available: {len(live)} streams read all"
+                    f" {len(keys)} partitions of this subscription",
+                )
+            taken = {(e, int(p)) for requested in live for e, p in requested}
+            clash = sorted(requested & taken)
+            if clash:
+                raise SubscriptionError(
+                    409, f"partitions {clash} are already requested directly by another stream"
+                )
+            await conn.execute(
+                "INSERT INTO broker_subscription_sessions"
+                " (stream_id, subscription_id, requested, commit_timeout, alive_until)"
+                " VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s))",
+                (
+                    stream_id,
+                    subscription.id,
+                    json.dumps(sorted([e, str(p)] for e, p in requested)),
+                    commit_timeout,
+                    coordination.ALIVE_SECONDS,
+                ),
+            )
+            await rebalance_partitions(conn, subscription.id)
+
+    async def commit(
+        self, subscription_id: str, stream_id: str, cursors: list[tuple[PartitionKey, int]]
+    ) -> list[str]:
+        """Each cursor's result, ``committed`` or ``outdated`` (not after the committed offset).
+
+        The stream must own every partition it commits; a partition being handed over goes to
+        its next stream once the commit reaches the offset the old stream was sent up to.
+        """
+        async with locked(self.store, subscription_id) as (conn, row):
+            if row is None:
+                raise SubscriptionError(404, f"Subscription {subscription_id} does not exist")
+            # The session and the partitions in one round trip: commits are the hot path.
+            cur = await conn.execute(
+                "SELECT s.may_commit, p.event_type, p.partition, p.committed, p.owner::text,"
+                " p.release_offset FROM (SELECT closed_at IS NULL OR commit_deadline > now()"
+                " AS may_commit FROM broker_subscription_sessions"
+                " WHERE stream_id = %s AND subscription_id = %s) s"
+                " LEFT JOIN broker_subscription_partitions p ON p.subscription_id = %s",
+                (stream_id, subscription_id, subscription_id),
+            )
+            rows = await cur.fetchall()
+            if not rows or not rows[0][0]:
+                raise unknown_session(stream_id)
+            partitions = {(e, p): [c, o, r] for _, e, p, c, o, r in rows if e is not None}
+            for key, _ in cursors:
+                if key not in partitions:
+                    raise SubscriptionError(
+                        422, f"partition {key[1]} of {key[0]} is not part of the subscription"
+                    )
+                if partitions[key][1] != stream_id:
+                    raise SubscriptionError(
+                        422,
+                        f"Cursor for partition {key[1]} of {key[0]} can't be committed: the"
+                        f" partition is not assigned to stream {stream_id}",
+                    )
+            results = []
+            moved: set[PartitionKey] = set()
+            for key, offset in cursors:
+                if offset > partitions[key][0]:
+                    partitions[key][0] = offset
+                    moved.add(key)
+                    results.append("committed")
+                else:
+                    results.append("outdated")
+            if not moved:
+                return results
+            async with conn.pipeline():
+                for key in sorted(moved):
+                    committed, _, release_offset = partitions[key]
+                    handed = release_offset is not None and committed >= release_offset
+                    await conn.execute(
+                        "UPDATE broker_subscription_partitions SET committed = %s"
+                        + (
+                            ", owner = next_owner, next_owner = NULL, release_offset = NULL,"
+                            " release_deadline = NULL"
+                            if handed
+                            else ""
+                        )
+                        + " WHERE subscription_id = %s AND event_type = %s AND partition = %s",
+                        (committed, subscription_id, *key),
+                    )
+                await conn.execute(*notify_sql(subscription_id))
+        return results
+
+    async def committed(self, subscription_id: str) -> list[tuple[str, int, int]]:
+        """(event type, partition, committed Kafka offset) of every partition, in order."""
+        async with self.store.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT event_type, partition, committed FROM broker_subscription_partitions"
+                " WHERE subscription_id = %s ORDER BY event_type, partition",
+                (subscription_id,),
+            )
+            return await cur.fetchall()
+
+    async def reset(
+        self,
+        subscription: Subscription,
+        positions: Mapping[PartitionKey, int],
+        wait_seconds: float,
+    ) -> list[str]:
+        """Set the committed offsets, close the subscription's streams (they can no longer
+        commit) and refuse new ones for ``wait_seconds`` or until :meth:`end_reset`.
+
+        The ids of the streams closed.
+        """
+        async with locked(self.store, subscription.id) as (conn, row):
+            if row is None:
+                raise SubscriptionNotFound(subscription.id)
+            if row["resetting"]:
+                raise Conflict("Cursors reset is already in progress for the subscription")
+            await self.initialise(conn, subscription)
+            async with conn.cursor() as cur:
+                await cur.executemany(
+                    "UPDATE broker_subscription_partitions SET committed = %s"
+                    " WHERE subscription_id = %s AND event_type = %s AND partition = %s",
+                    [(pos, subscription.id, *key) for key, pos in positions.items()],
+                )
+            await conn.execute(
+                "UPDATE broker_subscription_partitions SET owner = NULL, next_owner = NULL,"
+                " release_offset = NULL, release_deadline = NULL WHERE subscription_id = %s",
+                (subscription.id,),
+            )
+            # Closed streams can no longer commit: nothing undoes the reset.
+            cur = await conn.execute(
+                "UPDATE broker_subscription_sessions SET closed_at = now(),"
+                " commit_deadline = now() WHERE subscription_id = %s AND closed_at IS NULL"
+                " RETURNING stream_id",
+                (subscription.id,),
+            )
+            closed = [r[0] for r in await cur.fetchall()]
+            await conn.execute(
+                "UPDATE broker_subscriptions"
+                " SET reset_until = now() + make_interval(secs => %s) WHERE id = %s",
+                (wait_seconds, subscription.id),
+            )
+            await conn.execute(*notify_sql(subscription.id))
+        return closed
+
+    async def end_reset(self, subscription_id: str) -> None:
+        """New streams may open again."""
+        async with self.store.pool.connection() as conn:
+            await conn.execute(
+                "UPDATE broker_subscriptions SET reset_until = NULL WHERE id = %s",
+                (subscription_id,),
+            )
+
+    async def seconds_alive(self, stream_ids: list[Any]) -> float | None:
+        """How long the longest-lived of the streams that have not ended may still run, or
+        None when they all ended (or their processes are gone)."""
+        async with self.store.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT extract(epoch FROM max(alive_until) - now())"
+                " FROM broker_subscription_sessions"
+                " WHERE stream_id = ANY(%s) AND NOT finished AND alive_until > now()",
+                (stream_ids,),
+            )
+            row = await cur.fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    async def partition_rows(self, subscription_id: str) -> list[dict[str, Any]]:
+        """Every partition's committed offset, owner, next owner, assignment type and whether
+        its owner's stream is live."""
+        async with self.store.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                "SELECT p.event_type, p.partition, p.committed, p.owner::text,"
+                " p.next_owner::text, p.assignment_type,"
+                " coalesce(s.closed_at IS NULL AND s.alive_until > now(), false) AS live"
+                " FROM broker_subscription_partitions p"
+                " LEFT JOIN broker_subscription_sessions s ON s.stream_id = p.owner"
+                " WHERE p.subscription_id = %s ORDER BY p.event_type, p.partition",
+                (subscription_id,),
+            )
+            return await cur.fetchall()
+
+
+def unknown_session(stream_id: str) -> SubscriptionError:
+    return SubscriptionError(
+        422, f"Session with stream id {stream_id} not found (it ended or never existed)"
+    )
 
 
 @contextlib.asynccontextmanager

@@ -5,7 +5,8 @@ X-Nakadi-StreamId), the owner of every partition and its committed offset. Every
 change runs in a transaction that first locks the subscription's row, so changes
 to one subscription are serialised whichever process makes them, and ends with a
 NOTIFY that wakes the subscription's streams in every process
-(:mod:`broker.subscriptions.coordination`).
+(:mod:`broker.subscriptions.coordination`). Those statements are in
+:mod:`broker.subscriptions.store`; this module is their HTTP side.
 
 How a stream's partitions move between streams is in :mod:`broker.subscriptions.session`.
 """
@@ -14,43 +15,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import anyio
 from confluent_kafka import Consumer, TopicPartition
-from psycopg.rows import dict_row
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import Receive, Scope, Send
 
 from broker import bodies, metrics
 from broker.access import Access
-from broker.errors import BadRequest, Conflict, SubscriptionNotFound
-from broker.streams.api import STREAM_MEDIA_TYPE, _gzipped, _wants_gzip
+from broker.errors import BadRequest, SubscriptionNotFound
+from broker.streams.api import BatchStreamResponse, _wants_gzip
 from broker.streams.cursors import OffsetFormatError, format_offset, parse_offset
 from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS
 from broker.streams.watermarks import Watermarks, consumer_config
-from broker.subscriptions.coordination import ALIVE_SECONDS, Coordinator
+from broker.subscriptions.coordination import Coordinator
 from broker.subscriptions.session import (
     MAX_COMMIT_TIMEOUT,
     Session,
-    StreamParams,
     parse_params,
 )
 from broker.subscriptions.store import (
-    PartitionKey,
     Subscription,
     SubscriptionError,
     Subscriptions,
-    locked,
-    notify_sql,
-    rebalance_partitions,
+    unknown_session,
     valid_id,
     whole_number,
 )
@@ -65,8 +58,10 @@ RESET_WAIT_SECONDS = MAX_COMMIT_TIMEOUT
 TIME_LAG_READ_SECONDS = 5.0
 
 
-class _SessionResponse(StreamingResponse):
-    """Closes the session whatever ends the response; the close survives the cancellation."""
+class _SessionResponse(BatchStreamResponse):
+    """Closes the session when the response ends."""
+
+    kind = "subscription"
 
     def __init__(
         self,
@@ -75,26 +70,15 @@ class _SessionResponse(StreamingResponse):
         waiter: contextlib.ExitStack,
         gzip: bool,
     ) -> None:
-        headers = {STREAM_ID_HEADER: session.stream_id}
-        if gzip:
-            headers["Content-Encoding"] = "gzip"
-        body = _gzipped(lines) if gzip else lines
-        super().__init__(body, media_type=STREAM_MEDIA_TYPE, headers=headers)
+        super().__init__(lines, gzip, {STREAM_ID_HEADER: session.stream_id})
         self._session = session
         self._waiter = waiter
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        open_streams = metrics.open_streams.labels("subscription")
-        open_streams.inc()
+    async def ended(self) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            await self._session.close()
         finally:
-            open_streams.dec()
-            with anyio.CancelScope(shield=True):
-                try:
-                    await self._session.close()
-                finally:
-                    self._waiter.close()
+            self._waiter.close()
 
 
 class SubscriptionStreams:
@@ -140,7 +124,9 @@ class SubscriptionStreams:
         # Listening before the session exists: no notification about it can be missed.
         changed = waiter.enter_context(self.coordinator.waiter(subscription.id))
         try:
-            await self._open_session(subscription, stream_id, params)
+            await self.subscriptions.open_session(
+                subscription, stream_id, params.requested, params.commit_timeout
+            )
         except SubscriptionError:
             waiter.close()
             raise
@@ -163,58 +149,6 @@ class SubscriptionStreams:
             session.lines(), principal, subscription.event_types, subscription.id
         )
         return _SessionResponse(session, lines, waiter, _wants_gzip(request))
-
-    async def _open_session(
-        self, subscription: Subscription, stream_id: str, params: StreamParams
-    ) -> None:
-        async with locked(self.store, subscription.id) as (conn, row):
-            if row is None:
-                raise SubscriptionError(404, f"Subscription {subscription.id} does not exist")
-            if row["resetting"]:
-                raise SubscriptionError(409, "Cursors reset is in progress for this subscription")
-            await self.subscriptions.initialise(conn, subscription)
-            cur = await conn.execute(
-                "SELECT event_type, partition FROM broker_subscription_partitions"
-                " WHERE subscription_id = %s",
-                (subscription.id,),
-            )
-            keys = {(e, p) for e, p in await cur.fetchall()}
-            foreign = sorted(params.requested - keys)
-            if foreign:
-                raise SubscriptionError(
-                    422, f"partitions {foreign} do not belong to this subscription"
-                )
-            cur = await conn.execute(
-                "SELECT requested FROM broker_subscription_sessions"
-                " WHERE subscription_id = %s AND closed_at IS NULL AND alive_until > now()",
-                (subscription.id,),
-            )
-            live = [r[0] for r in await cur.fetchall()]
-            if len(live) >= len(keys):
-                raise SubscriptionError(
-                    409,
-                    f"No free slots for streaming available: {len(live)} streams read all"
-                    f" {len(keys)} partitions of this subscription",
-                )
-            taken = {(e, int(p)) for requested in live for e, p in requested}
-            clash = sorted(params.requested & taken)
-            if clash:
-                raise SubscriptionError(
-                    409, f"partitions {clash} are already requested directly by another stream"
-                )
-            await conn.execute(
-                "INSERT INTO broker_subscription_sessions"
-                " (stream_id, subscription_id, requested, commit_timeout, alive_until)"
-                " VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s))",
-                (
-                    stream_id,
-                    subscription.id,
-                    json.dumps(sorted([e, str(p)] for e, p in params.requested)),
-                    params.commit_timeout,
-                    ALIVE_SECONDS,
-                ),
-            )
-            await rebalance_partitions(conn, subscription.id)
 
     async def commit(self, request: Request) -> Response:
         subscription = await self._subscription(request)
@@ -251,79 +185,14 @@ class SubscriptionStreams:
     async def _commit(
         self, subscription: Subscription, stream_id: str, items: list[dict[str, Any]]
     ) -> list[str]:
-        unknown = SubscriptionError(
-            422, f"Session with stream id {stream_id} not found (it ended or never existed)"
-        )
         if not valid_id(stream_id):
-            raise unknown
-        offsets = [_kafka_offset(item) for item in items]
-        async with locked(self.store, subscription.id) as (conn, row):
-            if row is None:
-                raise SubscriptionError(404, f"Subscription {subscription.id} does not exist")
-            # The session and the partitions in one round trip: commits are the hot path.
-            cur = await conn.execute(
-                "SELECT s.may_commit, p.event_type, p.partition, p.committed, p.owner::text,"
-                " p.release_offset FROM (SELECT closed_at IS NULL OR commit_deadline > now()"
-                " AS may_commit FROM broker_subscription_sessions"
-                " WHERE stream_id = %s AND subscription_id = %s) s"
-                " LEFT JOIN broker_subscription_partitions p ON p.subscription_id = %s",
-                (stream_id, subscription.id, subscription.id),
-            )
-            rows = await cur.fetchall()
-            if not rows or not rows[0][0]:
-                raise unknown
-            partitions = {(e, p): [c, o, r] for _, e, p, c, o, r in rows if e is not None}
-            for item in items:
-                key = (item["event_type"], int(item["partition"]))
-                if key not in partitions:
-                    raise SubscriptionError(
-                        422, f"partition {key[1]} of {key[0]} is not part of the subscription"
-                    )
-                if partitions[key][1] != stream_id:
-                    raise SubscriptionError(
-                        422,
-                        f"Cursor for partition {key[1]} of {key[0]} can't be committed: the"
-                        f" partition is not assigned to stream {stream_id}",
-                    )
-            results = []
-            moved: set[PartitionKey] = set()
-            for item, offset in zip(items, offsets, strict=True):
-                key = (item["event_type"], int(item["partition"]))
-                if offset > partitions[key][0]:
-                    partitions[key][0] = offset
-                    moved.add(key)
-                    results.append("committed")
-                else:
-                    results.append("outdated")
-            if not moved:
-                return results
-            async with conn.pipeline():
-                for key in sorted(moved):
-                    committed, _, release_offset = partitions[key]
-                    handed = release_offset is not None and committed >= release_offset
-                    await conn.execute(
-                        "UPDATE broker_subscription_partitions SET committed = %s"
-                        + (
-                            ", owner = next_owner, next_owner = NULL, release_offset = NULL,"
-                            " release_deadline = NULL"
-                            if handed
-                            else ""
-                        )
-                        + " WHERE subscription_id = %s AND event_type = %s AND partition = %s",
-                        (committed, subscription.id, *key),
-                    )
-                await conn.execute(*notify_sql(subscription.id))
-        return results
+            raise unknown_session(stream_id)
+        cursors = [((i["event_type"], int(i["partition"])), _kafka_offset(i)) for i in items]
+        return await self.subscriptions.commit(subscription.id, stream_id, cursors)
 
     async def cursors(self, request: Request) -> Response:
         subscription = await self._subscription(request)
-        async with self.store.pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT event_type, partition, committed FROM broker_subscription_partitions"
-                " WHERE subscription_id = %s ORDER BY event_type, partition",
-                (subscription.id,),
-            )
-            rows = await cur.fetchall()
+        rows = await self.subscriptions.committed(subscription.id)
         timelines = await self.subscriptions.existing_topics(subscription.event_types)
         return JSONResponse(
             {
@@ -352,47 +221,13 @@ class SubscriptionStreams:
         topics = await self.subscriptions.topics(subscription.event_types)
         positions = await self.subscriptions.start_positions(topics, items)
         with self.coordinator.waiter(subscription.id) as changed:
-            async with locked(self.store, subscription.id) as (conn, row):
-                if row is None:
-                    raise SubscriptionNotFound(subscription.id)
-                if row["resetting"]:
-                    raise Conflict("Cursors reset is already in progress for the subscription")
-                await self.subscriptions.initialise(conn, subscription)
-                async with conn.cursor() as cur:
-                    await cur.executemany(
-                        "UPDATE broker_subscription_partitions SET committed = %s"
-                        " WHERE subscription_id = %s AND event_type = %s AND partition = %s",
-                        [(pos, subscription.id, *key) for key, pos in positions.items()],
-                    )
-                await conn.execute(
-                    "UPDATE broker_subscription_partitions SET owner = NULL, next_owner = NULL,"
-                    " release_offset = NULL, release_deadline = NULL WHERE subscription_id = %s",
-                    (subscription.id,),
-                )
-                # Closed streams can no longer commit: nothing undoes the reset.
-                cur = await conn.execute(
-                    "UPDATE broker_subscription_sessions SET closed_at = now(),"
-                    " commit_deadline = now() WHERE subscription_id = %s AND closed_at IS NULL"
-                    " RETURNING stream_id",
-                    (subscription.id,),
-                )
-                closed = [r[0] for r in await cur.fetchall()]
-                await conn.execute(
-                    "UPDATE broker_subscriptions"
-                    " SET reset_until = now() + make_interval(secs => %s) WHERE id = %s",
-                    (RESET_WAIT_SECONDS, subscription.id),
-                )
-                await conn.execute(*notify_sql(subscription.id))
+            closed = await self.subscriptions.reset(subscription, positions, RESET_WAIT_SECONDS)
             log.info(
                 "subscription cursors reset",
                 extra=logs.fields(subscription_id=subscription.id, streams_closed=len(closed)),
             )
             await self._wait_finished(closed, changed)
-        async with self.store.pool.connection() as conn:
-            await conn.execute(
-                "UPDATE broker_subscriptions SET reset_until = NULL WHERE id = %s",
-                (subscription.id,),
-            )
+        await self.subscriptions.end_reset(subscription.id)
         audit("cursors reset", principal, subscription.id)
         return Response(status_code=204)
 
@@ -405,38 +240,17 @@ class SubscriptionStreams:
         deadline = time.monotonic() + RESET_WAIT_SECONDS
         while stream_ids and time.monotonic() < deadline:
             changed.clear()
-            async with self.store.pool.connection() as conn:
-                cur = await conn.execute(
-                    "SELECT extract(epoch FROM max(alive_until) - now())"
-                    " FROM broker_subscription_sessions"
-                    " WHERE stream_id = ANY(%s) AND NOT finished AND alive_until > now()",
-                    (stream_ids,),
-                )
-                row = await cur.fetchone()
-            if row is None or row[0] is None:
+            alive = await self.subscriptions.seconds_alive(stream_ids)
+            if alive is None:
                 return
-            wait = min(float(row[0]), deadline - time.monotonic())
+            wait = min(alive, deadline - time.monotonic())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), max(wait, 0.0))
 
-    async def _partition_rows(self, subscription: Subscription) -> list[dict[str, Any]]:
-        async with self.store.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(
-                "SELECT p.event_type, p.partition, p.committed, p.owner::text,"
-                " p.next_owner::text, p.assignment_type,"
-                " coalesce(s.closed_at IS NULL AND s.alive_until > now(), false) AS live"
-                " FROM broker_subscription_partitions p"
-                " LEFT JOIN broker_subscription_sessions s ON s.stream_id = p.owner"
-                " WHERE p.subscription_id = %s ORDER BY p.event_type, p.partition",
-                (subscription.id,),
-            )
-            return await cur.fetchall()
-
     async def status(self, subscription: Subscription) -> list[dict[str, Any]]:
         """Each event type's partitions: state, stream and assignment type (no Kafka needed)."""
-        rows = {
-            (r["event_type"], r["partition"]): r for r in await self._partition_rows(subscription)
-        }
+        found = await self.subscriptions.partition_rows(subscription.id)
+        rows = {(r["event_type"], r["partition"]): r for r in found}
         topics = await self.subscriptions.existing_topics(subscription.event_types)
         out = []
         for name, topic in sorted(topics.items()):
@@ -460,7 +274,7 @@ class SubscriptionStreams:
         items = await self.status(subscription)
         committed = {
             (r["event_type"], r["partition"]): r["committed"]
-            for r in await self._partition_rows(subscription)
+            for r in await self.subscriptions.partition_rows(subscription.id)
         }
         if not committed:
             return JSONResponse({"items": items})

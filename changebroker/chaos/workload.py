@@ -19,12 +19,14 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import psycopg
 
+from broker.event_types.examples import order_received
 from changeserver.sequence import Sequence
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,14 @@ class Worker(threading.Thread):
     def stop(self) -> None:
         self.stopping.set()
         self.join(timeout=60)
+
+    def batches(self, response: httpx.Response) -> Iterator[dict[str, Any]]:
+        """A stream's batches (keep-alive lines skipped) until the stream ends or we stop."""
+        for line in response.iter_lines():
+            if self.stopping.is_set():
+                return
+            if line:
+                yield json.loads(line)
 
 
 def setup_tables(dsn: str) -> None:
@@ -222,24 +232,7 @@ class ChangesReader(Worker):
 
 
 def event_type_body() -> dict[str, Any]:
-    return {
-        "name": EVENT_TYPE,
-        "owning_application": "chaos",
-        "category": "business",
-        "partition_strategy": "hash",
-        "partition_key_fields": ["order_number"],
-        "enrichment_strategies": ["metadata_enrichment"],
-        "default_statistic": {
-            "messages_per_minute": 1000,
-            "message_size": 5,
-            "read_parallelism": 4,
-            "write_parallelism": 4,
-        },
-        "schema": {
-            "type": "json_schema",
-            "schema": '{ "properties": { "order_number": { "type": "string" } } }',
-        },
-    }
+    return order_received(EVENT_TYPE, "chaos", partitions=4)
 
 
 class Publisher(Worker):
@@ -309,12 +302,7 @@ class SubscriptionReader(Worker):
         with self.client.stream("GET", path, params=params) as response:
             response.raise_for_status()
             stream_id = response.headers["X-Nakadi-StreamId"]
-            for line in response.iter_lines():
-                if self.stopping.is_set():
-                    return
-                if not line:
-                    continue
-                batch = json.loads(line)
+            for batch in self.batches(response):
                 for event in batch.get("events") or []:
                     self.seen.add(event["metadata"]["eid"])
                 if batch.get("events"):
@@ -364,12 +352,7 @@ class StreamReader(Worker):
         path = f"/event-types/{EVENT_TYPE}/events"
         with self.client.stream("GET", path, params=params, headers=headers) as response:
             response.raise_for_status()
-            for line in response.iter_lines():
-                if self.stopping.is_set():
-                    return
-                if not line:
-                    continue
-                batch = json.loads(line)
+            for batch in self.batches(response):
                 events = batch.get("events") or []
                 partition, offset = batch["cursor"]["partition"], _offset(batch["cursor"])
                 before = self.cursors.get(partition, -1)

@@ -521,6 +521,7 @@ def newest_snapshot(directory: Path, bridge_position: str | None) -> dict[str, A
         "age_seconds": round(age.total_seconds(), 1),
         "rows": sum(int(table["rows"]) for table in manifest["tables"].values()),
         "tables": len(manifest["tables"]),
+        "duration_seconds": manifest.get("duration_seconds"),
         "changeserver_sequence": str(sequence),
         "bridge_position": bridge_position,
         "lag_bytes_behind_bridge": lag,

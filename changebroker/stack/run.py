@@ -90,13 +90,26 @@ def broker_process(
     pg_dsn: str, kafka_bootstrap: str, log_path: Path, *args: str
 ) -> tuple[CliProcess, str]:
     """``changebroker broker`` on a free port (not started yet), and its base URL."""
+    env = {"CHANGEBROKER_KAFKA_BOOTSTRAP": kafka_bootstrap}
+    return _service_process("broker", pg_dsn, log_path, args, env)
+
+
+def registry_process(pg_dsn: str, log_path: Path, *args: str) -> tuple[CliProcess, str]:
+    """``changebroker registry`` on a free port (not started yet, authentication off), and its
+    base URL."""
+    return _service_process("registry", pg_dsn, log_path, args, {"CHANGEBROKER_AUTH": ""})
+
+
+def _service_process(
+    command: str, pg_dsn: str, log_path: Path, args: tuple[str, ...], env: dict[str, str]
+) -> tuple[CliProcess, str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     process = CliProcess(
-        ["broker", "--port", str(port), "--pg-url", pg_dsn, *args],
+        [command, "--port", str(port), "--pg-url", pg_dsn, *args],
         ready_url=f"{url}/health",
         log_path=log_path,
-        env={"CHANGEBROKER_KAFKA_BOOTSTRAP": kafka_bootstrap},
+        env=env,
     )
     return process, url
 

@@ -232,29 +232,29 @@ def _accepts_type(reader_types: frozenset[str] | None, writer_type: str) -> bool
     return writer_type in reader_types or (writer_type == "integer" and "number" in reader_types)
 
 
-def _lower(node: Mapping[str, Any]) -> tuple[Any, bool, str] | None:
-    """The lower numeric bound as (value, exclusive, keyword), draft 4 and draft 6+ forms."""
+def _bounds(node: Mapping[str, Any], keyword: str) -> list[tuple[Any, bool, str]]:
+    """``keyword`` (minimum or maximum) and its exclusive form, each as (value, exclusive,
+    keyword): draft 4's boolean exclusiveMinimum and draft 6+'s numeric one."""
+    exclusive_keyword = "exclusive" + keyword.capitalize()
     bounds: list[tuple[Any, bool, str]] = []
-    if isinstance(node.get("minimum"), int | float) and not isinstance(node["minimum"], bool):
-        bounds.append((node["minimum"], node.get("exclusiveMinimum") is True, "minimum"))
-    exclusive = node.get("exclusiveMinimum")
+    if isinstance(node.get(keyword), int | float) and not isinstance(node[keyword], bool):
+        bounds.append((node[keyword], node.get(exclusive_keyword) is True, keyword))
+    exclusive = node.get(exclusive_keyword)
     if isinstance(exclusive, int | float) and not isinstance(exclusive, bool):
-        bounds.append((exclusive, True, "exclusiveMinimum"))
-    if not bounds:
-        return None
-    return max(bounds, key=lambda b: (b[0], b[1]))
+        bounds.append((exclusive, True, exclusive_keyword))
+    return bounds
+
+
+def _lower(node: Mapping[str, Any]) -> tuple[Any, bool, str] | None:
+    """The tightest lower numeric bound as (value, exclusive, keyword)."""
+    bounds = _bounds(node, "minimum")
+    return max(bounds, key=lambda b: (b[0], b[1])) if bounds else None
 
 
 def _upper(node: Mapping[str, Any]) -> tuple[Any, bool, str] | None:
-    bounds: list[tuple[Any, bool, str]] = []
-    if isinstance(node.get("maximum"), int | float) and not isinstance(node["maximum"], bool):
-        bounds.append((node["maximum"], node.get("exclusiveMaximum") is True, "maximum"))
-    exclusive = node.get("exclusiveMaximum")
-    if isinstance(exclusive, int | float) and not isinstance(exclusive, bool):
-        bounds.append((exclusive, True, "exclusiveMaximum"))
-    if not bounds:
-        return None
-    return min(bounds, key=lambda b: (b[0], not b[1]))
+    """The tightest upper numeric bound as (value, exclusive, keyword)."""
+    bounds = _bounds(node, "maximum")
+    return min(bounds, key=lambda b: (b[0], not b[1])) if bounds else None
 
 
 def _tuple_form(node: Mapping[str, Any], *, prefix_items: bool) -> tuple[list[Any], Any]:

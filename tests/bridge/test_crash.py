@@ -22,20 +22,11 @@ import psycopg
 from changebroker.stack.kafka import LocalKafka
 from changebroker.stack.processes import free_port, pid_alive, read_pid, wait_until
 from changebroker.stack.state import StateDir
+from tests.support.bank import TABLES, transfer
 from tests.support.bridge_stack import Stack, rebuilding
 from tests.support.services import CACHE
 
 DRAIN_BOUND = 15.0  # seconds: the graceful shutdown's 10, and some
-
-TABLES = """
-CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL, note text,
-    _change_selector text DEFAULT 'bridge');
-CREATE TABLE transfers (id bigserial PRIMARY KEY, src int, dst int, amount bigint,
-    _change_selector text DEFAULT 'bridge');
-ALTER TABLE accounts REPLICA IDENTITY FULL;
-ALTER TABLE transfers REPLICA IDENTITY FULL;
-INSERT INTO accounts SELECT i, 1000, NULL FROM generate_series(1, 50) i;
-"""
 
 
 def _workload(dsn: str, stop: threading.Event, done: list[int]) -> None:
@@ -43,13 +34,8 @@ def _workload(dsn: str, stop: threading.Event, done: list[int]) -> None:
     rng = random.Random(7)
     with psycopg.connect(dsn) as conn:
         while not stop.is_set():
-            src, dst = rng.sample(range(1, 60), 2)
-            amount = rng.randint(1, 50)
-            conn.execute("UPDATE accounts SET balance = balance - %s WHERE id = %s", (amount, src))
-            conn.execute("UPDATE accounts SET balance = balance + %s WHERE id = %s", (amount, dst))
-            conn.execute(
-                "INSERT INTO transfers (src, dst, amount) VALUES (%s, %s, %s)", (src, dst, amount)
-            )
+            # Accounts 51 to 59 come and go: a transfer may name one that is not there.
+            transfer(conn, rng, range(1, 60))
             roll = rng.random()
             if roll < 0.1:
                 conn.execute("DELETE FROM transfers WHERE id %% 7 = %s", (rng.randint(0, 6),))

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import psycopg
+import pytest
 
 from changebroker import cli
 from changebroker.stack.processes import wait_until
@@ -45,6 +46,11 @@ class Writers:
 
     def ops(self) -> int:
         return sum(self.done)
+
+    def wait_for(self, more: int, what: str) -> None:
+        """Until ``more`` writes have been committed from now."""
+        start = self.ops()
+        wait_until(lambda: self.ops() > start + more, timeout=30, what=what)
 
     def start(self) -> Writers:
         for thread in self._threads:
@@ -136,26 +142,28 @@ def existing(
     return make_stack(kafka_bootstrap)
 
 
-def test_initial_snapshot_while_four_writers_write(
+@pytest.fixture
+def filled(
     make_stack: Callable[[str], Stack], kafka_bootstrap: str, pg_dsn: str
-) -> None:
+) -> Iterator[tuple[Stack, Rebuilt]]:
+    """:func:`existing` with ``ROWS`` rows, and the tables rebuilt from its events."""
     stack = existing(make_stack, kafka_bootstrap, pg_dsn, ROWS)
     with rebuilding(stack) as rebuilt:
-        initial_snapshot_while_four_writers_write(stack, rebuilt)
+        yield stack, rebuilt
 
 
-def initial_snapshot_while_four_writers_write(stack: Stack, rebuilt: Rebuilt) -> None:
+def test_initial_snapshot_while_four_writers_write(filled: tuple[Stack, Rebuilt]) -> None:
+    stack, rebuilt = filled
     writers = Writers(stack.app_dsn, ROWS).start()
     try:
-        wait_until(lambda: writers.ops() > 200, timeout=30, what="the writers to write")
+        writers.wait_for(200, "the writers to write")
         stack.start_bridge(include=(TABLE,))
         wait_until(
             lambda: snapshot_of(stack).get("state") == "done",
             timeout=240,
             what="the snapshot to finish",
         )
-        after = writers.ops()
-        wait_until(lambda: writers.ops() > after + 200, timeout=30, what="writes after it")
+        writers.wait_for(200, "writes after it")
     finally:
         writers.stop()
     run = snapshot_of(stack)
@@ -175,15 +183,8 @@ def initial_snapshot_while_four_writers_write(stack: Stack, rebuilt: Rebuilt) ->
     assert via_api.duplicate_eids() == []
 
 
-def test_sigkilled_twice_the_snapshot_resumes(
-    make_stack: Callable[[str], Stack], kafka_bootstrap: str, pg_dsn: str
-) -> None:
-    stack = existing(make_stack, kafka_bootstrap, pg_dsn, ROWS)
-    with rebuilding(stack) as rebuilt:
-        sigkilled_twice_the_snapshot_resumes(stack, rebuilt)
-
-
-def sigkilled_twice_the_snapshot_resumes(stack: Stack, rebuilt: Rebuilt) -> None:
+def test_sigkilled_twice_the_snapshot_resumes(filled: tuple[Stack, Rebuilt]) -> None:
+    stack, rebuilt = filled
     bridge = stack.bridge_process("--include", TABLE, "--snapshot-chunk", "10000")
     writers = Writers(stack.app_dsn, ROWS).start()
     try:
@@ -240,8 +241,7 @@ def snapshot_again_on_request_while_writers_write(
             timeout=60,
             what="the second snapshot",
         )
-        after = writers.ops()
-        wait_until(lambda: writers.ops() > after + 100, timeout=30, what="writes after it")
+        writers.wait_for(100, "writes after it")
     finally:
         writers.stop()
     second = snapshot_of(stack)["id"]

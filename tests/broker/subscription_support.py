@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 
 from changebroker.stack.processes import wait_until
-from tests.broker.stream_support import OFFSET_PATTERN
+from tests.broker.stream_support import OFFSET_PATTERN, order, publish
 from tests.broker.swagger import validate
 
 
@@ -87,6 +87,17 @@ class Stream:
     def close(self) -> None:
         if self.status_code == 200:
             self._context.__exit__(None, None, None)
+
+
+def published(
+    client: httpx.Client, make_event_type: Callable[..., str], events: int
+) -> tuple[str, str]:
+    """A new event type, a subscription reading it from the beginning, then ``events``
+    orders published (numbered from 0): the event type's name and the subscription's id."""
+    name = make_event_type()
+    subscription_id = create(client, [name], read_from="begin")["id"]
+    publish(client, name, [order(str(i)) for i in range(events)])
+    return name, str(subscription_id)
 
 
 def commit(

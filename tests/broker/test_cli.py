@@ -7,8 +7,7 @@ from pathlib import Path
 
 import httpx
 
-from changebroker.stack.processes import free_port
-from changebroker.stack.run import CliProcess
+from changebroker.stack.run import broker_process
 from tests.broker.kafka_read import read_all, topic_of
 from tests.support.event_types import business_event_type
 
@@ -16,14 +15,7 @@ from tests.support.event_types import business_event_type
 def test_workers_share_event_types_and_stop_on_sigterm(
     pg_dsn: str, kafka_bootstrap: str, unique_name, tmp_path: Path
 ) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    broker = CliProcess(
-        ["broker", "--port", str(port), "--pg-url", pg_dsn, "--workers", "2"],
-        ready_url=f"{url}/health",
-        log_path=tmp_path / "broker.log",
-        env={"CHANGEBROKER_KAFKA_BOOTSTRAP": kafka_bootstrap},
-    )
+    broker, url = broker_process(pg_dsn, kafka_bootstrap, tmp_path / "broker.log", "--workers", "2")
     broker.start()
     name = unique_name("workers")
     try:

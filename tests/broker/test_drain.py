@@ -9,7 +9,6 @@ import json
 import signal
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +19,8 @@ from broker.publishing.producer import KafkaProducer, Message
 from changebroker.stack.processes import free_port, wait_until
 from changebroker.stack.run import broker_process
 from tests.broker.subscription_support import create
-from tests.support.event_types import business_event_type
+from tests.support.event_types import business_event_type, order_events
 
-OCCURRED_AT = "2026-11-23T10:00:00Z"
 GRACEFUL = 10.0  # seconds: uvicorn's graceful shutdown, as our services set it
 BOUND = GRACEFUL + 5
 
@@ -68,16 +66,7 @@ class Publisher(threading.Thread):
     def run(self) -> None:
         with httpx.Client(base_url=self.url, timeout=60) as client:
             while True:
-                events = [
-                    {
-                        "order_number": str(n),
-                        "metadata": {
-                            "eid": str(uuid.uuid4()),
-                            "occurred_at": "2026-11-23T10:00:00Z",
-                        },
-                    }
-                    for n in range(20)
-                ]
+                events = order_events(20)
                 try:
                     response = client.post(f"/event-types/{self.name}/events", json=events)
                 except httpx.ConnectError:

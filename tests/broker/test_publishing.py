@@ -112,6 +112,23 @@ def test_manual_publishing_example(
         validate("BusinessEvent", got.event)
 
 
+def user_defined_event_type(make_event_type: Callable[..., str], partitions: int) -> str:
+    """An event type whose events name their partition, of ``partitions`` partitions."""
+    statistic = {
+        "messages_per_minute": 1,
+        "message_size": 1,
+        "read_parallelism": partitions,
+        "write_parallelism": 1,
+    }
+    return str(
+        make_event_type(
+            partition_strategy="user_defined",
+            partition_key_fields=None,
+            default_statistic=statistic,
+        )
+    )
+
+
 def undefined_event_type(name: str, schema: str) -> dict[str, Any]:
     """The manual's undefined event type: events are stored as they are sent."""
     return {
@@ -312,15 +329,7 @@ def test_gzip_body(client: httpx.Client, make_event_type, broker_dsn, kafka_boot
 def test_user_defined_partition(
     client: httpx.Client, make_event_type, broker_dsn: str, kafka_bootstrap: str
 ) -> None:
-    statistic = {
-        "messages_per_minute": 1,
-        "message_size": 1,
-        "read_parallelism": 3,
-        "write_parallelism": 1,
-    }
-    name = make_event_type(
-        partition_strategy="user_defined", partition_key_fields=None, default_statistic=statistic
-    )
+    name = user_defined_event_type(make_event_type, partitions=3)
     response = client.post(
         f"/event-types/{name}/events", json=[event("a", partition="2"), event("b", partition="0")]
     )
@@ -393,15 +402,7 @@ def test_metrics_count_published_events(client: httpx.Client, make_event_type) -
 def test_partial_kafka_failure_is_207(
     client: httpx.Client, make_event_type, broker_dsn: str, kafka_bootstrap: str
 ) -> None:
-    statistic = {
-        "messages_per_minute": 1,
-        "message_size": 1,
-        "read_parallelism": 2,
-        "write_parallelism": 1,
-    }
-    name = make_event_type(
-        partition_strategy="user_defined", partition_key_fields=None, default_statistic=statistic
-    )
+    name = user_defined_event_type(make_event_type, partitions=2)
     # The broker believes in a third partition the topic lacks: Kafka refuses only those events.
     with psycopg.connect(broker_dsn) as conn:
         conn.execute(

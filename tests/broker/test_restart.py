@@ -15,8 +15,8 @@ from broker.app import create_app
 from broker.bridge.event_types import EventTypes
 from broker.event_types.store import Store
 from broker.settings import Settings
-from changebroker.stack.processes import free_port, wait_until
-from changebroker.stack.run import CliProcess, broker_process, serve_in_thread
+from changebroker.stack.processes import wait_until
+from changebroker.stack.run import broker_process, serve_in_thread
 from tests.broker.kafka_read import read_all, topic_of
 from tests.support.event_types import business_event_type
 
@@ -31,22 +31,9 @@ def _event(order_number: str) -> dict[str, object]:
 def test_sigkill_and_restart_lose_no_event_type_schema_or_event(
     pg_dsn: str, kafka_bootstrap: str, unique_name, tmp_path: Path
 ) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    broker = CliProcess(
-        # As `changebroker up` starts it, registry URL included.
-        [
-            "broker",
-            "--port",
-            str(port),
-            "--pg-url",
-            pg_dsn,
-            "--registry-url",
-            "http://127.0.0.1:1",
-        ],
-        ready_url=f"{url}/health",
-        log_path=tmp_path / "broker.log",
-        env={"CHANGEBROKER_KAFKA_BOOTSTRAP": kafka_bootstrap},
+    # As `changebroker up` starts it, registry URL included.
+    broker, url = broker_process(
+        pg_dsn, kafka_bootstrap, tmp_path / "broker.log", "--registry-url", "http://127.0.0.1:1"
     )
     name = unique_name("durable")
     created = business_event_type(name)

@@ -29,6 +29,7 @@ from tests.broker.subscription_support import (
     create,
     numbers,
     owners,
+    published,
     stats,
     wait_until_gone,
 )
@@ -111,9 +112,7 @@ def test_the_manuals_flow_create_stream_commit_cursors_stats_delete(
 def test_at_least_once_uncommitted_events_come_again_committed_ones_never(
     client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
 ) -> None:
-    name = make_event_type()
-    sid = create(client, [name], read_from="begin")["id"]
-    publish(client, name, [order(str(i)) for i in range(4)])
+    _name, sid = published(client, make_event_type, 4)
 
     first = Stream(client, sid, commit_timeout=1, **FAST)
     got = first.read_events(4)
@@ -168,9 +167,7 @@ def test_the_manuals_rebalancing_example_six_partitions_three_and_three(
 def test_a_commit_after_the_commit_timeout_is_422_and_an_old_cursor_is_outdated(
     client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
 ) -> None:
-    name = make_event_type()
-    sid = create(client, [name], read_from="begin")["id"]
-    publish(client, name, [order("0"), order("1")])
+    name, sid = published(client, make_event_type, 2)
 
     stream = Stream(client, sid, commit_timeout=1, **FAST)
     got = stream.read_events(2)
@@ -209,9 +206,7 @@ def test_409_when_every_partition_is_taken_and_422_for_a_foreign_partition(
 def test_a_reset_while_streaming_ends_the_stream_and_the_next_one_starts_there(
     client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
 ) -> None:
-    name = make_event_type()
-    sid = create(client, [name], read_from="begin")["id"]
-    publish(client, name, [order(str(i)) for i in range(3)])
+    name, sid = published(client, make_event_type, 3)
     stream = Stream(client, sid, **FAST)
     got = stream.read_events(3)
     assert commit(client, sid, stream.id, [got[-1]["cursor"]]).status_code == 204
@@ -235,9 +230,7 @@ def test_a_reset_while_streaming_ends_the_stream_and_the_next_one_starts_there(
 def test_max_uncommitted_events_pauses_the_stream_until_a_commit(
     client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
 ) -> None:
-    name = make_event_type()
-    sid = create(client, [name], read_from="begin")["id"]
-    publish(client, name, [order(str(i)) for i in range(5)])
+    _name, sid = published(client, make_event_type, 5)
     stream = Stream(client, sid, max_uncommitted_events=2, **FAST)
     got = stream.read_events(2)
     assert numbers(got) == ["0", "1"]
@@ -405,9 +398,7 @@ def test_new_streams_get_409_while_a_reset_waits_for_the_streams_it_closed(
 def test_a_consumer_whose_connection_closed_may_still_commit_within_commit_timeout(
     client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
 ) -> None:
-    name = make_event_type()
-    sid = create(client, [name], read_from="begin")["id"]
-    publish(client, name, [order("0"), order("1")])
+    name, sid = published(client, make_event_type, 2)
     gone = Stream(client, sid, commit_timeout=30, **FAST)
     got = gone.read_events(2)
     gone.close()
@@ -479,9 +470,7 @@ def test_initial_cursors_are_ignored_unless_read_from_is_cursors(
 def test_a_batch_is_never_larger_than_max_uncommitted_events_allows(
     client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
 ) -> None:
-    name = make_event_type()
-    sid = create(client, [name], read_from="begin")["id"]
-    publish(client, name, [order(str(i)) for i in range(10)])
+    _name, sid = published(client, make_event_type, 10)
     # Nakadi: each batch is min(batch_limit, max_uncommitted_events - uncommitted).
     stream = Stream(client, sid, batch_limit=4, max_uncommitted_events=2, **FAST)
     first = stream.read_events(1)

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import psycopg
 
-from changebroker.stack.processes import free_port, wait_until
-from changebroker.stack.run import CliProcess
+from changebroker.stack.processes import wait_until
+from changebroker.stack.run import changeserver_process
 
 
 class Writer(threading.Thread):
@@ -57,13 +57,9 @@ def test_sigkill_restarts_during_a_burst(
 ) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE items (id int PRIMARY KEY, name text, _change_selector text)")
-    port, mgmt = free_port(), free_port()
+    process, port, mgmt = changeserver_process(pg_dsn, tmp_path, unique_name("crash"))
     url = f"http://127.0.0.1:{port}"
-    args = [
-        "changeserver", "--pg-url", pg_dsn, "--slot", unique_name("crash"),
-        "--db-dir", str(tmp_path / "log"), "--port", str(port), "--mgmt-port", str(mgmt),
-    ]  # fmt: skip
-    server = CliProcess(args, f"http://127.0.0.1:{mgmt}/ready", tmp_path / "cs.log").start()
+    server = process.start()
     writer = Writer(pg_dsn)
     writer.start()
     try:

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import psycopg
 
-from changebroker.stack.processes import free_port, wait_until
-from changebroker.stack.run import CliProcess
+from changebroker.stack.processes import wait_until
+from changebroker.stack.run import changeserver_process
 from tests.support.changeserver import TABLE
 
 _REQUEST_TASK = "coro=<RequestResponseCycle.run_asgi()"
@@ -25,13 +25,9 @@ def test_sigterm_answers_long_polls_and_exits_promptly(
 ) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(TABLE)
-    port, mgmt = free_port(), free_port()
+    process, port, _ = changeserver_process(pg_dsn, tmp_path, unique_name("drain"))
     url = f"http://127.0.0.1:{port}"
-    args = [
-        "changeserver", "--pg-url", pg_dsn, "--slot", unique_name("drain"),
-        "--db-dir", str(tmp_path / "log"), "--port", str(port), "--mgmt-port", str(mgmt),
-    ]  # fmt: skip
-    server = CliProcess(args, f"http://127.0.0.1:{mgmt}/ready", tmp_path / "cs.log").start()
+    server = process.start()
     try:
         answers: list[int] = []
         errors: list[str] = []

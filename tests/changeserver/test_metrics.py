@@ -1,9 +1,11 @@
 """The changeserver's /metrics and /status on its management port: ingest counters, the
-slot's retained WAL, the change log's bounds, long-poll waiters and refusals."""
+slot's retained WAL, the change log's bounds, long-poll waiters and refusals, and the newest
+snapshot's age, rows and the replay run's duration."""
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import httpx
 
@@ -11,12 +13,16 @@ from changebroker.stack.processes import wait_until
 from changeserver.sequence import Sequence
 from tests.support.changeserver import MakeServer
 from tests.support.metrics import scrape
+from tests.support.snapshots import write_snapshot
 
 P = "changebroker_changeserver"
 
 
-def test_metrics_move_with_ingest_long_polls_and_refusals(make_server: MakeServer) -> None:
-    cs = make_server(separate_management=True, metrics_interval=0.2)
+def test_metrics_move_with_ingest_long_polls_and_refusals(
+    make_server: MakeServer, tmp_path: Path
+) -> None:
+    snapshots = tmp_path / "snapshots"
+    cs = make_server(separate_management=True, metrics_interval=0.2, snapshots_dir=snapshots)
     assert httpx.get(f"{cs.url}/metrics").status_code == 404  # the management port's only
     before = scrape(f"{cs.mgmt_url}/metrics")
     for family in (
@@ -92,3 +98,16 @@ def test_metrics_move_with_ingest_long_polls_and_refusals(make_server: MakeServe
     status = httpx.get(f"{cs.mgmt_url}/status").json()
     assert status["last_sequence"] == body["lastSequence"]
     assert status["slot_retained_wal_bytes"] >= 0
+
+    # The newest snapshot, as its manifest tells (the replay run's duration included).
+    assert not after.has(f"{P}_snapshot_age_seconds")
+    write_snapshot(snapshots, cs.dsn, ["public.items"], body["lastSequence"], duration_seconds=7.5)
+    wait_until(
+        lambda: scrape(f"{cs.mgmt_url}/metrics").value(f"{P}_snapshot_duration_seconds") == 7.5,
+        timeout=30,
+        what="the snapshot's replay duration in /metrics",
+    )
+    found = scrape(f"{cs.mgmt_url}/metrics")
+    assert found.value(f"{P}_snapshot_rows") == 3
+    assert 0 <= (found.value(f"{P}_snapshot_age_seconds") or -1) < 60
+    assert httpx.get(f"{cs.mgmt_url}/status").json()["snapshot_duration_seconds"] == 7.5

@@ -15,7 +15,6 @@ import json
 import random
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,13 +30,13 @@ from broker.bridge.transactions import POSITIONS_TOPIC
 from changebroker import kafka
 from changebroker.stack.processes import wait_until
 from replay import ReplayOptions, run_replay
-from tests.bridge.test_crash import TABLES as SCHEMA
 from tests.broker.kafka_read import read_all, topic_of
 from tests.broker.subscription_support import create
-from tests.cluster.conftest import ClusterStack
+from tests.support.bank import TABLES as SCHEMA
+from tests.support.bank import transfer
 from tests.support.bridge_stack import rebuilding, table_rows
-from tests.support.cluster import kill_node, leader_of, restart_node
-from tests.support.event_types import business_event_type
+from tests.support.cluster import ClusterStack, kill_node, leader_of, restart_node
+from tests.support.event_types import business_event_type, order_events
 from tests.support.replay_snapshots import snapshot_tables
 
 # The module's cluster and the session's Spark start inside the first test's time.
@@ -156,16 +155,7 @@ class Publisher(threading.Thread):
     def run(self) -> None:
         with httpx.Client(base_url=self.url, timeout=60) as client:
             while not self.stop.is_set():
-                events: list[dict[str, Any]] = [
-                    {
-                        "order_number": uuid.uuid4().hex[:8],
-                        "metadata": {
-                            "eid": str(uuid.uuid4()),
-                            "occurred_at": "2026-01-01T00:00:00Z",
-                        },
-                    }
-                    for _ in range(20)
-                ]
+                events = order_events(20)
                 try:
                     response = client.post(f"/event-types/{self.event_type}/events", json=events)
                 except httpx.HTTPError:
@@ -183,13 +173,7 @@ def _bank_writes(dsn: str, stop: threading.Event, done: list[int]) -> None:
     rng = random.Random(11)
     with psycopg.connect(dsn) as conn:
         while not stop.wait(0.1):
-            src, dst = rng.sample(range(1, 51), 2)
-            amount = rng.randint(1, 50)
-            conn.execute("UPDATE accounts SET balance = balance - %s WHERE id = %s", (amount, src))
-            conn.execute("UPDATE accounts SET balance = balance + %s WHERE id = %s", (amount, dst))
-            conn.execute(
-                "INSERT INTO transfers (src, dst, amount) VALUES (%s, %s, %s)", (src, dst, amount)
-            )
+            transfer(conn, rng, range(1, 51))
             if rng.random() < 0.1:
                 conn.execute("DELETE FROM transfers WHERE id %% 7 = %s", (rng.randint(0, 6),))
             conn.commit()

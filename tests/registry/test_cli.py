@@ -4,7 +4,6 @@ several workers, SIGTERM drains it: a request under way is answered, then it exi
 from __future__ import annotations
 
 import signal
-import socket
 import threading
 import time
 from pathlib import Path
@@ -13,15 +12,9 @@ import httpx
 import psycopg
 
 from changebroker.stack.processes import answers, wait_until
-from changebroker.stack.run import CliProcess
+from changebroker.stack.run import CliProcess, registry_process
 
 DRAIN_BOUND = 15.0  # seconds: the graceful shutdown's 10, and some
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def drain_with_a_request_under_way(process: CliProcess, url: str, pg_dsn: str) -> int | None:
@@ -68,14 +61,8 @@ def drain_with_a_request_under_way(process: CliProcess, url: str, pg_dsn: str) -
 
 
 def test_registry_command_serves_and_stops_cleanly(pg_dsn: str, tmp_path: Path) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    process = CliProcess(
-        ["registry", "--port", str(port), "--pg-url", pg_dsn],
-        f"{url}/health",
-        tmp_path / "registry.log",
-        env={"CHANGEBROKER_AUTH": ""},
-    ).start()
+    process, url = registry_process(pg_dsn, tmp_path / "registry.log")
+    process.start()
     try:
         body = {"serialization": "json", "schemaDefinition": {"type": "string"}}
         response = httpx.post(f"{url}/subjects/cli/versions", json=body)
@@ -92,14 +79,8 @@ def test_registry_command_serves_and_stops_cleanly(pg_dsn: str, tmp_path: Path) 
 
 
 def test_workers_share_the_port_and_see_each_others_writes(pg_dsn: str, tmp_path: Path) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    process = CliProcess(
-        ["registry", "--port", str(port), "--pg-url", pg_dsn, "--workers", "2"],
-        f"{url}/health",
-        tmp_path / "registry.log",
-        env={"CHANGEBROKER_AUTH": ""},
-    ).start()
+    process, url = registry_process(pg_dsn, tmp_path / "registry.log", "--workers", "2")
+    process.start()
     try:
         body = {"serialization": "json", "schemaDefinition": {"type": "string"}}
         # A connection each: the kernel spreads them over both workers.

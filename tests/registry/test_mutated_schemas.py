@@ -29,20 +29,17 @@ PER_ROUND = 400
 
 
 def _mutate(rng: random.Random, node: Any) -> None:
-    if isinstance(node, dict) and node:
-        key = rng.choice(list(node))
-        if rng.random() < 0.5:
-            node[key] = copy.deepcopy(rng.choice(ODD_VALUES))
-        else:
-            _mutate(rng, node[key])
-        if rng.random() < 0.15:
-            node[rng.choice(KEYS)] = copy.deepcopy(rng.choice(ODD_VALUES))
-    elif isinstance(node, list) and node:
-        index = rng.randrange(len(node))
-        if rng.random() < 0.5:
-            node[index] = copy.deepcopy(rng.choice(ODD_VALUES))
-        else:
-            _mutate(rng, node[index])
+    """Replace one member of ``node`` (a key's value or an item) by an odd value, or mutate
+    inside it; sometimes add a keyword with an odd value to an object."""
+    if not isinstance(node, dict | list) or not node:
+        return
+    where = rng.choice(list(node)) if isinstance(node, dict) else rng.randrange(len(node))
+    if rng.random() < 0.5:
+        node[where] = copy.deepcopy(rng.choice(ODD_VALUES))
+    else:
+        _mutate(rng, node[where])
+    if isinstance(node, dict) and rng.random() < 0.15:
+        node[rng.choice(KEYS)] = copy.deepcopy(rng.choice(ODD_VALUES))
 
 
 @pytest.mark.parametrize("seed", range(ROUNDS))

@@ -1,7 +1,7 @@
 """``--format delta`` writes Delta tables that read back as the database (full, and incremental
 from a Delta base); a replay process SIGKILLed while it writes leaves the newest snapshot as
-it was, and the next run builds on that snapshot. (Removing a dead run's directory is
-tests/replay/test_writing.py's.)"""
+it was, its Spark driver JVM dies with it, and the next run removes the killed run's directory
+and builds on that snapshot."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from changebroker.chaos.faults import family
 from changebroker.stack.processes import wait_until
 from replay import ReplayOptions, run_replay, snapshots, writing
 from tests.support.bridge_stack import Rebuilt, Stack, rebuilding, table_rows
@@ -54,25 +55,16 @@ def _published(rebuilt: Rebuilt) -> None:
     wait_until(lambda: rebuilt.equals_database(TABLES), timeout=120, what="the bridge to publish")
 
 
-def _descendants(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            children = (task / "children").read_text().split()
-        except FileNotFoundError:
-            continue  # a thread that ended while we looked
-        for child in children:
-            found += [int(child), *_descendants(int(child))]
-    return found
-
-
 def _running(pid: int) -> bool:
-    """Not gone and not a zombie (an orphan's zombie waits for whoever reaps it)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
+    """Any thread of ``pid`` not yet exited: an exiting JVM's main thread is a zombie while
+    its other threads (and its locks) live on."""
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            if stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                return True
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended while we looked
+    return False
 
 
 def test_delta_tables_and_a_killed_run(stack: Stack, spark: SparkSession, tmp_path: Path) -> None:
@@ -104,8 +96,7 @@ def test_delta_tables_and_a_killed_run(stack: Stack, spark: SparkSession, tmp_pa
     assert snapshot_tables(spark, parquet) == final
     assert parquet.cursors == incremental.cursors
 
-    # SIGKILL the replay process (its JVM follows when it sees its parent gone) while it
-    # writes its snapshot.
+    # SIGKILL the replay process while it writes its snapshot: its watcher kills its JVM.
     newest = snapshots.newest(out)
     assert newest is not None and newest.snapshot_id == parquet.snapshot_id
     before = {d.name for d in out.iterdir()}
@@ -124,7 +115,7 @@ def test_delta_tables_and_a_killed_run(stack: Stack, spark: SparkSession, tmp_pa
 
     try:
         wait_until(writing_tables, timeout=240, interval=0.01, what="the replay to write")
-        children = _descendants(process.pid)
+        children = family(process.pid)[1:]  # the JVM and the lock's watcher
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
@@ -134,12 +125,15 @@ def test_delta_tables_and_a_killed_run(stack: Stack, spark: SparkSession, tmp_pa
     assert newest is not None and newest.snapshot_id == parquet.snapshot_id
     wait_until(
         lambda: not any(_running(pid) for pid in children),
-        timeout=60,
+        timeout=30,
         what="the killed replay's JVM to exit",
     )
 
-    # The next run builds on the newest published snapshot, not on what the killed one left.
-    after = run_replay(options, spark)
+    # The next run removes what the killed one left and builds on the newest snapshot.
+    said: list[str] = []
+    after = run_replay(options, spark, say=said.append)
+    assert not killed.exists()
+    assert f"replay: removed {killed}, which a killed or failed run left unfinished" in said
     assert after.base_snapshot_id == parquet.snapshot_id
     assert snapshot_tables(spark, after) == final
     newest = snapshots.newest(out)

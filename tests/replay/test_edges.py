@@ -83,6 +83,7 @@ def test_empty_topics_deleted_tables_and_a_refused_table_without_a_key(
     )  # fmt: skip
     said: list[str] = []
     first = run_replay(options, spark, say=said.append)
+    assert first.duration_seconds is not None and first.duration_seconds > 0
     assert sorted(first.tables) == ["public.gone", "public.kept", "public.never"]
     assert any("public.nokey" in line and "no primary key" in line for line in said), said
     assert {t: e.rows for t, e in first.tables.items()} == {

@@ -8,18 +8,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from changebroker.stack.processes import answers, free_port, pid_alive, wait_until
-from changebroker.stack.state import REPO_ROOT
+from changebroker.stack.processes import answers, pid_alive, wait_until
 from tests.support import cli
-
-PORTS = (
-    "BROKER_PORT",
-    "REGISTRY_PORT",
-    "CHANGESERVER_PORT",
-    "CHANGESERVER_MGMT_PORT",
-    "BRIDGE_PORT",
-    "CONSOLE_PORT",
-)
 
 
 def _changebroker(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -33,10 +23,7 @@ def _status(env: dict[str, str]) -> dict[str, Any]:
 def test_a_killed_service_is_restarted_with_backoff_and_down_stops_the_supervisor(
     tmp_path: Path, pg_dsn: str, kafka_bootstrap: str
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CHANGEBROKER_")}
-    env.update({f"CHANGEBROKER_{name}": str(free_port()) for name in PORTS})
-    env["CHANGEBROKER_STATE_DIR"] = str(tmp_path / "state")
-    env["CHANGEBROKER_CACHE_DIR"] = str(REPO_ROOT / ".state" / "cache")
+    env = cli.stack_env(tmp_path / "state", cli.SERVICE_PORTS)
     env["CHANGEBROKER_PG_DSN"] = pg_dsn
     env["CHANGEBROKER_KAFKA_BOOTSTRAP"] = kafka_bootstrap
     try:

@@ -1,6 +1,6 @@
 """A three-node local Kafka cluster, and broker processes behind HAProxy, for the tests that
 take nodes and processes away under load (the same code ``changebroker up --kafka-nodes 3
---broker-processes 2`` runs)."""
+--broker-processes 2`` runs); :func:`cluster_path` puts the whole path on such a cluster."""
 
 from __future__ import annotations
 
@@ -11,13 +11,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from changebroker import kafka
+from changebroker import kafka, pg
 from changebroker.stack.kafka import LocalKafkaCluster
 from changebroker.stack.loadbalancer import LoadBalancer
 from changebroker.stack.local import LocalStack, Ports
 from changebroker.stack.processes import free_port, free_port_run, pid_alive, wait_until
-from changebroker.stack.run import CliProcess, broker_process
+from changebroker.stack.run import CliProcess, broker_process, serve_in_thread
 from changebroker.stack.state import StateDir
+from changeserver.server import ChangeServer
+from changeserver.server import Settings as ChangeServerSettings
+from registry.app import create_app as registry_app
+from tests.support.bridge_stack import Stack
 from tests.support.services import CACHE
 
 
@@ -108,3 +112,46 @@ def broker_fleet(
         exits.callback(balancer.stop)
         balancer.start()
         yield BrokerFleet(processes, balancer)
+
+
+@dataclass
+class ClusterStack:
+    stack: Stack  # the bridge's view: its broker_url is the load balancer
+    fleet: BrokerFleet
+    cluster: LocalKafkaCluster
+    up: LocalStack  # what started the cluster: its status lists the nodes
+
+
+@contextlib.contextmanager
+def cluster_path(
+    up: LocalStack, pg_dsn: str, pg_server_dsn: str, tmp: Path, slot: str, prefix: str
+) -> Iterator[ClusterStack]:
+    """The whole path on ``up``'s cluster: a changeserver on ``pg_dsn`` (its slot and
+    publication ``slot``), a registry, two broker processes behind HAProxy (the bridge and
+    every client go through it), all on a metadata database of its own."""
+    cluster = up.kafka
+    with contextlib.ExitStack() as exits:
+        meta_dsn = exits.enter_context(pg.scratch_database(pg_server_dsn, "t_meta"))
+        snapshots_dir = tmp / f"{slot}-snapshots"
+        changeserver = ChangeServer(
+            ChangeServerSettings(
+                dsn=pg_dsn, slot=slot, db_dir=tmp / slot, snapshots_dir=snapshots_dir
+            )
+        )
+        changeserver_url = exits.enter_context(serve_in_thread(changeserver.api_app))
+        wait_until(changeserver.replicator.streaming.is_set, timeout=30, what="replication")
+        registry_url = exits.enter_context(serve_in_thread(registry_app(meta_dsn)))
+        fleet = exits.enter_context(broker_fleet(meta_dsn, cluster.bootstrap, registry_url, tmp))
+        stack = Stack(
+            app_dsn=pg_dsn,
+            meta_dsn=meta_dsn,
+            kafka_bootstrap=cluster.bootstrap,
+            changeserver_url=changeserver_url,
+            broker_url=fleet.url,
+            registry_url=registry_url,
+            prefix=prefix,
+            tmp=tmp,
+            snapshots_dir=snapshots_dir,
+            publication=slot,
+        )
+        yield ClusterStack(stack, fleet, cluster, up)

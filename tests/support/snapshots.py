@@ -51,6 +51,7 @@ def write_snapshot(
     *,
     rows_per_file: int = 50_000,
     when: datetime.datetime | None = None,
+    duration_seconds: float | None = None,
 ) -> str:
     """Write ``tables`` (``schema.table``) as they are now; returns the snapshot id."""
     when = when or datetime.datetime.now(datetime.UTC)
@@ -60,6 +61,7 @@ def write_snapshot(
         "format": 1,
         "snapshot_id": snapshot_id,
         "created_at": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "duration_seconds": duration_seconds,
         "base_snapshot_id": None,
         "changeserver_sequence": sequence,
         "tables": {},
