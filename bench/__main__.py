@@ -3,7 +3,8 @@
     .venv/bin/python -m bench                 # all of them
     .venv/bin/python -m bench broker_publish  # some of them, by module name
 
-The local stack (Postgres, Kafka) is started first if it is not running.
+The local stack (Postgres, Kafka) is started first if it is not running, and then stopped
+again: left up, it would hold the default ports a later `up` or test run wants.
 """
 
 from __future__ import annotations
@@ -34,11 +35,25 @@ def main(argv: list[str]) -> int:
         print(f"no such benchmark: {', '.join(unknown)}; have: {', '.join(discover())}")
         return 2
     stack = local_stack()
+    started_here = not {"postgres", "kafka"} <= stack.status().keys()
     stack.up(with_services=False)
+    try:
+        failed, figures = _run(names, stack.pg_dsn, stack.kafka_bootstrap)
+    finally:
+        if started_here:
+            stack.down()
+    print("\nsummary\n" + format_table(figures))
+    if failed:
+        print(f"failed: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+def _run(names: list[str], pg_dsn: str, kafka_bootstrap: str) -> tuple[list[str], list[Figure]]:
+    """Each benchmark in a process of its own; the ones that failed, and every figure."""
     env = {
         **os.environ,
-        "CHANGEBROKER_PG_DSN": stack.pg_dsn,
-        "CHANGEBROKER_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
+        "CHANGEBROKER_PG_DSN": pg_dsn,
+        "CHANGEBROKER_KAFKA_BOOTSTRAP": kafka_bootstrap,
     }
     failed: list[str] = []
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as results:
@@ -59,10 +74,7 @@ def main(argv: list[str]) -> int:
         figures = [
             Figure(**json.loads(line)) for line in Path(results.name).read_text().splitlines()
         ]
-    print("\nsummary\n" + format_table(figures))
-    if failed:
-        print(f"failed: {', '.join(failed)}")
-    return 1 if failed else 0
+    return failed, figures
 
 
 if __name__ == "__main__":
