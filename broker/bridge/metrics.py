@@ -4,7 +4,7 @@ table, or an outbox event type) events, lag and whether it is stopped; snapshot 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -13,44 +13,68 @@ from prometheus_client.metrics_core import Metric
 PREFIX = "changebroker_bridge"
 
 
+Unit = Mapping[str, Any]
+
+# Per unit: (family, name, help, value of a unit's status at time `now`).
+Family = type[CounterMetricFamily | GaugeMetricFamily]
+
+PER_UNIT: tuple[tuple[Family, str, str, Callable[[Unit, float], float]], ...] = (
+    (
+        CounterMetricFamily,
+        "events",
+        "Events committed to Kafka, per unit.",
+        lambda unit, now: unit["events"],
+    ),
+    (
+        GaugeMetricFamily,
+        "lag_bytes",
+        "WAL bytes between a unit's position and the changeserver's newest change.",
+        lambda unit, now: unit["lag_bytes"],
+    ),
+    (
+        GaugeMetricFamily,
+        "lag_seconds",
+        "While a unit is behind: the age of the newest change it committed; 0 caught up.",
+        lambda unit, now: _lag_seconds(unit, now),
+    ),
+    (
+        GaugeMetricFamily,
+        "stopped",
+        "1 while a unit is stopped waiting for an operator.",
+        lambda unit, now: int(unit["stopped"] is not None),
+    ),
+)
+
+# Per table with a snapshot: (name, help, value of the snapshot run's status).
+PER_SNAPSHOT: tuple[tuple[str, str, Callable[[Unit], float]], ...] = (
+    (
+        "snapshot_rows_read",
+        "Rows the table's newest snapshot has read and committed.",
+        lambda run: run["rows_read"],
+    ),
+    (
+        "snapshot_rows_estimated",
+        "Rows the table had when that snapshot started (pg_class.reltuples).",
+        lambda run: run["estimated_rows"],
+    ),
+    (
+        "snapshot_running",
+        "1 while the table's snapshot runs.",
+        lambda run: int(run["state"] == "running"),
+    ),
+)
+
+
 class BridgeCollector:
     def __init__(self, status: Any) -> None:
         self.status = status  # () -> the bridge's /status body
 
     def collect(self) -> Iterator[Metric]:
         status = self.status()
-        units: dict[str, dict[str, Any]] = status["units"]
+        units: dict[str, Unit] = status["units"]
         now = time.time()
-        counter, gauge = CounterMetricFamily, GaugeMetricFamily
-
-        def lag_seconds(unit: Mapping[str, Any]) -> float:
-            behind = unit["lag_bytes"] > 0 and unit["commit_time"]
-            return max(0.0, now - unit["commit_time"]) if behind else 0
-
-        yield _per_unit(
-            counter,
-            "events",
-            "Events committed to Kafka, per unit.",
-            {u: v["events"] for u, v in units.items()},
-        )
-        yield _per_unit(
-            gauge,
-            "lag_bytes",
-            "WAL bytes between a unit's position and the changeserver's newest change.",
-            {u: v["lag_bytes"] for u, v in units.items()},
-        )
-        yield _per_unit(
-            gauge,
-            "lag_seconds",
-            "While a unit is behind: the age of the newest change it committed; 0 caught up.",
-            {u: lag_seconds(v) for u, v in units.items()},
-        )
-        yield _per_unit(
-            gauge,
-            "stopped",
-            "1 while a unit is stopped waiting for an operator.",
-            {u: int(v["stopped"] is not None) for u, v in units.items()},
-        )
+        for kind, name, help_text, value in PER_UNIT:
+            yield _per_unit(kind, name, help_text, {u: value(v, now) for u, v in units.items()})
         yield _single(
             "stopped_units",
             "Units stopped waiting for an operator.",
@@ -63,28 +87,19 @@ class BridgeCollector:
             status["lag_bytes"],
         )
         runs = {u: v["snapshot"] for u, v in units.items() if v["snapshot"]}
-        yield _per_unit(
-            gauge,
-            "snapshot_rows_read",
-            "Rows the table's newest snapshot has read and committed.",
-            {u: run["rows_read"] for u, run in runs.items()},
-        )
-        yield _per_unit(
-            gauge,
-            "snapshot_rows_estimated",
-            "Rows the table had when that snapshot started (pg_class.reltuples).",
-            {u: run["estimated_rows"] for u, run in runs.items()},
-        )
-        yield _per_unit(
-            gauge,
-            "snapshot_running",
-            "1 while the table's snapshot runs.",
-            {u: int(run["state"] == "running") for u, run in runs.items()},
-        )
+        for name, help_text, of_run in PER_SNAPSHOT:
+            yield _per_unit(
+                GaugeMetricFamily, name, help_text, {u: of_run(run) for u, run in runs.items()}
+            )
+
+
+def _lag_seconds(unit: Unit, now: float) -> float:
+    behind = unit["lag_bytes"] > 0 and unit["commit_time"]
+    return max(0.0, now - unit["commit_time"]) if behind else 0
 
 
 def _per_unit(
-    kind: type[CounterMetricFamily | GaugeMetricFamily],
+    kind: Family,
     name: str,
     help_text: str,
     values: Mapping[str, float],

@@ -4,17 +4,15 @@
 One stack and one workload serve the whole story, since every Spark run and every stack is
 slow on a small machine: a snapshot at recorded cursors equals the database as it was then;
 a subscription from that snapshot's manifest brings it to the final state while writes go on,
-no eid twice; an incremental snapshot equals a full one and the final state; a replay killed
-while writing leaves the previous snapshot the newest.
+no eid twice; an incremental snapshot equals a full one and the final state. (A replay killed
+while writing: tests/replay/test_delta_and_killed_runs.py.)
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -32,7 +30,7 @@ from pyspark.sql import SparkSession
 
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import CliProcess
-from replay import ReplayOptions, run_replay, snapshots
+from replay import ReplayOptions, run_replay
 from replay.snapshots import Manifest
 from tests.broker.subscription_support import Stream, commit
 from tests.support.bridge_stack import Rebuilt, Stack, rebuilding, table_rows
@@ -342,34 +340,3 @@ def test_snapshots_equal_the_database_and_hand_off_to_the_stream(
     assert rows == {table: len(final[table]) for table in TABLES}
     assert "extra" in [c.name for c in full.tables["public.items"].columns]
     assert len(full.tables["public.items"].schema_versions) >= 2
-
-    # Killed while writing: the newest snapshot is still the last complete one.
-    assert snapshots.newest(out).snapshot_id == full.snapshot_id  # type: ignore[union-attr]
-    _kill_while_writing(stack, out)
-    assert snapshots.newest(out).snapshot_id == full.snapshot_id  # type: ignore[union-attr]
-
-
-def _kill_while_writing(stack: Stack, out: Path) -> None:
-    """``changebroker replay`` SIGKILLed (with its JVM) while it writes its tables, before the
-    manifest."""
-    before = {d.name for d in out.iterdir()}
-    process = subprocess.Popen(
-        [
-            sys.executable, "-m", "changebroker.cli", "replay", "--full", "--master", "local[1]",
-            "--broker-url", stack.broker_url, "--kafka-bootstrap", stack.kafka_bootstrap,
-            "--out", str(out), "--prefix", stack.prefix,
-        ],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-
-    def writing_tables() -> bool:
-        assert process.poll() is None, "the replay ended before it could be killed"
-        return any(any(d.glob("tables/*")) for d in out.iterdir() if d.name not in before)
-
-    try:
-        wait_until(writing_tables, timeout=180, interval=0.01, what="the tables to be written")
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
-    killed = [d for d in out.iterdir() if d.name not in before]
-    assert len(killed) == 1 and not (killed[0] / snapshots.MANIFEST).exists()
