@@ -27,7 +27,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -549,6 +549,7 @@ def audit(what: str, principal: Principal | None, resource: str, **more: Any) ->
     )
 
 
+@dataclass
 class AuthMiddleware:
     """Authenticates every request but those to ``open_paths`` and checks the scope its
     method and path need; a refusal is answered with ``refuse(status, message)`` in the
@@ -556,24 +557,14 @@ class AuthMiddleware:
     ``open_prefixes``: paths under these are open too; ``token_of``: where the token is (the
     ``Authorization`` header unless told)."""
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        authenticator: Authenticator,
-        refuse: Refuse,
-        *,
-        open_paths: frozenset[str] = frozenset(),
-        open_prefixes: tuple[str, ...] = (),
-        scope_of: ScopeOf = lambda method, path: None,
-        token_of: TokenOf = bearer_of,
-    ) -> None:
-        self.app = app
-        self.authenticator = authenticator
-        self.refuse = refuse
-        self.open_paths = open_paths
-        self.open_prefixes = open_prefixes
-        self.scope_of = scope_of
-        self.token_of = token_of
+    app: ASGIApp
+    authenticator: Authenticator
+    refuse: Refuse
+    _: KW_ONLY
+    open_paths: frozenset[str] = frozenset()
+    open_prefixes: tuple[str, ...] = ()
+    scope_of: ScopeOf = lambda method, path: None
+    token_of: TokenOf = bearer_of
 
     def is_open(self, path: str) -> bool:
         return path in self.open_paths or path.startswith(self.open_prefixes)

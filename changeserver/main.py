@@ -14,7 +14,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from changebroker import auth, config, http
-from changebroker.stack.state import default_state_dir
+from changebroker.stack.state import default_snapshots_dir
 from changeserver.server import DEFAULT_ADMIN_SCOPE, DEFAULT_READ_SCOPE, ChangeServer, Settings
 
 SCOPE = "changeserver"
@@ -80,7 +80,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     option(
         "--snapshots-dir",
         type=Path,
-        default=default_state_dir() / "snapshots",
+        default=default_snapshots_dir(),
         help="the replay's snapshots, served at /snapshots",
     )
     auth.add_options(parser)

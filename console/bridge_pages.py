@@ -64,7 +64,7 @@ def routes(console: Console) -> list[BaseRoute]:
 
     async def show(request: Request) -> Response:
         status, health = await gather(up.bridge("GET", "/status"), up.bridge("GET", "/health"))
-        body = status.body if isinstance(status.body, dict) else {}
+        body = status.fields
         units = [unit_of(n, i) for n, i in sorted((body.get("units") or {}).items())]
         return console.page(
             request,
@@ -72,7 +72,7 @@ def routes(console: Console) -> list[BaseRoute]:
             title="Bridge",
             problem=status.problem,
             status=body,
-            health=health.body if isinstance(health.body, dict) else {},
+            health=health.fields,
             units=units,
             chart=svg_chart(
                 console.history.get("bridge:lag_bytes"), title="Bridge lag", unit="WAL bytes"

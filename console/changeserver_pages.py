@@ -27,7 +27,7 @@ def routes(console: Console) -> list[BaseRoute]:
             ),
             up.changeserver_mgmt("/status"),
         )
-        bounds = changes.body if isinstance(changes.body, dict) else {}
+        bounds = changes.fields
         return console.page(
             request,
             "changeserver.html",

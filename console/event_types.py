@@ -100,7 +100,7 @@ def routes(console: Console) -> list[BaseRoute]:
             old, new = by_version[left].get("schema"), by_version[right].get("schema")
             rows = diff.side_by_side(old, new)
             added, removed = diff.field_changes(old, new)
-        body = event_type.body if isinstance(event_type.body, dict) else {}
+        body = event_type.fields
         return console.page(
             request,
             "event_type.html",
@@ -141,7 +141,7 @@ def routes(console: Console) -> list[BaseRoute]:
         count = await up.broker(
             "GET", f"{base}/partitions/{partition}", params={"consumed_offset": "begin"}
         )
-        info = count.body if isinstance(count.body, dict) else {}
+        info = count.fields
         total = int(info.get("unconsumed_events") or 0)
         newest = info.get("newest_available_offset")
         end = max(0, total - page * EVENTS_PAGE)  # events of this page: [start, end)

@@ -46,7 +46,7 @@ class Arrow:
 def health_of(service: str, check: str, reply: Reply) -> Health:
     if not reply.answered:
         return Health(service, check, reply.url, False, f"no answer: {reply.error}")
-    body = reply.body if isinstance(reply.body, dict) else {}
+    body = reply.fields
     detail = str(body.get("status") or reply.text.strip()[:120] or reply.status)
     if body.get("reason"):
         detail += f" ({body['reason']})"
@@ -113,8 +113,8 @@ def pipeline(
     broker: Reply,
 ) -> tuple[list[Stage], list[Arrow]]:
     history = console.history
-    changes_body: dict[str, Any] = changes.body if isinstance(changes.body, dict) else {}
-    status_body: dict[str, Any] = status.body if isinstance(status.body, dict) else {}
+    changes_body: dict[str, Any] = changes.fields
+    status_body: dict[str, Any] = status.fields
     last = changes_body.get("lastSequence")
     position = status_body.get("position")
     units = status_body.get("units") or {}

@@ -32,7 +32,7 @@ def routes(console: Console) -> list[BaseRoute]:
         query = request.query_params.get("q", "").strip().lower()
         page = page_number(request)
         reply = await up.registry("GET", "/subjects", params=scope)
-        names = reply.body.get("name", []) if isinstance(reply.body, dict) else []
+        names = reply.fields.get("name", [])
         found = sorted(n for n in names if query in n.lower())
         return console.page(
             request,
@@ -55,7 +55,7 @@ def routes(console: Console) -> list[BaseRoute]:
             up.registry("GET", base + "/versions", params=scope),
             up.registry("GET", f"/config/{quote(name)}", params=scope),
         )
-        numbers = versions.body.get("version", []) if isinstance(versions.body, dict) else []
+        numbers = versions.fields.get("version", [])
         shown = request.query_params.get("version") or (str(numbers[-1]) if numbers else "")
         schema: Reply | None = None
         if shown:
@@ -63,7 +63,7 @@ def routes(console: Console) -> list[BaseRoute]:
                 "GET", f"{base}/versions/{quote(shown)}/schema", params=scope
             )
         replies = [r for r in (versions, config, schema) if r is not None]
-        found: Any = schema.body if schema and isinstance(schema.body, dict) else {}
+        found: Any = schema.fields if schema else {}
         body: dict[str, Any] = found.get("schema") if isinstance(found.get("schema"), dict) else {}
         definition = body.get("schemaDefinition")
         return console.page(
@@ -79,7 +79,7 @@ def routes(console: Console) -> list[BaseRoute]:
             definition=json.dumps(definition, indent=2, sort_keys=True)
             if isinstance(definition, dict | list)
             else definition,
-            compatibility=config.body.get("compatibility") if isinstance(config.body, dict) else "",
+            compatibility=config.fields.get("compatibility", ""),
             checked=checked,
             sent=sent,
         )

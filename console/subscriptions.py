@@ -45,7 +45,7 @@ def routes(console: Console) -> list[BaseRoute]:
         if event_type:
             params.append(("event_type", event_type))
         reply = await up.broker("GET", "/subscriptions", params=params)
-        body = reply.body if isinstance(reply.body, dict) else {}
+        body = reply.fields
         return console.page(
             request,
             "subscriptions.html",
@@ -72,7 +72,7 @@ def routes(console: Console) -> list[BaseRoute]:
         )
         if subscription.status == 404:
             return console.not_found(request, f"subscription {sid}")
-        stats_items = stats.body.get("items", []) if isinstance(stats.body, dict) else []
+        stats_items = stats.fields.get("items", [])
         streams = sorted(
             {
                 p["stream_id"]
@@ -87,10 +87,10 @@ def routes(console: Console) -> list[BaseRoute]:
             title=f"Subscription {sid}",
             sid=sid,
             problems=[r.problem for r in (subscription, stats, cursors) if r.problem],
-            subscription=subscription.body if isinstance(subscription.body, dict) else {},
+            subscription=subscription.fields,
             stats=stats_items,
             streams=streams,
-            cursors=cursors.body.get("items", []) if isinstance(cursors.body, dict) else [],
+            cursors=cursors.fields.get("items", []),
             chart=svg_chart(
                 console.history.get(f"subscription:{sid}"),
                 title="Unconsumed events",

@@ -47,6 +47,12 @@ class Reply:
         return self.status != 0
 
     @property
+    def fields(self) -> dict[str, Any]:
+        """The body when it is a JSON object; ``{}`` for an error text, a list or no answer, so
+        a page shows what it has."""
+        return self.fields
+
+    @property
     def problem(self) -> str:
         """What went wrong, in one line, for a page to show."""
         if not self.answered:

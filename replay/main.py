@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from changebroker import auth, config, http
-from changebroker.stack.state import default_state_dir
+from changebroker.stack.state import default_snapshots_dir
 from replay import schedule
 from replay.catalog import CatalogError
 from replay.columns import NoPrimaryKey
@@ -45,7 +45,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     option(
         "--out",
         type=Path,
-        default=default_state_dir() / "snapshots",
+        default=default_snapshots_dir(),
         help="the directory snapshots are written to and read from",
     )
     # A client of the broker like the bridge: its token and the CA it trusts.

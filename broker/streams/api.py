@@ -13,6 +13,7 @@ import json
 import logging
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -127,31 +128,25 @@ def cursor_errors_as(error: type[BrokerError]) -> Iterator[None]:
         raise error(str(exc)) from None
 
 
+@dataclass(frozen=True)
 class Reading:
-    def __init__(
-        self,
-        resolve: TopicResolver,
-        kafka_bootstrap: str,
-        watermarks: Watermarks,
-        access: Access,
-    ) -> None:
-        self._resolve = resolve
-        self._bootstrap = kafka_bootstrap
-        self._watermarks = watermarks
-        self._access = access
+    resolve: TopicResolver
+    kafka_bootstrap: str
+    watermarks: Watermarks
+    access: Access
 
     async def _readable(self, request: Request) -> EventTypeTopic:
         """The event type the path names (else 404), if the caller may read it (else 403)."""
         name = request.path_params["name"]
         topic = await self._topic(name)
-        await self._access.require_event_type(principal_of(request), name, "read")
+        await self.access.require_event_type(principal_of(request), name, "read")
         return topic
 
     async def _marks(self, topic: EventTypeTopic) -> dict[int, Watermark]:
-        return await self._watermarks.of(topic.topic, range(topic.partitions))
+        return await self.watermarks.of(topic.topic, range(topic.partitions))
 
     async def _topic(self, name: str) -> EventTypeTopic:
-        topic = await self._resolve(name)
+        topic = await self.resolve(name)
         if topic is None:
             raise EventTypeNotFound(name)
         return topic
@@ -160,7 +155,7 @@ class Reading:
         name = request.path_params["name"]
         topic = await self._topic(name)
         principal = principal_of(request)
-        await self._access.require_consume(principal, [name])
+        await self.access.require_consume(principal, [name])
         limits = parse_limits(request.query_params)
         header = request.headers.get("x-nakadi-cursors")
         cursors: list[Cursor] | None = None
@@ -178,8 +173,8 @@ class Reading:
                 if cursors
                 else {p: mark.newest_position for p, mark in marks.items()}
             )
-        stream = EventStream(self._bootstrap, topic.topic, positions, limits, topic.timeline)
-        batches = self._access.guarded(stream.batches(), principal, [name])
+        stream = EventStream(self.kafka_bootstrap, topic.topic, positions, limits, topic.timeline)
+        batches = self.access.guarded(stream.batches(), principal, [name])
         return _StreamResponse(stream, batches, _wants_gzip(request))
 
     async def partitions(self, request: Request) -> Response:
@@ -209,7 +204,7 @@ class Reading:
         if not partition_text.isdigit() or int(partition_text) >= topic.partitions:
             raise NotFound(f"partition {partition_text} not found in {name}")
         partition = int(partition_text)
-        mark = (await self._watermarks.of(topic.topic, [partition]))[partition]
+        mark = (await self.watermarks.of(topic.topic, [partition]))[partition]
         consumed_offset = request.query_params.get("consumed_offset")
         if consumed_offset is None:
             return JSONResponse(partition_view(partition, mark, topic.timeline))

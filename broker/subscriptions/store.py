@@ -133,13 +133,13 @@ def valid_id(text: str) -> bool:
     return True
 
 
+@dataclass(frozen=True)
 class Subscriptions:
     """Subscriptions in Postgres; every method asks Postgres, so broker processes agree."""
 
-    def __init__(self, store: Store, resolve: TopicResolver, watermarks: Watermarks) -> None:
-        self.store = store
-        self.resolve = resolve
-        self.watermarks = watermarks
+    store: Store
+    resolve: TopicResolver
+    watermarks: Watermarks
 
     async def get(self, subscription_id: str) -> Subscription | None:
         if not valid_id(subscription_id):

@@ -19,6 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
@@ -29,6 +30,7 @@ from starlette.routing import BaseRoute, Route
 from broker import bodies, metrics
 from broker.access import Access
 from broker.errors import BadRequest, SubscriptionNotFound
+from broker.event_types.store import Store
 from broker.streams.api import BatchStreamResponse, _wants_gzip
 from broker.streams.cursors import OffsetFormatError, format_offset, parse_offset
 from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS
@@ -81,21 +83,17 @@ class _SessionResponse(BatchStreamResponse):
             self._waiter.close()
 
 
+@dataclass(frozen=True)
 class SubscriptionStreams:
-    def __init__(
-        self,
-        subscriptions: Subscriptions,
-        coordinator: Coordinator,
-        bootstrap: str,
-        watermarks: Watermarks,
-        access: Access,
-    ) -> None:
-        self.access = access
-        self.subscriptions = subscriptions
-        self.store = subscriptions.store
-        self.coordinator = coordinator
-        self.bootstrap = bootstrap
-        self.watermarks = watermarks
+    subscriptions: Subscriptions
+    coordinator: Coordinator
+    bootstrap: str
+    watermarks: Watermarks
+    access: Access
+
+    @property
+    def store(self) -> Store:
+        return self.subscriptions.store
 
     async def _subscription(self, request: Request) -> Subscription:
         """The subscription the path names."""

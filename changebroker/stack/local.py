@@ -178,8 +178,7 @@ class LocalStack:
 
     @property
     def snapshots_dir(self) -> Path:
-        """Where the replay writes snapshots and the changeserver serves them from."""
-        return self.state.root / "snapshots"
+        return self.state.snapshots
 
     @property
     def scheme(self) -> str:

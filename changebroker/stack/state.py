@@ -13,6 +13,10 @@ def default_state_dir() -> Path:
     return Path(os.environ.get("CHANGEBROKER_STATE_DIR") or REPO_ROOT / ".state")
 
 
+def default_snapshots_dir() -> Path:
+    return StateDir(default_state_dir()).snapshots
+
+
 @dataclass(frozen=True)
 class StateDir:
     root: Path
@@ -35,6 +39,12 @@ class StateDir:
             return self._dir("cache")
         Path(chosen).mkdir(parents=True, exist_ok=True)
         return Path(chosen)
+
+    @property
+    def snapshots(self) -> Path:
+        """Where the replay writes snapshots and the changeserver serves them from; the replay
+        makes it, so that a changeserver never serves an empty directory by mistake."""
+        return self.root / "snapshots"
 
     def data(self, name: str) -> Path:
         path = self._dir("data") / name
