@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from registry.compat.model import SchemaError, Violation
+from registry.compat.model import PairWalk, SchemaError, Violation
 from registry.compat.rules import Rule
 
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
@@ -321,7 +321,7 @@ def _matches(reader: Node, writer: Node, *, exact: bool) -> bool:
 
 class _Resolution:
     def __init__(self) -> None:
-        self.active: set[tuple[int, int]] = set()
+        self.pairs = PairWalk()
 
     def read(self, reader: Node, writer: Node, path: str) -> list[Violation]:
         if writer.kind == "union":
@@ -364,14 +364,7 @@ class _Resolution:
                     f" {writer.fullname}; add an alias to the reader to rename it",
                 )
             ]
-        key = (id(reader), id(writer))
-        if key in self.active:
-            return []  # a recursive type coming back: the enclosing walk decides
-        self.active.add(key)
-        try:
-            return self._same_kind(reader, writer, path)
-        finally:
-            self.active.discard(key)
+        return self.pairs.compare(reader, writer, lambda: self._same_kind(reader, writer, path))
 
     def _same_kind(self, reader: Node, writer: Node, path: str) -> list[Violation]:
         if reader.kind == "record":

@@ -28,7 +28,7 @@ from jsonschema.exceptions import UnknownType
 from jsonschema.protocols import Validator as ValidatorProtocol
 from referencing.exceptions import Unresolvable
 
-from registry.compat.model import Violation
+from registry.compat.model import PairWalk, Violation
 from registry.compat.rules import Rule
 
 # Keywords that never change which documents are valid.
@@ -291,7 +291,7 @@ class _Comparison:
         self.refs = _has_ref(reader_root) or _has_ref(writer_root)
         # (reader node, writer node) pairs under comparison: a recursive $ref that
         # comes back to one of them is assumed compatible (the rest of the walk decides).
-        self.active: set[tuple[int, int]] = set()
+        self.pairs = PairWalk()
 
     @functools.cached_property
     def reader_validator(self) -> ValidatorProtocol:
@@ -370,14 +370,7 @@ class _Comparison:
                     " so nothing can be promised about it",
                 ),
             ]
-        key = (id(r), id(w))
-        if key in self.active:
-            return []
-        self.active.add(key)
-        try:
-            return self._compare(r, w, path)
-        finally:
-            self.active.discard(key)
+        return self.pairs.compare(r, w, lambda: self._compare(r, w, path))
 
     def _compare(self, r: Any, w: Any, path: str) -> list[Violation]:
         if w is False or _is_trivial(r):

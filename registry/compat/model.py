@@ -1,8 +1,10 @@
-"""The engine's vocabulary: modes, violations, Nakadi version levels."""
+"""The engine's vocabulary: modes, violations, Nakadi version levels; the pair walk both checkers
+use against recursive types."""
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from registry.compat.rules import Rule
@@ -32,6 +34,27 @@ class Violation:
     path: str  # JSON-pointer style location in the schema, e.g. "#/properties/price/type"
     rule: Rule  # what was broken, from the table in rules.py (e.g. "type-narrowed")
     message: str  # one sentence a person understands
+
+
+class PairWalk:
+    """Compares each (reader, writer) pair of nodes once at a time: a recursive type coming
+    back to a pair already under comparison adds nothing, since the enclosing comparison of
+    that pair decides."""
+
+    def __init__(self) -> None:
+        self._active: set[tuple[int, int]] = set()
+
+    def compare(
+        self, reader: object, writer: object, compare: Callable[[], list[Violation]]
+    ) -> list[Violation]:
+        key = (id(reader), id(writer))
+        if key in self._active:
+            return []
+        self._active.add(key)
+        try:
+            return compare()
+        finally:
+            self._active.discard(key)
 
 
 class Level(enum.StrEnum):
