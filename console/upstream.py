@@ -50,7 +50,7 @@ class Reply:
     def fields(self) -> dict[str, Any]:
         """The body when it is a JSON object; ``{}`` for an error text, a list or no answer, so
         a page shows what it has."""
-        return self.fields
+        return self.body if isinstance(self.body, dict) else {}
 
     @property
     def problem(self) -> str:
