@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 
 from changebroker import pg
-from changebroker.stack.local import LocalStack, Ports
+from changebroker.cli import stack_from_env
+from changebroker.stack.local import LocalStack
 from changebroker.stack.run import broker_process
-from changebroker.stack.state import StateDir, default_state_dir
 
 
 def rss_bytes(pid: int) -> int:
@@ -40,7 +40,7 @@ def server_cpu(pid: int) -> float:
 
 
 def local_stack() -> LocalStack:
-    return LocalStack.from_env(StateDir(default_state_dir()), Ports())
+    return stack_from_env()
 
 
 def pg_server_dsn() -> str:

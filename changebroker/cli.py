@@ -74,6 +74,15 @@ def _stack(args: argparse.Namespace) -> LocalStack:
     return stack
 
 
+def stack_from_env() -> LocalStack:
+    """The local stack as ``changebroker up`` without options addresses it: its state dir and
+    ports from the environment (``CHANGEBROKER_STATE_DIR``, ``CHANGEBROKER_PG_PORT``, ...) or
+    their defaults."""
+    parser = argparse.ArgumentParser()
+    _stack_options(parser)
+    return _stack(parser.parse_args([]))
+
+
 def _print_endpoints(endpoints: dict[str, dict[str, object]]) -> None:
     for name, info in endpoints.items():
         where = info.get("dsn") or info.get("bootstrap") or info.get("url")
