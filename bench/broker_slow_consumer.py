@@ -23,6 +23,7 @@ import httpx
 import psycopg
 from confluent_kafka import Producer
 
+from bench import services
 from bench.report import Figure, report
 from bench.services import rss_bytes
 from changebroker import kafka, pg
@@ -49,10 +50,8 @@ def _fill(bootstrap: str, topic: str) -> None:
 
 
 def main() -> int:
-    server_dsn = os.environ.get(
-        "CHANGEBROKER_PG_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"
-    )
-    bootstrap = os.environ.get("CHANGEBROKER_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    server_dsn = services.pg_server_dsn()
+    bootstrap = services.kafka_bootstrap()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with (
