@@ -35,6 +35,12 @@ from registry.compat.nakadi import closed
 
 DRAFT_04 = "http://json-schema.org/draft-04/schema#"
 UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+# Valid by the grammar alone (days every month has, times within a day, offsets within a
+# day, ASCII digits, year 0001 on): most timestamps, without the calendar check's ~0.3 us.
+_PLAIN_RFC3339 = re.compile(
+    r"(?!0000)[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])[Tt]([01][0-9]|2[0-3]):[0-5][0-9]"
+    r":[0-5][0-9](\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])\Z"
+)
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
 
@@ -92,8 +98,12 @@ def build(
 
 def is_date_time(value: object) -> bool:
     """RFC 3339 ``date-time``: the grammar, and a real calendar date and time."""
-    if not isinstance(value, str) or not _RFC3339.match(value):
-        return not isinstance(value, str)
+    if not isinstance(value, str):
+        return True
+    if _PLAIN_RFC3339.match(value):
+        return True
+    if not _RFC3339.match(value):
+        return False
     try:
         datetime.fromisoformat(value.upper())
     except ValueError:

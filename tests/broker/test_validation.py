@@ -9,6 +9,9 @@ accepts an event, accepts exactly what fastjsonschema accepts.
 
 from __future__ import annotations
 
+import itertools
+import re
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -213,3 +216,38 @@ def test_error_names_the_path() -> None:
     error = EventValidator(schema).first_error(EVENTS[1])
     assert error is not None
     assert error.startswith("#/metadata/eid: must match pattern")
+
+
+def _calendar_date_time(value: str) -> bool:
+    if not re.match(
+        r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$", value
+    ):
+        return False
+    try:
+        datetime.fromisoformat(value.upper())
+    except ValueError:
+        return False
+    return True
+
+
+def test_date_time_shortcut_gives_the_calendars_verdict() -> None:
+    # The grammar-only shortcut must accept nothing the calendar check refuses: leap days,
+    # 24:00, leap seconds, year 0000, non-ASCII digits, a trailing newline.
+    pieces = [
+        ["0000", "0001", "2000", "2023", "2024", "٢٠٢٦"],
+        ["-"],
+        ["00", "01", "02", "12", "13"],
+        ["-"],
+        ["00", "01", "28", "29", "30", "31"],
+        ["T", "t", " "],
+        ["00", "23", "24"],
+        [":"],
+        ["59", "60"],
+        [":"],
+        ["00", "60"],
+        ["", ".5", "."],
+        ["Z", "z", "+23:59", "-24:00", "+01:60", "+0100", "", "Z\n"],
+    ]
+    for parts in itertools.product(*pieces):
+        value = "".join(parts)
+        assert is_date_time(value) == _calendar_date_time(value), value
