@@ -395,7 +395,7 @@ class Session:
             )
             messages = []
             sendable = allowance > waiting and bool(self._streaming)
-            if self._streaming:
+            if self._streaming and (self._ahead.count or not sendable):
                 await self._read_ahead(0.0)
             if sendable:
                 messages = self._from_ahead(allowance)
