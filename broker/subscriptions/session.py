@@ -39,6 +39,7 @@ from broker.streams.event_stream import (
     poll,
 )
 from broker.streams.watermarks import consumer_config
+from broker.subscriptions.read_ahead import READ_AHEAD_EVENTS, ReadAhead
 from broker.subscriptions.store import (
     PartitionKey,
     Subscription,
@@ -155,6 +156,7 @@ class Session:
         self._topics = dict(topics)
         self._changed = changed
         self._batcher = Batcher(params.limits)
+        self._ahead = ReadAhead()
         self._streaming: dict[PartitionKey, _Batch] = {}
         # Partitions given up but still held: the offset last sent, until it is committed.
         self._releasing: dict[PartitionKey, int] = {}
@@ -286,11 +288,14 @@ class Session:
         )
         self._streaming[key] = batch
         self._batcher.partitions[(topic.topic, key[1])] = batch
+        self._ahead.drop((topic.topic, key[1]))
 
     def _stop(self, key: PartitionKey, out: list[bytes]) -> None:
         """Stop sending a partition; what waits for its batch is sent first, to be committed."""
         batch = self._streaming.pop(key)
-        del self._batcher.partitions[(self._topics[key[0]].topic, key[1])]
+        topic_key = (self._topics[key[0]].topic, key[1])
+        del self._batcher.partitions[topic_key]
+        self._ahead.drop(topic_key)
         if batch.pending:
             out.append(batch.line())
         self._releasing[key] = batch.sent
@@ -378,8 +383,9 @@ class Session:
                 )
                 return
             # Nakadi sends at most max_uncommitted_events - uncommitted, in batches of
-            # min(batch_limit, that). Polls take no more than that less what already waits
-            # for its batch, so whatever waits can always be sent.
+            # min(batch_limit, that). The batcher is given no more than that less what already
+            # waits for its batch, so whatever waits can always be sent; the rest of what was
+            # read waits ahead.
             allowance = self._params.max_uncommitted - uncommitted
             waiting = sum(len(batch.pending) for batch in self._streaming.values())
             wake = min(
@@ -388,11 +394,16 @@ class Session:
                 (self._uncommitted_since or math.inf) + self._params.commit_timeout,
             )
             messages = []
-            if allowance > waiting and self._streaming:
-                wait = min(max(wake - now, 0.0), SUBSCRIPTION_POLL_SECONDS)
-                most = min(allowance - waiting, MESSAGES_PER_POLL)
-                messages = await self._kafka(self._poll, wait, most)
-            else:
+            sendable = allowance > waiting and bool(self._streaming)
+            if self._streaming and (self._ahead.count or not sendable):
+                await self._read_ahead(0.0)
+            if sendable:
+                messages = self._from_ahead(allowance)
+                if not messages and not self._ahead_full():
+                    # Nothing to give the batcher yet: wait for events.
+                    await self._read_ahead(min(max(wake - now, 0.0), SUBSCRIPTION_POLL_SECONDS))
+                    messages = self._from_ahead(allowance)
+            if not sendable or not (messages or self._ahead.room(self._ahead_most())):
                 with contextlib.suppress(TimeoutError):
                     # Bounded, so a stop request (``http.draining``) is noticed soon.
                     limit = min(wake - now, _DRAIN_CHECK_SECONDS)
@@ -403,10 +414,11 @@ class Session:
             # Asked to stop: what is batched goes out, then the stream ends whole.
             over = limit_reached or now >= ends_at or http.draining.is_set()
             # What waits fills the allowance, spread over partitions none of which has a full
-            # batch: nothing more is read before a commit, so it goes now, not at the flush
-            # timeout (Nakadi, reading ahead, would send as much in fuller batches).
+            # batch: the batcher gets nothing more before a commit, so it goes now, not at the
+            # flush timeout.
             waiting = sum(len(batch.pending) for batch in self._streaming.values())
             stuck = 0 < waiting >= self._params.max_uncommitted - self._uncommitted()
+            self._ahead.note_overdue(self._batcher.partitions, now)
             out += self._batcher.due(now, over or stuck)
             if out:
                 if debug:
@@ -417,6 +429,31 @@ class Session:
                 yield b"".join(out)
             if over or self._batcher.keep_alive_limit_reached():
                 return
+
+    def _ahead_most(self) -> int:
+        """Events read ahead at most: the allowance and a batch for every partition, or more
+        while they fit in the read-ahead's bytes."""
+        limits = self._params.limits
+        most = self._params.max_uncommitted + limits.batch_limit * len(self._streaming)
+        return max(most, READ_AHEAD_EVENTS)
+
+    def _ahead_full(self) -> bool:
+        return not self._ahead.room(self._ahead_most())
+
+    async def _read_ahead(self, wait: float) -> None:
+        """Reads what the read-ahead has room for; waits up to ``wait`` for the first event."""
+        if room := self._ahead.room(self._ahead_most()):
+            polled = await self._kafka(self._poll, wait, min(room, MESSAGES_PER_POLL))
+            self._ahead.add(polled, self._batcher.partitions)
+
+    def _from_ahead(self, allowance: int) -> list[Any]:
+        return self._ahead.take(
+            self._batcher.partitions,
+            allowance=allowance,
+            batch_limit=self._params.limits.batch_limit,
+            now=time.monotonic(),
+            full=self._ahead_full(),
+        )
 
     async def close(self) -> None:
         """The stream is over: what it sent stays committable for commit_timeout, the rest moves."""

@@ -110,6 +110,15 @@ def commit(
     )
 
 
+def next_committed(stream: Stream, client: httpx.Client, subscription_id: str) -> list[str]:
+    """The order numbers of the stream's next batch of events, committed through ``client``,
+    as a consumer committing every batch does."""
+    (batch,) = stream.read_events(1)
+    answer = commit(client, subscription_id, stream.id, [batch["cursor"]])
+    assert answer.status_code == 204, answer.text
+    return numbers([batch])
+
+
 def stats(client: httpx.Client, subscription_id: str, **params: Any) -> list[dict[str, Any]]:
     response = client.get(f"/subscriptions/{subscription_id}/stats", params=params)
     assert response.status_code == 200, response.text

@@ -27,6 +27,7 @@ from tests.broker.subscription_support import (
     Stream,
     commit,
     create,
+    next_committed,
     numbers,
     owners,
     published,
@@ -491,11 +492,44 @@ def test_events_filling_the_allowance_across_partitions_go_before_the_flush_time
     sid = create(client, [name], read_from="begin")["id"]
     publish(client, name, [order("a", "0"), order("b", "1")])
     started = time.monotonic()
-    # One event waits in each partition: no batch of min(4, 2) fills, and nothing more is
-    # read before a commit, so both go at once rather than after 20 s.
+    # One event waits in each partition: no batch of min(4, 2) fills, but together they are
+    # all the allowance lets out before a commit, so both go at once rather than after 20 s.
     stream = Stream(client, sid, batch_limit=4, max_uncommitted_events=2, batch_flush_timeout=20)
     got = stream.read_events(2)
     assert time.monotonic() - started < 10
     assert sorted(numbers(got)) == ["a", "b"] and all(len(b["events"]) == 1 for b in got)
     assert commit(other, sid, stream.id, [b["cursor"] for b in got]).status_code == 204
+    stream.close()
+
+
+def test_a_commit_frees_room_for_a_whole_batch_of_one_partition(
+    client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
+) -> None:
+    name = partitioned_type(make_event_type, 4)
+    sid = create(client, [name], read_from="begin")["id"]
+    publish(client, name, [order(f"{p}-{i}", str(p)) for i in range(20) for p in range(4)])
+    # Room for four batches of 5: each commit frees a whole batch's room, which goes to one
+    # partition's next 5 events, not 1 or 2 from each of the four.
+    stream = Stream(client, sid, batch_limit=5, max_uncommitted_events=20, **FAST)
+    sizes: list[int] = []
+    while sum(sizes) < 80:
+        sizes.append(len(next_committed(stream, other, sid)))
+    assert sizes == [5] * 16
+    stream.close()
+
+
+def test_a_quiet_partition_is_not_held_back_behind_a_busy_one(
+    client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
+) -> None:
+    name = partitioned_type(make_event_type, 2)
+    sid = create(client, [name], read_from="begin")["id"]
+    busy = 1000
+    publish(client, name, [order("quiet", "1"), *(order(f"busy-{i}", "0") for i in range(busy))])
+    stream = Stream(client, sid, batch_limit=2, max_uncommitted_events=2, **FAST)
+    # Partition 0 could fill every batch the allowance lets out, one commit at a time, for
+    # far longer than a flush timeout; partition 1's one event goes out at its flush timeout.
+    seen: list[str] = []
+    while "quiet" not in seen:
+        seen += next_committed(stream, other, sid)
+    assert len(seen) < busy, "the quiet partition's event waited for the busy one to run dry"
     stream.close()
