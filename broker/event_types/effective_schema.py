@@ -100,8 +100,11 @@ def is_date_time(value: object) -> bool:
     """RFC 3339 ``date-time``: the grammar, and a real calendar date and time."""
     if not isinstance(value, str):
         return True
-    if _PLAIN_RFC3339.match(value):
-        return True
+    return _PLAIN_RFC3339.match(value) is not None or is_calendar_date_time(value)
+
+
+def is_calendar_date_time(value: str) -> bool:
+    """The whole check, which ``is_date_time``'s shortcut must agree with."""
     if not _RFC3339.match(value):
         return False
     try:
