@@ -306,11 +306,13 @@ class Store:
         self, key: SubjectKey, version: int | None, definition: Any
     ) -> list[Violation]:
         """Violations of the subject's mode by ``definition`` against history up to ``version``."""
-        # The parsed history is kept until the registry's tables change.
+        # The parsed history, and each verdict on it, are kept until the registry's tables
+        # change: stored versions never change, so the same definition gets the same answer
+        # (clients check a schema again before registering it, and on every build).
+        generation = self.cache.generation
         cache_key = ("compatibility", key, version)
         kept: tuple[Mode, str | None, list[tuple[int, Any]]] | None = self.cache.get(cache_key)
         if kept is None:
-            generation = self.cache.generation
             async with self.pool.connection() as conn:
                 subject = await _get(conn, key)
                 row = await _version_row(conn, subject["id"], version)
@@ -323,7 +325,13 @@ class Store:
             self.cache.put(cache_key, kept, size, generation)
         mode, fmt, history = kept
         parsed = parse_definition(fmt, definition)
-        return _violations(mode, parsed.value, history, fmt)
+        verdict_key = ("verdict", key, version, parsed.canonical)
+        verdict: tuple[Violation, ...] | None = self.cache.get(verdict_key)
+        if verdict is None:
+            verdict = tuple(_violations(mode, parsed.value, history, fmt))
+            size = len(parsed.canonical) + sum(len(v.message) for v in verdict)
+            self.cache.put(verdict_key, verdict, size, generation)
+        return list(verdict)
 
 
 # -- in a transaction the caller holds ----------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
 from registry.app import create_app
+from tests.support.metrics import scrape
 
 SCHEMA = {"type": "object", "properties": {"id": {"type": "string"}}}
 
@@ -99,3 +100,38 @@ def test_another_registry_process_reads_this_ones_writes(
         check = {"schema": {**SCHEMA, "title": "v3"}}
         verdict = client.post(f"/compatibility/subjects/{subject}/versions/latest", json=check)
         assert verdict.json() == {"isCompatible": True, "violations": []}
+
+
+def test_a_kept_verdict_goes_when_the_subject_changes(client: httpx.Client, subject: str) -> None:
+    _register(client, subject, SCHEMA)
+    narrower = {"schema": {**SCHEMA, "required": ["id"]}}  # BACKWARD: old data may lack "id"
+    path = f"/compatibility/subjects/{subject}/versions/latest"
+
+    def verdict() -> bool:
+        answer = client.post(path, json=narrower)
+        assert answer.status_code == 200, answer.text
+        return bool(answer.json()["isCompatible"])
+
+    assert verdict() is False
+    assert verdict() is False  # kept
+    assert client.put(f"/config/{subject}", json={"compatibility": "NONE"}).status_code == 200
+    assert verdict() is True
+    assert client.put(f"/config/{subject}", json={"compatibility": "BACKWARD"}).status_code == 200
+    assert verdict() is False
+
+
+def test_a_compatibility_check_keeps_what_was_kept(
+    client: httpx.Client, registry_url: str, subject: str
+) -> None:
+    """A check writes nothing: the answers kept before it are still served from memory."""
+    _register(client, subject, SCHEMA)
+    versions = f"/subjects/{subject}/versions"
+    hits = "changebroker_registry_cache_requests_total"
+    client.get(versions)  # kept now
+    before = scrape(f"{registry_url}/metrics").total(hits, result="hit")
+    check = {"schema": {**SCHEMA, "title": "checked"}}
+    assert client.post(f"/compatibility/subjects/{subject}/versions/latest", json=check).json()[
+        "isCompatible"
+    ]
+    assert client.get(versions).json() == {"version": [1]}
+    assert scrape(f"{registry_url}/metrics").total(hits, result="hit") == before + 1
