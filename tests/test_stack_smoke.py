@@ -45,10 +45,12 @@ def _create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
     ].result(30)
 
 
-def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+def _produce(bootstrap: str, topic: str, values: list[bytes], partitions: int = 1) -> None:
+    """Round robin over ``partitions``: keyless records all go to one partition while the
+    producer's sticky partitioner fills a batch."""
     producer = Producer(kafka.producer_config(bootstrap))
-    for value in values:
-        producer.produce(topic, value)
+    for index, value in enumerate(values):
+        producer.produce(topic, value, partition=index % partitions)
     assert producer.flush(30) == 0
 
 
@@ -82,7 +84,7 @@ def test_spark_reads_the_kafka_topic(
 ) -> None:
     topic = unique_name("spark")
     _create_topic(kafka_bootstrap, topic, partitions=2)
-    _produce(kafka_bootstrap, topic, [f"row-{n}".encode() for n in range(10)])
+    _produce(kafka_bootstrap, topic, [f"row-{n}".encode() for n in range(10)], partitions=2)
     frame = (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", kafka_bootstrap)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import httpx
 
+from changebroker.stack.processes import wait_until
 from tests.support.metrics import scrape
 
 P = "changebroker_registry"
@@ -18,6 +19,14 @@ def test_metrics_count_what_the_registry_did(
     registry_url: str, unique_name: Callable[[str], str]
 ) -> None:
     subject = unique_name("metrics")
+
+    def listening() -> bool:
+        # Answers are kept (and counted as hits or misses) once the registry listens for
+        # changes, which a loaded machine can delay past the registry's start.
+        httpx.get(f"{registry_url}/subjects", timeout=30)
+        return scrape(f"{registry_url}/metrics").total(f"{P}_cache_requests_total") > 0
+
+    wait_until(listening, timeout=30, what="the registry to listen for changes")
     before = scrape(f"{registry_url}/metrics")
     with httpx.Client(base_url=registry_url, timeout=30) as client:
 
