@@ -39,6 +39,9 @@ FLOW_ID_HEADER = "x-flow-id"
 DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
 DEFAULT_IDLE_TIMEOUT = 5.0  # uvicorn's keep-alive default
+# How long a draining service keeps an idle keep-alive connection open: a request its client
+# sent as the drain began is answered (with ``connection: close``) instead of reset.
+DRAIN_IDLE_GRACE = 0.5
 access_log = logging.getLogger("changebroker.access")
 
 # Set once the process is asked to stop (SIGTERM, SIGINT): endless responses (event streams)
@@ -172,6 +175,8 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
     _header_deadline: asyncio.TimerHandle | None = None
     _header_bytes = 0
     _refused = False
+    _draining = False
+    _head_begun = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -184,6 +189,7 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._header_bytes = 0
+        self._head_begun = True
         self._arm_header_deadline()
 
     def on_url(self, url: bytes) -> None:
@@ -196,6 +202,7 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._disarm_header_deadline()
+        self._head_begun = False
         if self._refused:
             return
         # CONNECT is an upgrade to llhttp whatever its headers: left to uvicorn.
@@ -206,6 +213,30 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
             if cycle is not None and cycle.scope is self.scope:
                 scope: dict[str, Any] = self.scope  # type: ignore[assignment]
                 scope.setdefault("extensions", {})[RESPOND] = functools.partial(self.respond, cycle)
+                if self._draining:
+                    cycle.keep_alive = False
+
+    def shutdown(self) -> None:
+        """The server drains: a connection busy with a request closes after its response, as
+        in uvicorn. An idle one is not closed at once, as uvicorn would: its client may have
+        sent a request already, which a close would answer with a reset (and a client can
+        retry only what it knows was not sent). It is closed once it has been idle for
+        ``DRAIN_IDLE_GRACE``; a request arriving before that is answered, and the connection
+        closed after it."""
+        self._draining = True
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.keep_alive = False
+        else:
+            self.loop.call_later(DRAIN_IDLE_GRACE, self._close_if_idle)
+
+    def _close_if_idle(self) -> None:
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        if self._head_begun or (cycle is not None and not cycle.response_complete):
+            return  # a request came: its response closes the connection
+        self.transport.close()
 
     def respond(
         self,
