@@ -15,7 +15,7 @@ import pytest
 from changebroker.stack.processes import wait_until
 from changeserver.sequence import Sequence
 from changeserver.snapshots import SEQUENCE_HEADER
-from replay.job import ReplayOptions, run_replay
+from replay.job import run_replay
 from tests.support.bridge_stack import Stack
 
 pytestmark = pytest.mark.spark
@@ -186,14 +186,7 @@ def test_snapshot_then_changes_since_its_sequence_is_the_database(stack: Stack, 
             what="the bridge to publish 200 events",
         )
         # The replay runs while the writer and the bridge go on.
-        options = ReplayOptions(
-            broker_url=stack.broker_url,
-            kafka_bootstrap=stack.kafka_bootstrap,
-            out=stack.snapshots_dir,
-            prefix=stack.prefix,
-            bridge_name=stack.prefix,
-        )
-        manifest = run_replay(options, spark=spark, say=lambda line: None)
+        manifest = run_replay(stack.replay_options(), spark=spark, say=lambda line: None)
         assert manifest.changeserver_sequence is not None
         consumer = Consumer(stack.changeserver_url)
         boundary = consumer.load_snapshot()

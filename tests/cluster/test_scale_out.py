@@ -29,7 +29,7 @@ from pyspark.sql import SparkSession
 from broker.bridge.transactions import POSITIONS_TOPIC
 from changebroker import kafka
 from changebroker.stack.processes import wait_until
-from replay import ReplayOptions, run_replay
+from replay import run_replay
 from tests.broker.kafka_read import read_all, topic_of
 from tests.broker.subscription_support import create
 from tests.support.bank import TABLES as SCHEMA
@@ -283,13 +283,7 @@ def test_a_kafka_node_killed_twice_under_load_loses_nothing(
         assert rebuilt.duplicate_eids() == []
     bridge.stop()
 
-    options = ReplayOptions(
-        broker_url=stack.broker_url,
-        kafka_bootstrap=cluster.bootstrap,
-        out=tmp_path / "snapshots",
-        prefix=stack.prefix,
-        bridge_name=stack.prefix,
-    )
+    options = stack.replay_options(tmp_path / "snapshots", kafka_bootstrap=cluster.bootstrap)
     manifest = run_replay(options, spark)
     expected = {table: table_rows(stack.app_dsn, table) for table in TABLES}
     assert snapshot_tables(spark, manifest) == expected

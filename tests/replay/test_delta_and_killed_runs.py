@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from changebroker.chaos.faults import family
 from changebroker.stack.processes import wait_until
-from replay import ReplayOptions, run_replay, snapshots, writing
+from replay import run_replay, snapshots, writing
 from tests.support.bridge_stack import Rebuilt, Stack, rebuilding, table_rows
 from tests.support.replay_snapshots import snapshot_tables
 
@@ -69,10 +69,7 @@ def _running(pid: int) -> bool:
 
 def test_delta_tables_and_a_killed_run(stack: Stack, spark: SparkSession, tmp_path: Path) -> None:
     out = tmp_path / "snapshots"
-    options = ReplayOptions(
-        broker_url=stack.broker_url, kafka_bootstrap=stack.kafka_bootstrap, out=out,
-        prefix=stack.prefix, bridge_name=stack.prefix, format="delta",
-    )  # fmt: skip
+    options = stack.replay_options(out, format="delta")
     stack.sql(SCHEMA)
     stack.start_bridge()
     with rebuilding(stack) as rebuilt:

@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 from changebroker import cli
 from changebroker.stack.processes import wait_until
-from replay import ReplayOptions, run_replay
+from replay import run_replay
 from replay.columns import NoPrimaryKey
 from tests.support.bridge_stack import Stack, rebuilding
 from tests.support.replay_snapshots import snapshot_tables
@@ -77,10 +77,7 @@ def test_empty_topics_deleted_tables_and_a_refused_table_without_a_key(
             timeout=60,
             what="the bridge to publish every table",
         )
-    options = ReplayOptions(
-        broker_url=stack.broker_url, kafka_bootstrap=stack.kafka_bootstrap, out=out,
-        prefix=stack.prefix,
-    )  # fmt: skip
+    options = stack.replay_options(out)
     said: list[str] = []
     first = run_replay(options, spark, say=said.append)
     assert first.duration_seconds is not None and first.duration_seconds > 0

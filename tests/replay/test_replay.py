@@ -30,7 +30,7 @@ from pyspark.sql import SparkSession
 
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import CliProcess
-from replay import ReplayOptions, run_replay
+from replay import run_replay
 from replay.snapshots import Manifest
 from tests.broker.subscription_support import Stream, commit
 from tests.support.bridge_stack import Rebuilt, Stack, rebuilding, table_rows
@@ -233,17 +233,6 @@ def _quiet(rebuilt: Rebuilt) -> None:
         assert _differences(rebuilt.tables, _database(rebuilt.stack)) == []
 
 
-def _options(stack: Stack, out: Path, **overrides: Any) -> ReplayOptions:
-    return ReplayOptions(
-        broker_url=stack.broker_url,
-        kafka_bootstrap=stack.kafka_bootstrap,
-        out=out,
-        prefix=stack.prefix,
-        bridge_name=stack.prefix,
-        **overrides,
-    )
-
-
 def _handoff(
     stack: Stack, manifest: Manifest, loaded: dict[str, Rows], writer: threading.Thread
 ) -> Rebuilt:
@@ -307,7 +296,7 @@ def test_snapshots_equal_the_database_and_hand_off_to_the_stream(
         # Writes go on while the snapshot at the recorded cursors is made and handed off.
         writer = threading.Thread(target=workload.run, args=(100,))
         writer.start()
-        at_cursors = run_replay(_options(stack, out, until=json.dumps(cursors)), spark)
+        at_cursors = run_replay(stack.replay_options(out, until=json.dumps(cursors)), spark)
         writer.join()
         assert at_cursors.cursors == cursors
         loaded = snapshot_tables(spark, at_cursors)
@@ -326,12 +315,12 @@ def test_snapshots_equal_the_database_and_hand_off_to_the_stream(
         position = stack.status()["position"]
 
     # Incremental (from the snapshot above, the newest) equals full, and both the database.
-    incremental = run_replay(_options(stack, out), spark)
+    incremental = run_replay(stack.replay_options(out), spark)
     assert incremental.base_snapshot_id == at_cursors.snapshot_id
     # Ended where the bridge's position record says its events end: exact at its sequence.
     assert incremental.changeserver_sequence == position
     assert at_cursors.changeserver_sequence is None
-    full = run_replay(_options(stack, out, full=True), spark)
+    full = run_replay(stack.replay_options(out, full=True), spark)
     assert full.base_snapshot_id is None
     assert _differences(snapshot_tables(spark, incremental), final) == []
     assert snapshot_tables(spark, full) == snapshot_tables(spark, incremental)

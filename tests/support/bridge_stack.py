@@ -32,6 +32,7 @@ from changebroker.stack.run import CliProcess, serve_in_thread
 from changeserver.server import ChangeServer
 from changeserver.server import Settings as ChangeServerSettings
 from registry.app import create_app as registry_app
+from replay.job import ReplayOptions
 
 
 @dataclass
@@ -63,6 +64,18 @@ class Stack:
             block=1,
             **overrides,
         )
+
+    def replay_options(self, out: Path | None = None, **overrides: Any) -> ReplayOptions:
+        """A replay of this stack's bridge's event types into ``out`` (by default where the
+        changeserver's /snapshots reads), ending ``latest`` at the bridge's position."""
+        defaults: dict[str, Any] = {
+            "broker_url": self.broker_url,
+            "kafka_bootstrap": self.kafka_bootstrap,
+            "out": out or self.snapshots_dir,
+            "prefix": self.prefix,
+            "bridge_name": self.prefix,
+        }
+        return ReplayOptions(**{**defaults, **overrides})
 
     def start_bridge(self, **overrides: Any) -> Bridge:
         bridge = Bridge(self.settings(**overrides))
