@@ -736,25 +736,13 @@ class _Comparison:
         return found
 
     def _strings(self, r: Mapping[str, Any], w: Mapping[str, Any], path: str) -> list[Violation]:
+        # Only the same pattern or format is known to hold for the writer's strings.
         found = []
-        if "pattern" in r and r["pattern"] != w.get("pattern"):
-            found.append(
-                Violation(
-                    _pointer(path, "pattern"),
-                    Rule.PATTERN_CHANGED,
-                    f"the reader requires pattern {r['pattern']!r} but the writer's strings"
-                    f" follow {w.get('pattern', 'no pattern')!r}",
-                )
-            )
-        if "format" in r and r["format"] != w.get("format"):
-            found.append(
-                Violation(
-                    _pointer(path, "format"),
-                    Rule.FORMAT_CHANGED,
-                    f"the reader requires format {r['format']!r} but the writer's strings have"
-                    f" format {w.get('format', 'unset')!r}",
-                )
-            )
+        for keyword, rule in (("pattern", Rule.PATTERN_CHANGED), ("format", Rule.FORMAT_CHANGED)):
+            if keyword in r and r[keyword] != w.get(keyword):
+                has = f"{keyword} {w[keyword]!r}" if keyword in w else f"no {keyword}"
+                detail = f"the reader requires {keyword} {r[keyword]!r} but the writer's strings"
+                found.append(Violation(_pointer(path, keyword), rule, f"{detail} have {has}"))
         return found
 
     def _arrays(self, r: Mapping[str, Any], w: Mapping[str, Any], path: str) -> list[Violation]:
