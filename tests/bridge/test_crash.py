@@ -29,31 +29,38 @@ from tests.support.services import CACHE
 DRAIN_BOUND = 15.0  # seconds: the graceful shutdown's 10, and some
 
 
+# After each transfer, at most one of these, each in its share of the transactions, on one of
+# accounts 51 to 59 (which come and go: a transfer may name one that is not there).
+CHURN: list[tuple[float, str, Callable[[int], tuple[int, ...]]]] = [
+    (0.1, "DELETE FROM transfers WHERE id %% 7 = %s", lambda key: (key % 7,)),
+    (
+        0.1,
+        "INSERT INTO accounts VALUES (%s, 0, 'new') ON CONFLICT (id) DO UPDATE SET note = 'again'",
+        lambda key: (key,),
+    ),
+    (0.05, "DELETE FROM accounts WHERE id = %s", lambda key: (key,)),
+    # A key change; id + 100 may be taken already (the update then changes nothing).
+    (
+        0.05,
+        "UPDATE accounts SET id = id + 100 WHERE id = %s"
+        " AND NOT EXISTS (SELECT 1 FROM accounts WHERE id = %s)",
+        lambda key: (key, key + 100),
+    ),
+]
+
+
 def _workload(dsn: str, stop: threading.Event, done: list[int]) -> None:
     """Multi-row transactions over both tables: moves, inserts, deletes, key changes."""
     rng = random.Random(7)
     with psycopg.connect(dsn) as conn:
         while not stop.is_set():
-            # Accounts 51 to 59 come and go: a transfer may name one that is not there.
             transfer(conn, rng, range(1, 60))
             roll = rng.random()
-            if roll < 0.1:
-                conn.execute("DELETE FROM transfers WHERE id %% 7 = %s", (rng.randint(0, 6),))
-            elif roll < 0.2:
-                conn.execute(
-                    "INSERT INTO accounts VALUES (%s, 0, 'new') ON CONFLICT (id) DO UPDATE"
-                    " SET note = 'again'",
-                    (rng.randint(51, 59),),
-                )
-            elif roll < 0.25:
-                conn.execute("DELETE FROM accounts WHERE id = %s", (rng.randint(51, 59),))
-            elif roll < 0.3:
-                # A key change; id + 100 may be taken already (the transaction then rolls back).
-                conn.execute(
-                    "UPDATE accounts SET id = id + 100 WHERE id = %s AND NOT EXISTS"
-                    " (SELECT 1 FROM accounts WHERE id = %s)",
-                    (key := rng.randint(51, 59), key + 100),
-                )
+            for share, statement, params in CHURN:
+                if roll < share:
+                    conn.execute(statement, params(rng.randint(51, 59)))
+                    break
+                roll -= share
             conn.commit()
             done[0] += 1
 

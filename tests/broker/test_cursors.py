@@ -22,11 +22,17 @@ def cursor(partition: str, at: str) -> dict[str, str]:
     return {"partition": partition, "offset": at}
 
 
+def _with_orders(client: httpx.Client, make_event_type: Callable[..., str], count: int) -> str:
+    """A new event type with ``count`` orders published to it."""
+    name = make_event_type()
+    publish(client, name, [order(str(i)) for i in range(count)])
+    return name
+
+
 def test_distances_count_events_after_the_initial_cursor(
     client: httpx.Client, make_event_type: Callable[..., str]
 ) -> None:
-    name = make_event_type()
-    publish(client, name, [order(str(i)) for i in range(4)])
+    name = _with_orders(client, make_event_type, 4)
     queries = [
         {"initial_cursor": cursor("0", "begin"), "final_cursor": cursor("0", offset(3))},
         {"initial_cursor": cursor("0", offset(1)), "final_cursor": cursor("0", offset(1))},
@@ -74,8 +80,7 @@ def test_lag_of_each_cursor(client: httpx.Client, make_event_type: Callable[...,
 def test_shifted_cursors_keep_the_request_order(
     client: httpx.Client, make_event_type: Callable[..., str]
 ) -> None:
-    name = make_event_type()
-    publish(client, name, [order(str(i)) for i in range(5)])
+    name = _with_orders(client, make_event_type, 5)
     shifts = [
         {**cursor("0", offset(1)), "shift": 2},
         {**cursor("0", offset(1)), "shift": -2},
@@ -153,8 +158,7 @@ def test_expired_offsets_are_412_for_streams_and_begin_moves_past_them(
     client: httpx.Client, make_event_type: Callable[..., str], broker_dsn: str, kafka_bootstrap: str
 ) -> None:
     """Retention is simulated by deleting the first two records, as retention would."""
-    name = make_event_type()
-    publish(client, name, [order(str(i)) for i in range(4)])
+    name = _with_orders(client, make_event_type, 4)
     topic, _ = topic_of(broker_dsn, name)
     admin = kafka.admin(kafka_bootstrap)  # kept referenced: its futures resolve through it
     deleted = admin.delete_records([TopicPartition(topic, 0, 2)])

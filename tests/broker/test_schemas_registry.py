@@ -43,11 +43,16 @@ def _with_schema(name: str, schema: str) -> dict[str, object]:
     return business_event_type(name, schema={"type": "json_schema", "schema": schema})
 
 
+def _created(client: httpx.Client, name: str, schema: str = FIRST) -> str:
+    """``name``, created as an event type with ``schema``."""
+    assert client.post("/event-types", json=_with_schema(name, schema)).status_code == 201
+    return name
+
+
 def test_event_type_schemas_are_a_registry_subject(
     client: httpx.Client, registry: httpx.Client, unique_name
 ) -> None:
-    name = unique_name("subject")
-    assert client.post("/event-types", json=_with_schema(name, FIRST)).status_code == 201
+    name = _created(client, unique_name("subject"))
     assert client.put(f"/event-types/{name}", json=_with_schema(name, SECOND)).status_code == 200
 
     assert name in registry.get("/subjects").json()["name"]
@@ -81,8 +86,7 @@ def test_event_type_schemas_are_a_registry_subject(
 def test_a_change_without_a_new_schema_registers_nothing(
     client: httpx.Client, registry: httpx.Client, unique_name
 ) -> None:
-    name = unique_name("same")
-    assert client.post("/event-types", json=_with_schema(name, FIRST)).status_code == 201
+    name = _created(client, unique_name("same"))
     renamed = {**_with_schema(name, FIRST), "owning_application": "another-app"}
     assert client.put(f"/event-types/{name}", json=renamed).status_code == 200
     assert registry.get(f"/subjects/{name}/versions").json() == {"version": [1]}
@@ -91,22 +95,20 @@ def test_a_change_without_a_new_schema_registers_nothing(
 def test_deleting_an_event_type_deletes_its_subject(
     client: httpx.Client, registry: httpx.Client, unique_name
 ) -> None:
-    name = unique_name("gone")
-    assert client.post("/event-types", json=_with_schema(name, FIRST)).status_code == 201
+    name = _created(client, unique_name("gone"))
     assert registry.get(f"/subjects/{name}").status_code == 200
     assert client.delete(f"/event-types/{name}").status_code == 200
     missing = registry.get(f"/subjects/{name}")
     assert (missing.status_code, missing.json()["errorCode"]) == (404, 40401)
     # The name is free again, in both.
-    assert client.post("/event-types", json=_with_schema(name, SECOND)).status_code == 201
+    _created(client, name, SECOND)
     assert registry.get(f"/subjects/{name}/versions").json() == {"version": [1]}
 
 
 def test_the_registry_refuses_to_delete_what_an_event_type_uses(
     client: httpx.Client, registry: httpx.Client, unique_name
 ) -> None:
-    name = unique_name("kept")
-    assert client.post("/event-types", json=_with_schema(name, FIRST)).status_code == 201
+    name = _created(client, unique_name("kept"))
     for path in (f"/subjects/{name}/versions/1", f"/subjects/{name}"):
         refused = registry.delete(path)
         assert refused.status_code == 409, refused.text
