@@ -13,9 +13,8 @@ from playwright.sync_api import Page, expect
 from changebroker.stack.processes import wait_until
 from console.sampler import total_unconsumed
 from tests.broker.subscription_support import Stream
-from tests.console.test_pages import _consume, _published, _subscription
 from tests.support.bridge_stack import Rebuilt, Stack
-from tests.support.console import screenshot
+from tests.support.console import people_read_by_a_subscription, published_people, screenshot
 
 
 def _narrowed(schema: Any, field: str) -> Any:
@@ -34,7 +33,7 @@ def _narrowed(schema: Any, field: str) -> Any:
 def test_schema_diff_shows_an_added_field_and_a_refused_schema_lists_its_violations(
     stack: Stack, rebuilt: Rebuilt, console_url: str, page: Page
 ) -> None:
-    people = _published(stack, rebuilt, 1)
+    people = published_people(stack, rebuilt, 1)
     stack.sql("ALTER TABLE people ADD COLUMN age int")
     stack.sql("INSERT INTO people (id, name, age) VALUES (7, 'bob', 42)")
     wait_until(lambda: rebuilt.equals_database(["public.people"]), timeout=30, what="the column")
@@ -88,7 +87,7 @@ def test_schema_diff_shows_an_added_field_and_a_refused_schema_lists_its_violati
 def test_a_test_event_publishes_and_shows_the_brokers_422(
     stack: Stack, rebuilt: Rebuilt, console_url: str, page: Page
 ) -> None:
-    people = _published(stack, rebuilt, 1)
+    people = published_people(stack, rebuilt, 1)
     invalid = [
         {
             "metadata": {
@@ -128,9 +127,7 @@ def test_a_test_event_publishes_and_shows_the_brokers_422(
 def test_a_cursor_reset_asks_for_confirmation_then_happens(
     stack: Stack, rebuilt: Rebuilt, console_url: str, page: Page
 ) -> None:
-    people = _published(stack, rebuilt, 3)
-    sid = _subscription(stack, people, read_from="begin")
-    _consume(stack, sid, 3)
+    people, sid = people_read_by_a_subscription(stack, rebuilt, 3, 3)
     stats_url = f"{stack.broker_url}/subscriptions/{sid}/stats"
     # Counted by offsets, as the broker's stats count: the bridge's transaction markers too.
     behind = total_unconsumed(httpx.get(stats_url).json())
@@ -167,7 +164,7 @@ def test_a_cursor_reset_asks_for_confirmation_then_happens(
 def test_a_stopped_bridge_table_resumes_from_its_page(
     stack: Stack, rebuilt: Rebuilt, console_url: str, page: Page
 ) -> None:
-    people = _published(stack, rebuilt, 1)
+    people = published_people(stack, rebuilt, 1)
     # text -> int: the event type's mode refuses it, and the bridge stops this table.
     stack.sql("ALTER TABLE people ALTER COLUMN name TYPE int USING length(name)")
     stack.sql("INSERT INTO people (id, name) VALUES (3, 7)")

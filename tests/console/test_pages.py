@@ -5,67 +5,23 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from typing import Any
 
 import httpx
 from playwright.sync_api import Page, expect
 
 from broker.event_types.store import SUBJECT_NAMESPACE, SUBJECT_TENANT
-from changebroker.stack.processes import wait_until
 from console.sampler import total_unconsumed
-from tests.broker.subscription_support import Stream, commit
 from tests.support.bridge_stack import Rebuilt, Stack
-from tests.support.console import screenshot
+from tests.support.console import people_read_by_a_subscription, screenshot
 from tests.support.event_types import business_event_type
 
 NOW = "2026-11-23T12:00:00Z"
-PEOPLE = """
-CREATE TABLE people (id int PRIMARY KEY, name text NOT NULL,
-    _change_selector text DEFAULT 'bridge');
-ALTER TABLE people REPLICA IDENTITY FULL;
-"""
-
-
-def _published(stack: Stack, rebuilt: Rebuilt, rows: int) -> str:
-    """``people`` with ``rows`` rows, every one published by the bridge; its event type."""
-    stack.sql(PEOPLE)
-    for i in range(rows):
-        stack.sql("INSERT INTO people VALUES (%s, %s)", (i, f"person {i}"))
-    wait_until(lambda: rebuilt.equals_database(["public.people"]), timeout=60, what="people")
-    return stack.event_type("public.people")
-
-
-def _subscription(stack: Stack, event_type: str, **overrides: Any) -> str:
-    body = {
-        "owning_application": "console-tests",
-        "event_types": [event_type],
-        "consumer_group": "console",
-        **overrides,
-    }
-    response = httpx.post(f"{stack.broker_url}/subscriptions", json=body, timeout=30)
-    assert response.status_code in (200, 201), response.text
-    subscription_id: str = response.json()["id"]
-    return subscription_id
-
-
-def _consume(stack: Stack, sid: str, events: int) -> None:
-    """A consumer reads ``events`` events of the subscription and commits them."""
-    with httpx.Client(base_url=stack.broker_url, timeout=30) as client:
-        stream = Stream(client, sid, batch_limit=1, batch_flush_timeout=1)
-        try:
-            for batch in stream.read_events(events):
-                committed = commit(client, sid, stream.id, [batch["cursor"]])
-                assert committed.status_code in (200, 204), committed.text
-        finally:
-            stream.close()
 
 
 def test_every_page_renders_real_data(
     stack: Stack, rebuilt: Rebuilt, console_url: str, page: Page
 ) -> None:
-    people = _published(stack, rebuilt, 3)
-    sid = _subscription(stack, people, read_from="begin")
-    _consume(stack, sid, 1)
+    people, sid = people_read_by_a_subscription(stack, rebuilt, 3, 1)
 
     page.goto(console_url + "/")
     pipeline = page.locator("ol.pipeline")

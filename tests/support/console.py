@@ -12,15 +12,19 @@ import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from playwright.sync_api import BrowserContext, Page, sync_playwright
 
+from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
 from changebroker.stack.state import REPO_ROOT
 from console.app import create_app
 from console.upstream import Endpoints
-from tests.support.bridge_stack import Stack
+from tests.broker.subscription_support import Stream, commit
+from tests.support.bridge_stack import Rebuilt, Stack
 
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = REPO_ROOT / ".state" / "test" / "screenshots"
@@ -90,3 +94,56 @@ def screenshot(page: Page, name: str) -> Path:
     path = SCREENSHOTS / (re.sub(r"[^a-z0-9_-]+", "-", name.lower()) + ".png")
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+PEOPLE = """
+CREATE TABLE people (id int PRIMARY KEY, name text NOT NULL,
+    _change_selector text DEFAULT 'bridge');
+ALTER TABLE people REPLICA IDENTITY FULL;
+"""
+
+
+def published_people(stack: Stack, rebuilt: Rebuilt, rows: int) -> str:
+    """``people`` with ``rows`` rows, every one published by the bridge; its event type."""
+    stack.sql(PEOPLE)
+    for i in range(rows):
+        stack.sql("INSERT INTO people VALUES (%s, %s)", (i, f"person {i}"))
+    wait_until(lambda: rebuilt.equals_database(["public.people"]), timeout=60, what="people")
+    return stack.event_type("public.people")
+
+
+def subscribe(stack: Stack, event_type: str, **overrides: Any) -> str:
+    """A new subscription of the console tests' application to ``event_type``; its id."""
+    body = {
+        "owning_application": "console-tests",
+        "event_types": [event_type],
+        "consumer_group": "console",
+        **overrides,
+    }
+    response = httpx.post(f"{stack.broker_url}/subscriptions", json=body, timeout=30)
+    assert response.status_code in (200, 201), response.text
+    subscription_id: str = response.json()["id"]
+    return subscription_id
+
+
+def consume(stack: Stack, sid: str, events: int) -> None:
+    """A consumer reads ``events`` events of the subscription and commits them."""
+    with httpx.Client(base_url=stack.broker_url, timeout=30) as client:
+        stream = Stream(client, sid, batch_limit=1, batch_flush_timeout=1)
+        try:
+            for batch in stream.read_events(events):
+                committed = commit(client, sid, stream.id, [batch["cursor"]])
+                assert committed.status_code in (200, 204), committed.text
+        finally:
+            stream.close()
+
+
+def people_read_by_a_subscription(
+    stack: Stack, rebuilt: Rebuilt, rows: int, consumed: int
+) -> tuple[str, str]:
+    """``people`` with ``rows`` rows, and a subscription from the beginning of which
+    ``consumed`` events were read and committed: (event type, subscription id)."""
+    people = published_people(stack, rebuilt, rows)
+    subscription_id = subscribe(stack, people, read_from="begin")
+    consume(stack, subscription_id, consumed)
+    return people, subscription_id
