@@ -28,8 +28,7 @@ PartitionKey = tuple[str, int]  # (topic, partition), as Kafka messages name it
 
 
 class ReadAhead:
-    def __init__(self, max_bytes: int = READ_AHEAD_BYTES) -> None:
-        self.max_bytes = max_bytes
+    def __init__(self) -> None:
         self._partitions: dict[PartitionKey, deque[Message]] = {}
         self._failed: list[Message] = []
         # Partitions whose flush timeout passed while they had events here that could not be
@@ -41,7 +40,7 @@ class ReadAhead:
 
     def room(self, most_events: int) -> int:
         """How many more events may be read now: ``most_events`` at most, none once full."""
-        if self.bytes >= self.max_bytes:
+        if self.bytes >= READ_AHEAD_BYTES:
             return 0
         return max(most_events - self.count, 0)
 
@@ -128,8 +127,7 @@ class ReadAhead:
 
     def drop(self, key: PartitionKey) -> None:
         """Forgets a partition's events: it was given up, or starts again elsewhere."""
-        waiting = self._partitions.pop(key, None)
+        if key in self._partitions:
+            self._pop(key, len(self._partitions[key]))
+            del self._partitions[key]
         self._overdue.discard(key)
-        for message in waiting or ():
-            self.count -= 1
-            self.bytes -= len(message.value() or b"")

@@ -395,15 +395,17 @@ class Session:
             )
             messages = []
             sendable = allowance > waiting and bool(self._streaming)
+            most = self._ahead_most()
             if self._streaming and (self._ahead.count or not sendable):
-                await self._read_ahead(0.0)
+                await self._read_ahead(0.0, most)
             if sendable:
-                messages = self._from_ahead(allowance)
-                if not messages and not self._ahead_full():
+                messages = self._from_ahead(allowance, most)
+                if not messages and self._ahead.room(most):
                     # Nothing to give the batcher yet: wait for events.
-                    await self._read_ahead(min(max(wake - now, 0.0), SUBSCRIPTION_POLL_SECONDS))
-                    messages = self._from_ahead(allowance)
-            if not sendable or not (messages or self._ahead.room(self._ahead_most())):
+                    wait = min(max(wake - now, 0.0), SUBSCRIPTION_POLL_SECONDS)
+                    await self._read_ahead(wait, most)
+                    messages = self._from_ahead(allowance, most)
+            if not sendable or not (messages or self._ahead.room(most)):
                 with contextlib.suppress(TimeoutError):
                     # Bounded, so a stop request (``http.draining``) is noticed soon.
                     limit = min(wake - now, _DRAIN_CHECK_SECONDS)
@@ -437,22 +439,20 @@ class Session:
         most = self._params.max_uncommitted + limits.batch_limit * len(self._streaming)
         return max(most, READ_AHEAD_EVENTS)
 
-    def _ahead_full(self) -> bool:
-        return not self._ahead.room(self._ahead_most())
-
-    async def _read_ahead(self, wait: float) -> None:
-        """Reads what the read-ahead has room for; waits up to ``wait`` for the first event."""
-        if room := self._ahead.room(self._ahead_most()):
+    async def _read_ahead(self, wait: float, most: int) -> None:
+        """Reads what the read-ahead has room for (``most`` events held at most); waits up to
+        ``wait`` for the first event."""
+        if room := self._ahead.room(most):
             polled = await self._kafka(self._poll, wait, min(room, MESSAGES_PER_POLL))
             self._ahead.add(polled, self._batcher.partitions)
 
-    def _from_ahead(self, allowance: int) -> list[Any]:
+    def _from_ahead(self, allowance: int, most: int) -> list[Any]:
         return self._ahead.take(
             self._batcher.partitions,
             allowance=allowance,
             batch_limit=self._params.limits.batch_limit,
             now=time.monotonic(),
-            full=self._ahead_full(),
+            full=not self._ahead.room(most),
         )
 
     async def close(self) -> None:
