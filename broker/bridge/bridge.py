@@ -572,7 +572,8 @@ class Bridge:
             await self._after_gap(producer, since)
             return
         response.raise_for_status()
-        body = response.json()
+        # orjson reads it exactly: the changeserver's values are strings, its numbers 64-bit.
+        body = orjson.loads(response.content)
         last = Sequence.parse(body["lastSequence"])
         if body["changes"]:
             # Read on while this batch is turned into events and committed.

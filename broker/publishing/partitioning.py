@@ -47,6 +47,8 @@ def java_to_string(value: Any) -> str:
         return value
     if isinstance(value, bool):
         return "true" if value else "false"
+    if type(value) is int:
+        return str(value)  # as json.dumps writes it, without its cost
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
