@@ -221,8 +221,14 @@ def _write_table(
     )
     parts = []
     events = compaction.kafka_events(spark, spec, item.ranges, options.kafka_bootstrap)
+    last = None
     if events is not None:
-        parts.append(compaction.parsed_events(events, spec))
+        # Kept: asked below whether any key needs its history, then compacted.
+        last = compaction.last_events(events, spec).persist()
+        needed = last.where("_history")
+        parts.append(last.where("NOT _history").drop("_history"))
+        if not needed.isEmpty():
+            parts.append(compaction.with_history(events, needed, spec))
     if item.base is not None:
         parts.append(compaction.base_rows(spark, item.base, item.base_format, spec))
     relative = f"{TABLES_DIR}/{spec.table}"
@@ -234,7 +240,11 @@ def _write_table(
     else:
         table = _empty(spark, spec)
     target = str(directory / relative)
-    table.write.format(options.format).save(target)
+    try:
+        table.write.format(options.format).save(target)
+    finally:
+        if last is not None:
+            last.unpersist()
     # From the files' footers (or the Delta log): a short job, no data read.
     rows = spark.read.format(options.format).load(target).count()
     return TableEntry(
