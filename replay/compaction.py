@@ -18,7 +18,8 @@ that carries every column; otherwise (a ``U`` that omits a column) every record 
 parsed, and so is every record without a key (written before the bridge keyed them). What is
 parsed is then compacted as above, so the result is the same as parsing everything.
 
-Everything runs in Spark (grouped aggregations); nothing is collected into the driver.
+Everything runs in Spark (grouped aggregations, a semi-join); the driver learns only whether
+any key needs its history.
 """
 
 from __future__ import annotations
