@@ -834,7 +834,7 @@ def _prepare(
         "data": data,
     }
     message = prepare(target, event, 0, received_at)
-    if message.key is None and target.key_fields:
+    if target.key_fields:
         message.key = record_key(data, target.key_fields)
     return message
 
