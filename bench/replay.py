@@ -35,6 +35,7 @@ from confluent_kafka import Producer
 
 from bench.report import Figure, report
 from bench.services import kafka_bootstrap, pg_server_dsn
+from broker.bridge.bridge import record_key
 from changebroker import kafka, pg
 from changebroker.stack.processes import answers, free_port, wait_until
 from replay import ReplayOptions, run_replay
@@ -42,6 +43,7 @@ from replay import ReplayOptions, run_replay
 NAME = "replay"
 KEYS = 100_000
 PARTITIONS = 4
+KEY = ("id",)
 INCREMENTAL_ROWS = 1_000_000
 INCREMENTAL_CHANGES = 100_000
 SIZES = [int(s) for s in os.environ.get(f"CHANGEBROKER_BENCH_{NAME.upper()}_SIZES", "").split(",")
@@ -112,7 +114,7 @@ def _event_type(broker: str, name: str) -> str:
         "category": "data",
         "enrichment_strategies": ["metadata_enrichment"],
         "partition_strategy": "hash",
-        "partition_key_fields": ["id"],
+        "partition_key_fields": list(KEY),
         "schema": {"type": "json_schema", "schema": json.dumps(_SCHEMA)},
         "default_statistic": {
             "messages_per_minute": 1,
@@ -130,7 +132,8 @@ def _generate(db: duckdb.DuckDBPyConnection, first: int, count: int, keys: int) 
 
 
 def _produce(db: duckdb.DuckDBPyConnection, bootstrap: str, topic: str, name: str) -> float:
-    """The events in the bridge's format, in change order, one partition per key; events/s."""
+    """The events in the bridge's format and keyed as it keys them, in change order, one
+    partition per key; events/s."""
     producer = Producer(
         kafka.producer_config(bootstrap, **{"linger.ms": 50, "batch.size": 1_000_000})
     )
@@ -152,7 +155,9 @@ def _produce(db: duckdb.DuckDBPyConnection, bootstrap: str, topic: str, name: st
             value = head % (seq, partition, op, key, text, amount, qty, at)
             while True:
                 try:
-                    producer.produce(topic, value.encode(), partition=partition)
+                    producer.produce(
+                        topic, value.encode(), record_key({"id": key}, KEY), partition=partition
+                    )
                     break
                 except BufferError:
                     producer.poll(0.05)

@@ -11,7 +11,15 @@ change order; within a key, the greater offset is the later change. Per key:
   may omit a column (an unchanged TOASTed value the changeserver did not receive): the
   column keeps the value of an earlier event. A ``D`` event sets no column.
 
-Everything runs in Spark (a grouped aggregation); nothing is collected into the driver.
+Parsing each event's JSON costs most of a replay, so each Kafka record key's last record is
+chosen first, by offset, and only it is parsed (the bridge keys every data event by its row's
+key). It stands for its key's whole history when it is a ``C``, ``S`` or ``D``, or a ``U``
+that carries every column; otherwise (a ``U`` that omits a column) every record of the key is
+parsed, and so is every record without a key (written before the bridge keyed them). What is
+parsed is then compacted as above, so the result is the same as parsing everything.
+
+Everything runs in Spark (grouped aggregations, a semi-join); the driver learns only whether
+any key needs its history.
 """
 
 from __future__ import annotations
@@ -122,6 +130,7 @@ def parsed_events(events: DataFrame, spec: TableSpec) -> DataFrame:
     from pyspark.sql import functions as F
 
     parsed = events.select(
+        F.col("key").alias("_record_key"),
         F.col("offset").alias("_offset"),
         F.col("value").cast("string").alias("_value"),
         F.from_json(F.col("value").cast("string"), event_schema(spec.columns)).alias("_e"),
@@ -135,6 +144,7 @@ def parsed_events(events: DataFrame, spec: TableSpec) -> DataFrame:
         F.lit(False),
     )
     return parsed.select(
+        "_record_key",
         op.alias("_op"),
         "_offset",
         F.when(
@@ -148,6 +158,37 @@ def parsed_events(events: DataFrame, spec: TableSpec) -> DataFrame:
     )
 
 
+def last_events(events: DataFrame, spec: TableSpec) -> DataFrame:
+    """Each record key's last record, parsed, with ``_history``: whether the key's earlier
+    records are needed too. A record without a key is a group of its own, as it is."""
+    from pyspark.sql import functions as F
+
+    keyless = F.col("key").isNull()
+    last = (
+        events.groupBy(
+            "key",
+            F.when(keyless, F.col("partition")).alias("_partition"),
+            F.when(keyless, F.col("offset")).alias("_keyless_offset"),
+        )
+        .agg(F.max_by(F.struct("offset", "value"), "offset").alias("_last"))
+        .select("key", "_last.offset", "_last.value")
+    )
+    parsed = parsed_events(last, spec)
+    keys = F.col("_keys")
+    every = F.array(*(F.lit(c.name) for c in spec.columns))
+    # ``_keys`` is null unless a ``U`` has a null column; then it must name every column.
+    whole = (
+        (F.col("_op") != F.lit("U")) | keys.isNull() | (F.size(F.array_except(every, keys)) == 0)
+    )
+    return parsed.withColumn("_history", F.col("_record_key").isNotNull() & ~whole)
+
+
+def with_history(events: DataFrame, needed: DataFrame, spec: TableSpec) -> DataFrame:
+    """Every record of the keys of ``needed`` (rows of ``last_events``), parsed."""
+    keys = needed.select(needed["_record_key"].alias("key"))
+    return parsed_events(events.join(keys, "key", "left_semi"), spec)
+
+
 def base_rows(spark: SparkSession, path: Path, format: str, spec: TableSpec) -> DataFrame:
     """The base snapshot's rows (a table in ``format``) as ``S`` events before every offset,
     in today's columns."""
@@ -156,6 +197,7 @@ def base_rows(spark: SparkSession, path: Path, format: str, spec: TableSpec) -> 
     base = spark.read.format(format).load(str(path))
     have = set(base.columns)
     return base.select(
+        F.lit(None).cast("binary").alias("_record_key"),
         F.lit("S").alias("_op"),
         F.lit(BASE_OFFSET).cast("bigint").alias("_offset"),
         F.lit(None).cast("array<string>").alias("_keys"),

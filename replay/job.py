@@ -219,22 +219,31 @@ def _write_table(
         f"replay: {spec.table}: reading {reading:,} offsets of {spec.event_type}"
         + (" onto the base snapshot" if item.base else "")
     )
-    parts = []
     events = compaction.kafka_events(spark, spec, item.ranges, options.kafka_bootstrap)
-    if events is not None:
-        parts.append(compaction.parsed_events(events, spec))
-    if item.base is not None:
-        parts.append(compaction.base_rows(spark, item.base, item.base_format, spec))
-    relative = f"{TABLES_DIR}/{spec.table}"
-    if parts:
-        changes = parts[0]
-        for part in parts[1:]:
-            changes = changes.unionByName(part)
-        table = compaction.compact(changes, spec)
-    else:
-        table = _empty(spark, spec)
-    target = str(directory / relative)
-    table.write.format(options.format).save(target)
+    # Kept: asked whether any key needs its history, then compacted.
+    last = compaction.last_events(events, spec).persist() if events is not None else None
+    try:
+        parts = []
+        if events is not None and last is not None:
+            needed = last.where("_history")
+            parts.append(last.where("NOT _history").drop("_history"))
+            if not needed.isEmpty():
+                parts.append(compaction.with_history(events, needed, spec))
+        if item.base is not None:
+            parts.append(compaction.base_rows(spark, item.base, item.base_format, spec))
+        if parts:
+            changes = parts[0]
+            for part in parts[1:]:
+                changes = changes.unionByName(part)
+            table = compaction.compact(changes, spec)
+        else:
+            table = _empty(spark, spec)
+        relative = f"{TABLES_DIR}/{spec.table}"
+        target = str(directory / relative)
+        table.write.format(options.format).save(target)
+    finally:
+        if last is not None:
+            last.unpersist()
     # From the files' footers (or the Delta log): a short job, no data read.
     rows = spark.read.format(options.format).load(target).count()
     return TableEntry(

@@ -26,7 +26,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -834,4 +834,14 @@ def _prepare(
         "data_type": table,
         "data": data,
     }
-    return prepare(target, event, 0, received_at)
+    message = prepare(target, event, 0, received_at)
+    if target.key_fields:
+        message.key = record_key(data, target.key_fields)
+    return message
+
+
+def record_key(data: Mapping[str, Any], key_fields: Iterable[str]) -> bytes:
+    """A data event's Kafka record key: its row's key values as the event renders them, a
+    compact JSON array in key order. One row's events share it (a key change's ``D`` has the
+    old key's), so the replay picks each row's last event by it before parsing any."""
+    return orjson.dumps([data[k] for k in key_fields])

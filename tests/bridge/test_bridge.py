@@ -79,6 +79,12 @@ def test_changes_become_events_and_tables_rebuild(stack: Stack, rebuilt: Rebuilt
     ]
     # Key changes (orders 2..9) are a delete of the old key; 5 orders deleted outright.
     assert len(deletes) == 8 + 5
+    # Each record's Kafka key is its row's key (a key change's delete: the old one).
+    key_fields = {"public.items": ["id"], "public.lines": ["order_id", "line"]}
+    for e in rebuilt.events:
+        row_key = [e["data"][k] for k in key_fields[e["data_type"]]]
+        expected = json.dumps(row_key, separators=(",", ":")).encode()
+        assert rebuilt.record_keys[e["metadata"]["eid"]] == expected, e
     status = stack.status()
     assert status["units"]["public.items"]["event_type"] == stack.event_type("public.items")
     assert status["units"]["public.items"]["lag_bytes"] == 0

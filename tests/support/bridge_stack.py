@@ -161,6 +161,7 @@ class Rebuilt:
     keys: dict[str, list[str]] = field(default_factory=dict)  # topic -> key fields
     tables: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
+    record_keys: dict[str, bytes | None] = field(default_factory=dict)  # eid -> Kafka key
 
     def _assign_new_topics(self) -> None:
         with psycopg.connect(self.stack.meta_dsn) as conn:
@@ -193,7 +194,9 @@ class Rebuilt:
             value = message.value()
             topic = message.topic()
             assert value is not None and topic is not None
-            self.apply(json.loads(value), self.keys[topic])
+            event = json.loads(value)
+            self.record_keys[event["metadata"]["eid"]] = message.key()
+            self.apply(event, self.keys[topic])
 
     def apply(self, event: dict[str, Any], key_fields: list[str]) -> None:
         self.events.append(event)
