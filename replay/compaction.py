@@ -237,3 +237,18 @@ def compact(changes: DataFrame, spec: TableSpec) -> DataFrame:
     return grouped.where(F.col("_last_op") != F.lit("D")).select(
         *(F.col(quoted(c.name)) for c in spec.columns)
     )
+
+
+def onto_base(changes: DataFrame, base: DataFrame, spec: TableSpec) -> DataFrame:
+    """``changes`` compacted onto ``base`` (rows of ``base_rows``): only the keys the changes
+    name are compacted; every other base row is carried over as it is, so an incremental run's
+    work grows with what changed, not with the table."""
+    from pyspark.sql import functions as F
+
+    named = changes.select(*(F.col(quoted(k)) for k in spec.key)).distinct()
+    same_key = [base[quoted(k)] == named[quoted(k)] for k in spec.key]
+    touched = base.join(named, same_key, "left_semi")
+    untouched = base.join(named, same_key, "left_anti")
+    return compact(changes.unionByName(touched), spec).unionByName(
+        untouched.select(*(F.col(quoted(c.name)) for c in spec.columns))
+    )

@@ -223,19 +223,21 @@ def _write_table(
     # Kept: asked whether any key needs its history, then compacted.
     last = compaction.last_events(events, spec).persist() if events is not None else None
     try:
-        parts = []
+        changes = None
         if events is not None and last is not None:
             needed = last.where("_history")
-            parts.append(last.where("NOT _history").drop("_history"))
+            changes = last.where("NOT _history").drop("_history")
             if not needed.isEmpty():
-                parts.append(compaction.with_history(events, needed, spec))
+                changes = changes.unionByName(compaction.with_history(events, needed, spec))
+        base = None
         if item.base is not None:
-            parts.append(compaction.base_rows(spark, item.base, item.base_format, spec))
-        if parts:
-            changes = parts[0]
-            for part in parts[1:]:
-                changes = changes.unionByName(part)
+            base = compaction.base_rows(spark, item.base, item.base_format, spec)
+        if changes is not None and base is not None:
+            table = compaction.onto_base(changes, base, spec)
+        elif changes is not None:
             table = compaction.compact(changes, spec)
+        elif base is not None:
+            table = compaction.compact(base, spec)
         else:
             table = _empty(spark, spec)
         relative = f"{TABLES_DIR}/{spec.table}"
