@@ -5,7 +5,6 @@ which is refused by name."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from changebroker.stack.processes import wait_until
 from replay import run_replay
 from replay.columns import NoPrimaryKey
 from tests.support.bridge_stack import Stack, rebuilding
+from tests.support.event_types import data_event_type
 from tests.support.replay_snapshots import snapshot_tables
 
 pytestmark = pytest.mark.spark
@@ -41,23 +41,9 @@ def _data_event_type(stack: Stack, table: str, key: list[str]) -> str:
         "type": "object",
         "properties": {"id": {"description": "bigint", "type": "integer"}},
     }
-    body = {
-        "name": name,
-        "owning_application": "replay-test",
-        "category": "data",
-        "enrichment_strategies": ["metadata_enrichment"],
-        "partition_strategy": "hash" if key else "random",
-        "default_statistic": {
-            "messages_per_minute": 1,
-            "message_size": 100,
-            "read_parallelism": 2 if key else 1,
-            "write_parallelism": 2 if key else 1,
-        },
-    }
     if key:
-        body["partition_key_fields"] = key
         schema["required"] = key
-    body["schema"] = {"type": "json_schema", "schema": json.dumps(schema)}
+    body = data_event_type(name, schema, key, 2 if key else 1)
     response = httpx.post(f"{stack.broker_url}/event-types", json=body, timeout=30)
     assert response.status_code == 201, response.text
     return name

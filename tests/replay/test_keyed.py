@@ -16,8 +16,9 @@ from pyspark.sql import SparkSession
 
 from broker.bridge.bridge import record_key
 from changebroker import kafka
-from replay import ReplayOptions, run_replay
+from replay import run_replay
 from tests.support.bridge_stack import Stack
+from tests.support.event_types import data_event_type
 from tests.support.replay_snapshots import Rows, snapshot_tables
 
 pytestmark = pytest.mark.spark
@@ -112,21 +113,7 @@ EXPECTED_SECOND: Rows = dict(
 def _event_type(stack: Stack, table: str) -> tuple[str, str]:
     """A data event type like the bridge's; its name and topic."""
     name = stack.event_type(table)
-    body = {
-        "name": name,
-        "owning_application": "replay-test",
-        "category": "data",
-        "enrichment_strategies": ["metadata_enrichment"],
-        "partition_strategy": "hash",
-        "partition_key_fields": ["id"],
-        "schema": {"type": "json_schema", "schema": json.dumps(SCHEMA)},
-        "default_statistic": {
-            "messages_per_minute": 1,
-            "message_size": 100,
-            "read_parallelism": PARTITIONS,
-            "write_parallelism": PARTITIONS,
-        },
-    }
+    body = data_event_type(name, SCHEMA, ["id"], PARTITIONS)
     response = httpx.post(f"{stack.broker_url}/event-types", json=body, timeout=30)
     assert response.status_code == 201, response.text
     timelines = httpx.get(f"{stack.broker_url}/event-types/{name}/timelines", timeout=30)
@@ -163,11 +150,8 @@ def test_last_keyed_event_alone_only_where_it_stands_for_the_history(
     topics = {table: _event_type(stack, table) for table in tables}
     for table, keys in tables.items():
         _produce(stack, topics[table][1], table, FIRST, keys)
-    options = ReplayOptions(
-        broker_url=stack.broker_url, kafka_bootstrap=stack.kafka_bootstrap,
-        out=tmp_path / "snapshots", prefix=stack.prefix,
-        event_types=tuple(name for name, _ in topics.values()),
-    )  # fmt: skip
+    event_types = tuple(name for name, _ in topics.values())
+    options = stack.replay_options(tmp_path / "snapshots", event_types=event_types)
     first = snapshot_tables(spark, run_replay(options, spark))
     assert first == {"public.keyed": EXPECTED_FIRST, "public.keyless": EXPECTED_FIRST}
 
