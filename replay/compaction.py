@@ -234,15 +234,20 @@ def compact(changes: DataFrame, spec: TableSpec) -> DataFrame:
     grouped = changes.groupBy(*(F.col(quoted(k)) for k in spec.key)).agg(
         F.max_by(op, offset).alias("_last_op"), *values
     )
-    return grouped.where(F.col("_last_op") != F.lit("D")).select(
-        *(F.col(quoted(c.name)) for c in spec.columns)
-    )
+    return snapshot_columns(grouped.where(F.col("_last_op") != F.lit("D")), spec)
+
+
+def snapshot_columns(frame: DataFrame, spec: TableSpec) -> DataFrame:
+    """``frame``'s rows as the snapshot holds them: the table's columns, in order."""
+    from pyspark.sql import functions as F
+
+    return frame.select(*(F.col(quoted(c.name)) for c in spec.columns))
 
 
 def onto_base(changes: DataFrame, base: DataFrame, spec: TableSpec) -> DataFrame:
     """``changes`` compacted onto ``base`` (rows of ``base_rows``): only the keys the changes
-    name are compacted; every other base row is carried over as it is, so an incremental run's
-    work grows with what changed, not with the table."""
+    name are compacted; every other base row, already a snapshot's, is carried over as it is,
+    so an incremental run's work grows with what changed, not with the table."""
     from pyspark.sql import functions as F
 
     named = changes.select(*(F.col(quoted(k)) for k in spec.key)).distinct()
@@ -250,5 +255,5 @@ def onto_base(changes: DataFrame, base: DataFrame, spec: TableSpec) -> DataFrame
     touched = base.join(named, same_key, "left_semi")
     untouched = base.join(named, same_key, "left_anti")
     return compact(changes.unionByName(touched), spec).unionByName(
-        untouched.select(*(F.col(quoted(c.name)) for c in spec.columns))
+        snapshot_columns(untouched, spec)
     )

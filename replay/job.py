@@ -237,7 +237,7 @@ def _write_table(
         elif changes is not None:
             table = compaction.compact(changes, spec)
         elif base is not None:
-            table = compaction.compact(base, spec)
+            table = compaction.snapshot_columns(base, spec)  # nothing new: the base as it is
         else:
             table = _empty(spark, spec)
         relative = f"{TABLES_DIR}/{spec.table}"
