@@ -56,6 +56,9 @@ def spark_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
+        # Delta rebuilds a table's log state in 50 tasks by default: for a replay's few log
+        # files that is 50 near-empty tasks on every read and commit (seconds per table).
+        .config("spark.databricks.delta.snapshotPartitions", "4")
     )
     if master.startswith("local"):
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
