@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import resource
 import subprocess
@@ -38,6 +37,8 @@ from confluent_kafka import Producer
 from bench.report import Figure, report
 from bench.services import kafka_bootstrap, pg_server_dsn
 from broker.bridge.bridge import record_key
+from broker.bridge.event_types import data_event_type
+from broker.bridge.tables import Table
 from changebroker import kafka, pg
 from changebroker.stack.processes import answers, free_port, wait_until
 from replay import ReplayOptions, run_replay
@@ -109,22 +110,9 @@ def _broker(meta_dsn: str, bootstrap: str, log: Path) -> Iterator[str]:
 
 
 def _event_type(broker: str, name: str) -> str:
-    """Create a data event type like the bridge's; its topic."""
-    body = {
-        "name": name,
-        "owning_application": "bench",
-        "category": "data",
-        "enrichment_strategies": ["metadata_enrichment"],
-        "partition_strategy": "hash",
-        "partition_key_fields": list(KEY),
-        "schema": {"type": "json_schema", "schema": json.dumps(_SCHEMA)},
-        "default_statistic": {
-            "messages_per_minute": 1,
-            "message_size": 1,
-            "read_parallelism": PARTITIONS,
-            "write_parallelism": PARTITIONS,
-        },
-    }
+    """Create the bridge's data event type of the bench's table; its topic."""
+    table = Table(name.split(".", 1)[1], (), KEY)
+    body = data_event_type(name, table, _SCHEMA, PARTITIONS)
     httpx.post(f"{broker}/event-types", json=body, timeout=60).raise_for_status()
     return str(httpx.get(f"{broker}/event-types/{name}/timelines").json()[0]["topic"])
 

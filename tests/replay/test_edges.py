@@ -12,12 +12,13 @@ import httpx
 import pytest
 from pyspark.sql import SparkSession
 
+from broker.bridge.event_types import data_event_type
+from broker.bridge.tables import Table
 from changebroker import cli
 from changebroker.stack.processes import wait_until
 from replay import run_replay
 from replay.columns import NoPrimaryKey
 from tests.support.bridge_stack import Stack, rebuilding
-from tests.support.event_types import data_event_type
 from tests.support.replay_snapshots import snapshot_tables
 
 pytestmark = pytest.mark.spark
@@ -34,7 +35,7 @@ DELETE FROM gone;
 
 
 def _data_event_type(stack: Stack, table: str, key: list[str]) -> str:
-    """A data event type named like the bridge's; hash on ``key``, or, without one, a single
+    """The bridge's data event type of ``table``: hash on ``key``, or, without one, a single
     ``random`` partition (what an older bridge made of a table without a primary key)."""
     name = stack.event_type(table)
     schema: dict[str, Any] = {
@@ -43,7 +44,7 @@ def _data_event_type(stack: Stack, table: str, key: list[str]) -> str:
     }
     if key:
         schema["required"] = key
-    body = data_event_type(name, schema, key, 2 if key else 1)
+    body = data_event_type(name, Table(table, (), tuple(key)), schema, 2)
     response = httpx.post(f"{stack.broker_url}/event-types", json=body, timeout=30)
     assert response.status_code == 201, response.text
     return name

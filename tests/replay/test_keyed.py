@@ -15,10 +15,11 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from broker.bridge.bridge import record_key
+from broker.bridge.event_types import data_event_type
+from broker.bridge.tables import Table
 from changebroker import kafka
 from replay import run_replay
 from tests.support.bridge_stack import Stack
-from tests.support.event_types import data_event_type
 from tests.support.replay_snapshots import Rows, snapshot_tables
 
 pytestmark = pytest.mark.spark
@@ -111,9 +112,9 @@ EXPECTED_SECOND: Rows = dict(
 
 
 def _event_type(stack: Stack, table: str) -> tuple[str, str]:
-    """A data event type like the bridge's; its name and topic."""
+    """The bridge's data event type of ``table``; its name and topic."""
     name = stack.event_type(table)
-    body = data_event_type(name, SCHEMA, ["id"], PARTITIONS)
+    body = data_event_type(name, Table(table, (), ("id",)), SCHEMA, PARTITIONS)
     response = httpx.post(f"{stack.broker_url}/event-types", json=body, timeout=30)
     assert response.status_code == 201, response.text
     timelines = httpx.get(f"{stack.broker_url}/event-types/{name}/timelines", timeout=30)
