@@ -8,9 +8,10 @@ compacted (replay/compaction.py) and written; the manifest is published last
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -220,32 +221,10 @@ def _write_table(
         + (" onto the base snapshot" if item.base else "")
     )
     events = compaction.kafka_events(spark, spec, item.ranges, options.kafka_bootstrap)
-    # Kept: asked whether any key needs its history, then compacted.
-    last = compaction.last_events(events, spec).persist() if events is not None else None
-    try:
-        changes = None
-        if events is not None and last is not None:
-            needed = last.where("_history")
-            changes = last.where("NOT _history").drop("_history")
-            if not needed.isEmpty():
-                changes = changes.unionByName(compaction.with_history(events, needed, spec))
-        base = None
-        if item.base is not None:
-            base = compaction.base_rows(spark, item.base, item.base_format, spec)
-        if changes is not None and base is not None:
-            table = compaction.onto_base(changes, base, spec)
-        elif changes is not None:
-            table = compaction.compact(changes, spec)
-        elif base is not None:
-            table = compaction.snapshot_columns(base, spec)  # nothing new: the base as it is
-        else:
-            table = _empty(spark, spec)
-        relative = f"{TABLES_DIR}/{spec.table}"
-        target = str(directory / relative)
+    relative = f"{TABLES_DIR}/{spec.table}"
+    target = str(directory / relative)
+    with compacted(spark, spec, events, item.base, item.base_format) as table:
         table.write.format(options.format).save(target)
-    finally:
-        if last is not None:
-            last.unpersist()
     # From the files' footers (or the Delta log): a short job, no data read.
     rows = spark.read.format(options.format).load(target).count()
     return TableEntry(
@@ -258,6 +237,41 @@ def _write_table(
         schema_versions=spec.schema_versions,
         columns=spec.columns,
     )
+
+
+@contextlib.contextmanager
+def compacted(
+    spark: SparkSession,
+    spec: TableSpec,
+    events: DataFrame | None,
+    base: Path | None,
+    base_format: str,
+) -> Iterator[DataFrame]:
+    """The table's snapshot rows: ``events`` (Kafka records, or None) compacted onto the
+    ``base`` snapshot's table (or none). Valid inside the ``with``: a part is kept cached."""
+    # Kept: asked whether any key needs its history, then compacted.
+    last = compaction.last_events(events, spec).persist() if events is not None else None
+    try:
+        changes = None
+        if events is not None and last is not None:
+            needed = last.where("_history")
+            changes = last.where("NOT _history").drop("_history")
+            if not needed.isEmpty():
+                changes = changes.unionByName(compaction.with_history(events, needed, spec))
+        base_rows = None
+        if base is not None:
+            base_rows = compaction.base_rows(spark, base, base_format, spec)
+        if changes is not None and base_rows is not None:
+            yield compaction.onto_base(changes, base_rows, spec)
+        elif changes is not None:
+            yield compaction.compact(changes, spec)
+        elif base_rows is not None:
+            yield compaction.snapshot_columns(base_rows, spec)  # nothing new: the base as it is
+        else:
+            yield _empty(spark, spec)
+    finally:
+        if last is not None:
+            last.unpersist()
 
 
 def _empty(spark: SparkSession, spec: TableSpec) -> DataFrame:
