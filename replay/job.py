@@ -82,7 +82,7 @@ def run_replay(
     if spark is None:
         from changebroker.stack.spark import spark_session
 
-        spark = spark_session(options.master, app_name="changebroker-replay")
+        spark = spark_session(options.master, app_name="changebroker-replay", one_run=True)
         say(f"replay: Spark {spark.version} on {spark.sparkContext.master} ready")
     snapshot_id = snapshots.new_snapshot_id()
     directory = options.out / snapshot_id

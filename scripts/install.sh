@@ -2,7 +2,8 @@
 # Install everything changebroker needs on a Debian host, idempotently:
 # Java (a JDK with --test), Maven, PostgreSQL and HAProxy from Debian (when absent; Chromium
 # and promtool too with --test), the virtual environment at .venv with the project in it, and the Kafka / Spark-connector jars from
-# Maven Central into .state/cache. `--test` adds the test and lint tools.
+# Maven Central into .state/cache, with a class archive of Spark's driver there
+# (replay/class_archive.py). `--test` adds the test and lint tools.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,4 +65,9 @@ state = StateDir(default_state_dir())
 print(f"  kafka: {len(LocalKafka(state, 0, 0).jars())} jars")
 print(f"  spark kafka connector: {len(connector_jars(state))} jars")
 PY
+# Once per machine (about a minute): Spark then starts seconds faster. Only an optimization,
+# so a failure warns rather than stopping the install.
+if ! .venv/bin/python -m replay.class_archive; then
+  echo "warning: no Spark class archive was made; Spark starts without it (slower)" >&2
+fi
 echo "installed: .venv/bin/changebroker"

@@ -1,10 +1,20 @@
 """A SparkSession with the Kafka connector and Delta Lake: ``local[*]`` by default, any cluster
-by URL."""
+by URL.
+
+A Spark driver loads tens of thousands of classes before its first job ends: seconds of
+every replay's wall time. When a class archive for this Java, pyspark and jar set exists
+(``class_archive``; replay/class_archive.py makes it, ``scripts/install.sh`` runs that),
+the driver JVM maps the classes from it (Java's application class data sharing) instead.
+A missing or unusable archive only costs that time: the JVM checks it and goes on without.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from changebroker.stack import maven
@@ -25,6 +35,9 @@ CONNECTOR_ARTIFACTS = (
     "delta-storage",
 )
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+# The JVM's class sharing notes (an archive it cannot use, classes it skips) are not the
+# user's business: the archive is an optimization only.
+_QUIET_CLASS_SHARING = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
 def connector_jars(state: StateDir | None = None) -> list[str]:
@@ -35,22 +48,61 @@ def connector_jars(state: StateDir | None = None) -> list[str]:
     return [str(j) for j in jars]
 
 
+def class_archive(state: StateDir | None = None) -> Path:
+    """Where the driver's class archive for this Java, pyspark and jar set is (or would be)."""
+    import pyspark
+
+    identity = [_java(), pyspark.__version__, *connector_jars(state)]
+    key = hashlib.sha256("\n".join(identity).encode()).hexdigest()[:16]
+    state = state or StateDir(default_state_dir())
+    return state.cache / "spark-class-archive" / f"{key}.jsa"
+
+
+def _java() -> str:
+    """The java spark-submit runs: ``$JAVA_HOME/bin/java``, else the one on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    found = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    return os.path.realpath(found or "java")
+
+
 def spark_session(
-    master: str | None = None, app_name: str = "changebroker", state: StateDir | None = None
+    master: str | None = None,
+    app_name: str = "changebroker",
+    state: StateDir | None = None,
+    *,
+    one_run: bool = False,
+    archive_classes_to: Path | None = None,
 ) -> SparkSession:
     """A SparkSession that can read and write Kafka (``format("kafka")``) and Delta tables
     (``format("delta")``).
 
-    ``master`` falls back to CHANGEBROKER_SPARK_MASTER, then ``local[*]``.
+    ``master`` falls back to CHANGEBROKER_SPARK_MASTER, then ``local[*]``. The driver uses the
+    class archive when there is one; ``archive_classes_to``: instead, write one there of the
+    classes it loaded, when its JVM exits. ``one_run``: the session does one job and stops,
+    so its JVM compiles with C1 alone (the quick compiler); C2's optimizing compiles cost a
+    short run more CPU than they give back (replay/README "Speed").
     """
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     master = master or os.environ.get("CHANGEBROKER_SPARK_MASTER") or "local[*]"
+    archive = class_archive(state)
+    if archive_classes_to is not None:
+        sharing = f"-XX:ArchiveClassesAtExit={archive_classes_to}"
+    elif archive.exists():
+        sharing = f"-XX:SharedArchiveFile={archive}"
+    else:
+        sharing = ""
+    compiling = "-XX:TieredStopAtLevel=1" if one_run else ""
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.jars", ",".join(connector_jars(state)))
+        # Read when the driver JVM starts (pyspark starts it in client mode, as it must).
+        .config(
+            "spark.driver.extraJavaOptions",
+            " ".join(o for o in (sharing, compiling, _QUIET_CLASS_SHARING) if o),
+        )
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
