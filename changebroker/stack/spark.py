@@ -59,10 +59,16 @@ def class_archive(state: StateDir | None = None) -> Path:
 
 
 def _java() -> str:
-    """The java spark-submit runs: ``$JAVA_HOME/bin/java``, else the one on PATH."""
+    """The java spark-submit runs (``$JAVA_HOME/bin/java``, else the one on PATH), and when
+    its VM library was installed: an updated JVM refuses an older JVM's archive."""
     home = os.environ.get("JAVA_HOME")
-    found = os.path.join(home, "bin", "java") if home else shutil.which("java")
-    return os.path.realpath(found or "java")
+    java = Path(
+        os.path.realpath(
+            os.path.join(home, "bin", "java") if home else shutil.which("java") or "java"
+        )
+    )
+    vm = java.parent.parent / "lib" / "server" / "libjvm.so"
+    return f"{java} {vm.stat().st_mtime_ns if vm.exists() else ''}"
 
 
 def spark_session(
