@@ -62,7 +62,7 @@ _SPEC = TableSpec(
 
 
 def ensure(state: StateDir | None = None) -> Path:
-    """The class archive, made first when there is none (about half a minute)."""
+    """The class archive, made first when there is none (a minute or two)."""
     archive = class_archive(state)
     if archive.exists():
         return archive
