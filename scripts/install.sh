@@ -65,7 +65,7 @@ state = StateDir(default_state_dir())
 print(f"  kafka: {len(LocalKafka(state, 0, 0).jars())} jars")
 print(f"  spark kafka connector: {len(connector_jars(state))} jars")
 PY
-# Once per machine (about a minute): Spark then starts seconds faster. Only an optimization,
+# Once per machine (one to two minutes): Spark then starts seconds faster. Only an optimization,
 # so a failure warns rather than stopping the install.
 if ! .venv/bin/python -m replay.class_archive; then
   echo "warning: no Spark class archive was made; Spark starts without it (slower)" >&2
