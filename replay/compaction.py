@@ -159,8 +159,9 @@ def parsed_events(events: DataFrame, spec: TableSpec) -> DataFrame:
 
 
 def last_events(events: DataFrame, spec: TableSpec) -> DataFrame:
-    """Each record key's last record, parsed, with ``_history``: whether the key's earlier
-    records are needed too. A record without a key is a group of its own, as it is."""
+    """Each record key's last record, parsed, with ``_whole``: whether it stands for its key's
+    whole history (else the key's earlier records are needed too, and its base row). A
+    record without a key is a group of its own, as it is."""
     from pyspark.sql import functions as F
 
     keyless = F.col("key").isNull()
@@ -180,7 +181,7 @@ def last_events(events: DataFrame, spec: TableSpec) -> DataFrame:
     whole = (
         (F.col("_op") != F.lit("U")) | keys.isNull() | (F.size(F.array_except(every, keys)) == 0)
     )
-    return parsed.withColumn("_history", F.col("_record_key").isNotNull() & ~whole)
+    return parsed.withColumn("_whole", whole)
 
 
 def with_history(events: DataFrame, needed: DataFrame, spec: TableSpec) -> DataFrame:
@@ -242,6 +243,18 @@ def snapshot_columns(frame: DataFrame, spec: TableSpec) -> DataFrame:
     from pyspark.sql import functions as F
 
     return frame.select(*(F.col(quoted(c.name)) for c in spec.columns))
+
+
+def replacing_base(changes: DataFrame, base: DataFrame, spec: TableSpec) -> DataFrame:
+    """``changes`` compacted onto ``base`` (rows of ``base_rows``) when every key's last change
+    carries its whole row (or deletes it): a base row of a key the changes name cannot count,
+    so the base is read once, for the rows of every other key."""
+    from pyspark.sql import functions as F
+
+    named = changes.select(*(F.col(quoted(k)) for k in spec.key)).distinct()
+    same_key = [base[quoted(k)] == named[quoted(k)] for k in spec.key]
+    untouched = base.join(named, same_key, "left_anti")
+    return compact(changes, spec).unionByName(snapshot_columns(untouched, spec))
 
 
 def onto_base(changes: DataFrame, base: DataFrame, spec: TableSpec) -> DataFrame:

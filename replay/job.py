@@ -249,19 +249,25 @@ def compacted(
 ) -> Iterator[DataFrame]:
     """The table's snapshot rows: ``events`` (Kafka records, or None) compacted onto the
     ``base`` snapshot's table (or none). Valid inside the ``with``: a part is kept cached."""
-    # Kept: asked whether any key needs its history, then compacted.
+    # Kept: asked whether any key's last record is partial, then compacted.
     last = compaction.last_events(events, spec).persist() if events is not None else None
     try:
-        changes = None
+        changes, whole = None, True
         if events is not None and last is not None:
-            needed = last.where("_history")
-            changes = last.where("NOT _history").drop("_history")
-            if not needed.isEmpty():
+            changes = last.drop("_whole")
+            partial = last.where("NOT _whole")
+            if not partial.isEmpty():
+                whole = False
+                # A record without a key is compacted as it is (compaction's docstring).
+                needed = partial.where("_record_key IS NOT NULL")
+                changes = last.where("_whole OR _record_key IS NULL").drop("_whole")
                 changes = changes.unionByName(compaction.with_history(events, needed, spec))
         base_rows = None
         if base is not None:
             base_rows = compaction.base_rows(spark, base, base_format, spec)
-        if changes is not None and base_rows is not None:
+        if changes is not None and base_rows is not None and whole:
+            yield compaction.replacing_base(changes, base_rows, spec)
+        elif changes is not None and base_rows is not None:
             yield compaction.onto_base(changes, base_rows, spec)
         elif changes is not None:
             yield compaction.compact(changes, spec)
