@@ -6,8 +6,8 @@ loaded to an archive as it exits (Java's dynamic application class data sharing)
 ``changebroker.stack.spark.spark_session`` then maps them from the archive. The small replay
 goes through the same compaction as a real one (replay/job.py ``compacted``), onto a base
 and from scratch, in Parquet and Delta, over Kafka-shaped records built in Spark: every path
-a replay takes but reading from Kafka, which needs a broker (the Kafka source is only
-defined).
+a replay takes but reading from Kafka, which needs a broker: the Kafka source is only
+defined, and the Kafka client's classes (the most a first read loads) are loaded by name.
 
     .venv/bin/python -m replay.class_archive   # what scripts/install.sh runs
 """
@@ -15,15 +15,19 @@ defined).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from changebroker.stack.spark import class_archive, spark_session
+from py4j.protocol import Py4JJavaError
+
+from changebroker.stack.spark import class_archive, connector_jars, spark_session
 from changebroker.stack.state import StateDir, default_state_dir
 from replay import compaction
 from replay.catalog import TableSpec
@@ -37,6 +41,8 @@ if TYPE_CHECKING:
 _DUMP_TIMEOUT = 900  # seconds: a slow machine's first Spark start, the replay, the dump
 _KEYS = 2_000
 _NO_BROKER = "127.0.0.1:9"  # the discard port: analysing a Kafka read never connects
+# The jars whose classes a Kafka read loads: the client, the connector, its consumer pool.
+_KAFKA_CLIENT_JARS = ("kafka-clients-", "spark-sql-kafka-", "commons-pool2-")
 
 # One column of each kind a snapshot converts (replay/columns.py).
 _SPEC = TableSpec(
@@ -110,6 +116,7 @@ def _replay(spark: SparkSession, directory: Path) -> None:
     kafka = compaction.kafka_events(spark, _SPEC, ranges, _NO_BROKER)
     assert kafka is not None
     compaction.last_events(kafka, _SPEC)  # analysed as it is built
+    _load_classes(spark, _KAFKA_CLIENT_JARS)
     first, more = _events(spark, 0), _events(spark, 1)
     for format in ("parquet", "delta"):
         base = directory / format / "base"
@@ -119,6 +126,22 @@ def _replay(spark: SparkSession, directory: Path) -> None:
         with compacted(spark, _SPEC, more, base, format) as table:
             table.write.format(format).save(str(onto))
         spark.read.format(format).load(str(onto)).count()
+
+
+def _load_classes(spark: SparkSession, jar_names: tuple[str, ...]) -> None:
+    """Load (without initializing) every class of the connector jars named: what the
+    archive holds is what was loaded, whether or not it ran."""
+    jvm: Any = spark.sparkContext._jvm
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    for jar in connector_jars():
+        if not Path(jar).name.startswith(jar_names):
+            continue
+        with zipfile.ZipFile(jar) as archive:
+            names = [n for n in archive.namelist() if n.endswith(".class") and "-" not in n]
+        for name in names:
+            # A class needing what a replay never uses (an optional library) fails: skipped.
+            with contextlib.suppress(Py4JJavaError):
+                jvm.java.lang.Class.forName(name[: -len(".class")].replace("/", "."), False, loader)
 
 
 def _events(spark: SparkSession, round: int) -> DataFrame:

@@ -52,7 +52,8 @@ def class_archive(state: StateDir | None = None) -> Path:
     """Where the driver's class archive for this Java, pyspark and jar set is (or would be)."""
     import pyspark
 
-    identity = [_java(), pyspark.__version__, *connector_jars(state)]
+    # The class path is part of what an archive holds: the driver's is pyspark's and these.
+    identity = [_java(), pyspark.__version__, "driver class path", *connector_jars(state)]
     key = hashlib.sha256("\n".join(identity).encode()).hexdigest()[:16]
     state = state or StateDir(default_state_dir())
     return state.cache / "spark-class-archive" / f"{key}.jsa"
@@ -100,11 +101,14 @@ def spark_session(
     else:
         sharing = ""
     compiling = "-XX:TieredStopAtLevel=1" if one_run else ""
+    jars = connector_jars(state)
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
-        .config("spark.jars", ",".join(connector_jars(state)))
-        # Read when the driver JVM starts (pyspark starts it in client mode, as it must).
+        # Both read when the driver JVM starts (pyspark starts it in client mode, as it
+        # must). On the driver's own class path the jars' classes can be archived, and a
+        # local run (whose executors are the driver) copies none of them at start.
+        .config("spark.driver.extraClassPath", os.pathsep.join(jars))
         .config(
             "spark.driver.extraJavaOptions",
             " ".join(o for o in (sharing, compiling, _QUIET_CLASS_SHARING) if o),
@@ -122,4 +126,6 @@ def spark_session(
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1"
         )
+    else:
+        builder = builder.config("spark.jars", ",".join(jars))  # the executors' copies
     return builder.getOrCreate()
