@@ -67,26 +67,28 @@ def run_replay(
     say: Callable[[str], None] = print,
 ) -> Manifest:
     """Write a snapshot and return its manifest. ``spark``: a session to use (and leave
-    running); without one, a session on ``options.master`` is made and stopped."""
+    running); without one, a session on ``options.master`` is made and stopped (or the
+    one this process runs is used)."""
     started = time.monotonic()
-    for left in writing.sweep(options.out):
-        say(f"replay: removed {left}, which a killed or failed run left unfinished")
-    planned, base, skipped, sequence = _plan(options, say)
-    total = sum(r.size for p in planned for r in p.ranges)
-    say(
-        f"replay: {len(planned)} tables, {total:,} offsets to read, base "
-        f"{base.snapshot_id if base else 'none (from the beginning)'},"
-        f" until {offsets.parse_until(options.until).describe()}"
-    )
-    own_session = spark is None
-    if spark is None:
-        from changebroker.stack.spark import spark_session
-
-        spark = spark_session(options.master, app_name="changebroker-replay", one_run=True)
-        say(f"replay: Spark {spark.version} on {spark.sparkContext.master} ready")
-    snapshot_id = snapshots.new_snapshot_id()
-    directory = options.out / snapshot_id
+    # Its JVM starts while the broker and Kafka are asked what to read: seconds a cold
+    # start would otherwise add to the plan's.
+    own = _SessionStart(options.master) if spark is None else None
     try:
+        for left in writing.sweep(options.out):
+            say(f"replay: removed {left}, which a killed or failed run left unfinished")
+        planned, base, skipped, sequence = _plan(options, say)
+        total = sum(r.size for p in planned for r in p.ranges)
+        say(
+            f"replay: {len(planned)} tables, {total:,} offsets to read, base "
+            f"{base.snapshot_id if base else 'none (from the beginning)'},"
+            f" until {offsets.parse_until(options.until).describe()}"
+        )
+        if own is not None:
+            spark = own.session()
+            say(f"replay: Spark {spark.version} on {spark.sparkContext.master} ready")
+        assert spark is not None
+        snapshot_id = snapshots.new_snapshot_id()
+        directory = options.out / snapshot_id
         with writing.writing(directory, writing.hold_in_jvm(spark.sparkContext._jvm)):
             (directory / TABLES_DIR).mkdir()
             with _Heartbeat(spark, say):
@@ -102,8 +104,8 @@ def run_replay(
             )
             published = snapshots.publish(directory, manifest)
     finally:
-        if own_session:
-            spark.stop()
+        if own is not None:
+            own.stop()
     elapsed = time.monotonic() - started
     rows = sum(entry.rows for entry in entries.values())
     rate = total / elapsed if elapsed > 0 else 0.0
@@ -283,6 +285,43 @@ def compacted(
 def _empty(spark: SparkSession, spec: TableSpec) -> DataFrame:
     ddl = ", ".join(f"{compaction.quoted(c.name)} {c.spark_type}" for c in spec.columns)
     return spark.createDataFrame([], ddl)
+
+
+class _SessionStart:
+    """A one-run SparkSession (``spark_session(one_run=True)``) starting on a thread of its
+    own from construction; ``stop`` waits for the start, whether or not it was used, and
+    stops the session. A session this process already runs is used and left running."""
+
+    def __init__(self, master: str | None):
+        self._master = master
+        self._spark: SparkSession | None = None
+        self._made = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._start, name="replay-spark-start")
+        self._thread.start()
+
+    def _start(self) -> None:
+        from pyspark import SparkContext
+
+        from changebroker.stack.spark import spark_session
+
+        try:
+            self._made = SparkContext._active_spark_context is None
+            self._spark = spark_session(self._master, app_name="changebroker-replay", one_run=True)
+        except BaseException as error:  # handed to whoever asks for the session
+            self._error = error
+
+    def session(self) -> SparkSession:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._spark is not None
+        return self._spark
+
+    def stop(self) -> None:
+        self._thread.join()
+        if self._spark is not None and self._made:
+            self._spark.stop()
 
 
 class _Heartbeat:
