@@ -3,6 +3,7 @@ and every SparkSession the project starts maps it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -64,3 +65,32 @@ def test_an_existing_archive_is_kept() -> None:
     ).stdout
     assert shown.strip() == f"spark class archive: {archive}"
     assert archive.stat().st_mtime_ns == made
+
+
+_KAFKA_CLIENT_CLASS = """
+from changebroker.stack.spark import spark_session
+spark = spark_session("local[1]", one_run=True)
+spark.sparkContext._jvm.java.lang.Class.forName("org.apache.kafka.clients.consumer.KafkaConsumer")
+spark.stop()
+"""
+
+
+def test_the_kafka_clients_classes_come_from_the_archive(tmp_path: Path) -> None:
+    # A replay's first Kafka read loads them; the archive was made without a broker.
+    loaded = tmp_path / "classes.log"
+    subprocess.run(
+        [sys.executable, "-c", _KAFKA_CLIENT_CLASS],
+        capture_output=True,
+        check=True,
+        cwd=REPO_ROOT,
+        timeout=300,
+        env={**os.environ, "JAVA_TOOL_OPTIONS": f"-Xlog:class+load:file={loaded}.%p"},
+    )
+    lines = [
+        line
+        for log in tmp_path.glob("classes.log.*")
+        for line in log.read_text().splitlines()
+        if " org.apache.kafka.clients.consumer.KafkaConsumer " in line
+    ]
+    assert len(lines) == 1, lines
+    assert "source: shared objects file" in lines[0]
