@@ -100,47 +100,12 @@ def _through_api(url: str, name: str, batch: bytes, size: int) -> float:
     return _rate(THREADS, poster(url, name, batch, size))
 
 
-async def _post_one(
-    port: int, path: str, body: bytes, deadline: float, latencies: list[float]
-) -> None:
-    """One keep-alive connection posting ``body`` until ``deadline``, each answer awaited."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    request = (
-        f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
-    try:
-        while time.monotonic() < deadline:
-            started = time.perf_counter()
-            writer.write(request)
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n")[1:]:
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":", 1)[1])
-            answer = await reader.readexactly(length)
-            if not head.startswith(b"HTTP/1.1 200"):
-                raise RuntimeError(f"publish answered {head[:12]!r}: {answer[:300]!r}")
-            latencies.append(time.perf_counter() - started)
-    finally:
-        writer.close()
-
-
 def _single_events_api(port: int, name: str, event: bytes) -> tuple[float, list[float]]:
     """(events/s, latencies) of CONNECTIONS connections each publishing one event at a time."""
-    latencies: list[float] = []
-
-    async def fleet() -> float:
-        deadline = time.monotonic() + SECONDS_PER_RUN
-        started = time.monotonic()
-        path = f"/event-types/{name}/events"
-        body = b"[" + event + b"]"
-        await asyncio.gather(
-            *(_post_one(port, path, body, deadline, latencies) for _ in range(CONNECTIONS))
-        )
-        return len(latencies) / (time.monotonic() - started)
-
-    return asyncio.run(fleet()), latencies
+    request = services.http_request(
+        "POST", f"/event-types/{name}/events", b"[" + event + b"]", "application/json"
+    )
+    return services.keep_alive_fleet(port, request, CONNECTIONS, SECONDS_PER_RUN)
 
 
 def _single_events_raw(bootstrap: str, topic: str, event: bytes) -> tuple[float, list[float]]:

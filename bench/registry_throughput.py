@@ -4,8 +4,9 @@
 
 * registration (HTTP, new compatible versions of one subject) vs a raw psycopg
   INSERT of the same row in its own transaction;
-* lookups by id, by subject/version and latest (HTTP) vs a raw psycopg SELECT
-  of the same row;
+* lookups by id, by subject/version and latest (HTTP, from 8 keep-alive connections of
+  a client that costs little CPU, so the figure is the registry's) vs a raw psycopg
+  SELECT of the same row;
 * compatibility checks (BACKWARD_TRANSITIVE against the subject's whole history,
   in process and through ``POST /compatibility``) vs jsonschema's ``check_schema``
   of the same schema, the least any registry does with a schema it is sent;
@@ -36,6 +37,7 @@ import httpx
 import jsonschema
 import psycopg
 
+from bench import services
 from bench.report import Figure, report
 from bench.services import pg_server_dsn, server_cpu
 from changebroker import pg
@@ -44,7 +46,10 @@ from registry.compat import Mode, check
 
 CLIENTS = 4
 REGISTRATIONS = 400
-LOOKUPS = 2000
+LOOKUPS = 2000  # the raw SELECT's
+# Lookups over HTTP: keep-alive connections of one cheap client (services.keep_alive_fleet).
+LOOKUP_CONNECTIONS = 8
+LOOKUP_SECONDS = 4.0
 HISTORY = 25
 COMPAT_CHECKS = 300
 # Lookups are the HTTP path alone once answered from memory: one worker process per core.
@@ -140,7 +145,7 @@ def main() -> int:
             connections = [psycopg.connect(dsn, autocommit=True) for _ in range(CLIENTS)]
             try:
                 figures += registration(clients, connections, pid)
-                figures += lookups(clients, connections, pid)
+                figures += lookups(clients, connections, url, pid)
                 figures += compatibility_endpoint(clients, pid)
             finally:
                 for client in clients:
@@ -211,84 +216,64 @@ def _subject_id(conn: psycopg.Connection, subject: str) -> int:
 
 
 def lookups(
-    clients: list[httpx.Client], connections: list[psycopg.Connection], pid: int
+    clients: list[httpx.Client], connections: list[psycopg.Connection], url: str, pid: int
 ) -> list[Figure]:
     for version in range(HISTORY):
         body = {"serialization": "json", "schemaDefinition": schema_version(version)}
         clients[0].post("/subjects/bench-lookup/versions", json=body).raise_for_status()
     latest = clients[0].get("/subjects/bench-lookup/versions/latest/schema").json()["schema"]
-    schema_id = latest["id"]
-
-    def raw_select(i: int) -> None:
-        connections[i % CLIENTS].execute(
-            "SELECT * FROM registry_schemas WHERE id = %s", (int(schema_id),)
-        ).fetchone()
-
-    base_rate, base_p99 = timed(raw_select, LOOKUPS, CLIENTS)
+    base_rate, base_p99 = timed(_raw_select(connections, int(latest["id"])), LOOKUPS, CLIENTS)
     figures = []
     for label, path in [
-        ("by id", f"/schemas/{schema_id}"),
+        ("by id", f"/schemas/{latest['id']}"),
         ("by subject/version", "/subjects/bench-lookup/versions/10/schema"),
         ("latest", "/subjects/bench-lookup/versions/latest/schema"),
     ]:
-
-        def get(i: int, path: str = path) -> None:
-            clients[i % CLIENTS].get(path).raise_for_status()
-
-        def run(get: Callable[[int], None] = get) -> tuple[float, float]:
-            return timed(get, LOOKUPS, CLIENTS)
-
-        rate, p99, cpu = per_op(pid, run, LOOKUPS)
-        raw = "psycopg SELECT"
-        figures += [
-            Figure("registry_throughput", f"lookup {label} ops/s", rate, "ops/s", base_rate, raw),
-            Figure(
-                "registry_throughput",
-                f"lookup {label} p99",
-                p99,
-                "ms",
-                base_p99,
-                raw,
-                higher_is_better=False,
-            ),
-            cpu_figure(f"lookup {label}, server CPU per op", cpu),
-        ]
+        figures += _lookup_figures(label, url, path, pid, base_rate, base_p99)
     return figures
+
+
+def _raw_select(connections: list[psycopg.Connection], schema_id: int) -> Callable[[int], None]:
+    def select(i: int) -> None:
+        connections[i % CLIENTS].execute(
+            "SELECT * FROM registry_schemas WHERE id = %s", (schema_id,)
+        ).fetchone()
+
+    return select
+
+
+def _lookup_figures(
+    label: str, url: str, path: str, pid: int, base_rate: float, base_p99: float
+) -> list[Figure]:
+    """GET ``path`` from LOOKUP_CONNECTIONS keep-alive connections against the raw SELECT."""
+    port = int(url.rsplit(":", 1)[1])
+    request = services.http_request("GET", path)
+    services.keep_alive_fleet(port, request, LOOKUP_CONNECTIONS, 0.5)  # connections warm
+    before = server_cpu(pid)
+    rate, latencies = services.keep_alive_fleet(port, request, LOOKUP_CONNECTIONS, LOOKUP_SECONDS)
+    cpu = (server_cpu(pid) - before) / len(latencies) * 1e6
+    p99 = statistics.quantiles(latencies, n=100)[98] * 1000
+    name, raw = "registry_throughput", "psycopg SELECT"
+    return [
+        Figure(name, f"lookup {label} ops/s", rate, "ops/s", base_rate, raw),
+        Figure(name, f"lookup {label} p99", p99, "ms", base_p99, raw, higher_is_better=False),
+        cpu_figure(f"lookup {label}, server CPU per op", cpu),
+    ]
 
 
 def lookups_by_workers(dsn: str) -> list[Figure]:
     """Lookups by id from a registry with a worker process per core, vs the raw SELECT."""
     with registry_process(dsn, WORKERS) as (url, pid):
-        clients = [httpx.Client(base_url=url, timeout=60) for _ in range(CLIENTS)]
+        latest = httpx.get(f"{url}/subjects/bench-lookup/versions/latest/schema").json()
         connections = [psycopg.connect(dsn, autocommit=True) for _ in range(CLIENTS)]
         try:
-            latest = clients[0].get("/subjects/bench-lookup/versions/latest/schema").json()
-            path = f"/schemas/{latest['schema']['id']}"
-
-            def get(i: int) -> None:
-                clients[i % CLIENTS].get(path).raise_for_status()
-
-            def raw_select(i: int) -> None:
-                connections[i % CLIENTS].execute(
-                    "SELECT * FROM registry_schemas WHERE id = %s", (int(latest["schema"]["id"]),)
-                ).fetchone()
-
-            rate, p99, cpu = per_op(pid, lambda: timed(get, LOOKUPS, CLIENTS), LOOKUPS)
-            base_rate, base_p99 = timed(raw_select, LOOKUPS, CLIENTS)
+            select = _raw_select(connections, int(latest["schema"]["id"]))
+            base_rate, base_p99 = timed(select, LOOKUPS, CLIENTS)
         finally:
-            for client in clients:
-                client.close()
             for conn in connections:
                 conn.close()
-    name, raw = "registry_throughput", "psycopg SELECT"
-    return [
-        Figure(name, f"lookup by id ops/s, {WORKERS} workers", rate, "ops/s", base_rate, raw),
-        Figure(
-            name, f"lookup by id p99, {WORKERS} workers", p99, "ms", base_p99, raw,
-            higher_is_better=False,
-        ),
-        cpu_figure(f"lookup by id, {WORKERS} workers, server CPU per op", cpu),
-    ]  # fmt: skip
+        path = f"/schemas/{latest['schema']['id']}"
+        return _lookup_figures(f"by id, {WORKERS} workers", url, path, pid, base_rate, base_p99)
 
 
 def compatibility_endpoint(clients: list[httpx.Client], pid: int) -> list[Figure]:

@@ -3,9 +3,11 @@ starts; ``CHANGEBROKER_PG_DSN`` and ``CHANGEBROKER_KAFKA_BOOTSTRAP`` name others
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -90,3 +92,50 @@ def create_event_type(url: str, name: str, partitions: int, **fields: Any) -> No
     }
     body = {"name": name, "owning_application": "bench", "default_statistic": statistic, **fields}
     httpx.post(f"{url}/event-types", json=body, timeout=60).raise_for_status()
+
+
+def http_request(method: str, path: str, body: bytes = b"", content_type: str = "") -> bytes:
+    """One HTTP/1.1 request's bytes, as :func:`keep_alive_fleet` sends them."""
+    head = f"{method} {path} HTTP/1.1\r\nHost: bench\r\n"
+    if content_type:
+        head += f"Content-Type: {content_type}\r\n"
+    if body:
+        head += f"Content-Length: {len(body)}\r\n"
+    return (head + "\r\n").encode() + body
+
+
+def keep_alive_fleet(
+    port: int, request: bytes, connections: int, seconds: float
+) -> tuple[float, list[float]]:
+    """(answers/s, each answer's latency in s) of ``connections`` keep-alive connections,
+    each sending ``request`` and awaiting its whole answer (a ``200``) for ``seconds``.
+
+    The clients are one asyncio loop reading bytes: on a two-core machine shared with the
+    server, a client that parses headers into objects (httpx) costs more CPU per request
+    than the server does, and the figure would be the client's."""
+    latencies: list[float] = []
+
+    async def connection(deadline: float) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            while time.monotonic() < deadline:
+                started = time.perf_counter()
+                writer.write(request)
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                answer = await reader.readexactly(length)
+                if not head.startswith(b"HTTP/1.1 200"):
+                    raise RuntimeError(f"answered {head[:12]!r}: {answer[:300]!r}")
+                latencies.append(time.perf_counter() - started)
+        finally:
+            writer.close()
+
+    async def fleet() -> float:
+        started = time.monotonic()
+        await asyncio.gather(*(connection(started + seconds) for _ in range(connections)))
+        return len(latencies) / (time.monotonic() - started)
+
+    return asyncio.run(fleet()), latencies
