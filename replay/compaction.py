@@ -42,11 +42,15 @@ if TYPE_CHECKING:
 # Offsets of the base snapshot's rows: before every event.
 BASE_OFFSET = -1
 # A batch read takes whole ranges at once: fetches far larger than the consumer's defaults
-# (1 MiB per partition) cut the reading's CPU time by a third (bench/replay.py).
+# (1 MiB per partition) cut the reading's CPU time by a third (bench/replay.py). The broker
+# holds a fetch it has nothing for fetch.max.wait.ms (default 500 ms) before answering;
+# with the default, each task of a replay waited about that long (its time less its CPU),
+# though every range it reads is already there.
 _KAFKA_BATCH_OPTIONS = {
     "kafka.max.partition.fetch.bytes": str(16 << 20),
     "kafka.fetch.max.bytes": str(64 << 20),
     "kafka.receive.buffer.bytes": str(4 << 20),
+    "kafka.fetch.max.wait.ms": "10",
 }
 # What ``from_json`` reads a column's JSON value as, before it becomes the column's type.
 _PARSE_TYPES = {
