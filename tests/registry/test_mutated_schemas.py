@@ -5,13 +5,16 @@ escapes, since anything else would be a 500."""
 from __future__ import annotations
 
 import copy
+import json
 import random
 from typing import Any
 
+import jsonschema
 import pytest
 
 from registry.compat import Mode, check
-from registry.definitions import EngineFormat, parse_definition
+from registry.compat.json_schema import validator_class
+from registry.definitions import EngineFormat, _metaschema_accepts, parse_definition
 from registry.errors import RegistryError
 from tests.registry import avro_corpus, json_corpus
 
@@ -23,7 +26,8 @@ KEYS = ["default", "aliases", "namespace", "order", "symbols", "size", "items", 
 KEYS += ["fields", "type", "name", "$schema", "$ref", "enum", "const", "required", "pattern"]
 KEYS += ["multipleOf", "properties", "additionalProperties", "prefixItems", "minimum"]
 SCHEMAS: list[tuple[EngineFormat, Any]] = [("AVRO", p.old) for p in avro_corpus.corpus()]
-SCHEMAS += [("JSON", p.writer) for p in json_corpus.corpus()]
+JSON_SCHEMAS = [p.writer for p in json_corpus.corpus() if isinstance(p.writer, dict)]
+SCHEMAS += [("JSON", schema) for schema in JSON_SCHEMAS]
 ROUNDS = 10
 PER_ROUND = 400
 
@@ -60,3 +64,65 @@ def test_mutated_schemas_are_refused_or_checked(seed: int) -> None:
         check(Mode.FULL, new.value, [old.value], fmt)
         checked += 1
     assert checked and refused  # both paths taken
+
+
+@pytest.mark.parametrize("seed", range(ROUNDS))
+def test_the_compiled_metaschema_check_accepts_what_jsonschema_accepts(seed: int) -> None:
+    # registry/definitions.py: jsonschema-rs accepts on the hot path, jsonschema refuses.
+    rng = random.Random(seed)
+    judged = {True: 0, False: 0}
+    for _ in range(PER_ROUND):
+        mutated = copy.deepcopy(rng.choice(JSON_SCHEMAS))
+        for _ in range(rng.randint(1, 3)):
+            _mutate(rng, mutated)
+        validator = validator_class(mutated)
+        try:
+            validator.check_schema(mutated)
+            valid = True
+        except jsonschema.SchemaError:
+            valid = False
+        accepted = _metaschema_accepts(validator, mutated)
+        # Never more than jsonschema; less only where jsonschema-rs cannot take a value.
+        assert accepted is valid or (valid and not _unicode(mutated)), mutated
+        judged[valid] += 1
+    assert judged[True] and judged[False]
+
+
+def _unicode(value: Any) -> bool:
+    """Whether ``value`` is Unicode throughout (no lone UTF-16 surrogate)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+DRAFT_4 = "http://json-schema.org/draft-04/schema#"
+DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
+
+
+@pytest.mark.parametrize(
+    ("schema", "valid"),
+    [
+        # Patterns are Python's regular expressions, as jsonschema's format checker says:
+        ({"pattern": "(?P<x>a)"}, True),  # Python only
+        ({"pattern": "(?<x>a)"}, False),  # ECMA 262 only
+        ({"pattern": "\\p{L}"}, False),  # ECMA 262 only
+        ({"$schema": DRAFT_2020_12, "patternProperties": {"[": {}}}, False),
+        ({"$schema": DRAFT_4, "minLength": 1.0}, False),
+        ({"minLength": 1.0}, True),
+        ({"maxLength": 10**30}, True),
+        ({"$schema": DRAFT_4, "required": []}, False),
+        ({"$schema": DRAFT_2020_12, "prefixItems": [{"type": 1}]}, False),
+    ],
+)
+def test_the_compiled_metaschema_check_on_what_drafts_and_engines_differ_in(
+    schema: dict[str, Any], valid: bool
+) -> None:
+    validator = validator_class(schema)
+    assert _metaschema_accepts(validator, schema) is valid
+    if valid:
+        validator.check_schema(schema)
+    else:
+        with pytest.raises(jsonschema.SchemaError):
+            validator.check_schema(schema)
