@@ -249,28 +249,17 @@ def snapshot_columns(frame: DataFrame, spec: TableSpec) -> DataFrame:
     return frame.select(*(F.col(quoted(c.name)) for c in spec.columns))
 
 
-def replacing_base(changes: DataFrame, base: DataFrame, spec: TableSpec) -> DataFrame:
-    """``changes`` compacted onto ``base`` (rows of ``base_rows``) when every key's last change
-    carries its whole row (or deletes it): a base row of a key the changes name cannot count,
-    so the base is read once, for the rows of every other key."""
-    from pyspark.sql import functions as F
-
-    named = changes.select(*(F.col(quoted(k)) for k in spec.key)).distinct()
-    same_key = [base[quoted(k)] == named[quoted(k)] for k in spec.key]
-    untouched = base.join(named, same_key, "left_anti")
-    return compact(changes, spec).unionByName(snapshot_columns(untouched, spec))
-
-
-def onto_base(changes: DataFrame, base: DataFrame, spec: TableSpec) -> DataFrame:
+def onto_base(changes: DataFrame, base: DataFrame, spec: TableSpec, *, whole: bool) -> DataFrame:
     """``changes`` compacted onto ``base`` (rows of ``base_rows``): only the keys the changes
     name are compacted; every other base row, already a snapshot's, is carried over as it is,
-    so an incremental run's work grows with what changed, not with the table."""
+    so an incremental run's work grows with what changed, not with the table. ``whole``: every
+    key's last change carries its whole row (or deletes it), so a base row of a key the
+    changes name cannot count, and the base is read once, for the rows of every other key."""
     from pyspark.sql import functions as F
 
     named = changes.select(*(F.col(quoted(k)) for k in spec.key)).distinct()
     same_key = [base[quoted(k)] == named[quoted(k)] for k in spec.key]
-    touched = base.join(named, same_key, "left_semi")
+    if not whole:
+        changes = changes.unionByName(base.join(named, same_key, "left_semi"))
     untouched = base.join(named, same_key, "left_anti")
-    return compact(changes.unionByName(touched), spec).unionByName(
-        snapshot_columns(untouched, spec)
-    )
+    return compact(changes, spec).unionByName(snapshot_columns(untouched, spec))

@@ -267,10 +267,8 @@ def compacted(
         base_rows = None
         if base is not None:
             base_rows = compaction.base_rows(spark, base, base_format, spec)
-        if changes is not None and base_rows is not None and whole:
-            yield compaction.replacing_base(changes, base_rows, spec)
-        elif changes is not None and base_rows is not None:
-            yield compaction.onto_base(changes, base_rows, spec)
+        if changes is not None and base_rows is not None:
+            yield compaction.onto_base(changes, base_rows, spec, whole=whole)
         elif changes is not None:
             yield compaction.compact(changes, spec)
         elif base_rows is not None:
