@@ -263,7 +263,8 @@ class Store:
     async def register(self, key: SubjectKey, body: Mapping[str, Any]) -> str:
         """The id of ``body``'s definition in the subject: existing, or a new version."""
         try:
-            async with self.pool.connection() as conn, conn.transaction():
+            # Pipelined: BEGIN goes with the lock, the INSERT with the COMMIT.
+            async with self.pool.connection() as conn, conn.pipeline(), conn.transaction():
                 registered = await register_in(conn, key, body)
         except RegistryError as error:
             if error.code == errors.INCOMPATIBLE:
@@ -401,6 +402,26 @@ async def delete_subject_in(db: Db, key: SubjectKey) -> list[int]:
     return [v["version"] for v in versions]
 
 
+# After the subject's row lock: the version that already has the definition, or the history
+# its compatibility mode checks against (the latest alone, or all: NULL) and a new schema id.
+# One statement for what took three round trips under the lock.
+_REGISTRATION_STATE = """
+WITH existing AS (
+    SELECT id, version FROM registry_schemas WHERE subject_id = %(subject)s
+    AND md5(canonical) = md5(%(text)s) AND canonical = %(text)s ORDER BY version LIMIT 1
+), history AS (
+    SELECT version, canonical FROM registry_schemas
+    WHERE subject_id = %(subject)s AND NOT EXISTS (SELECT FROM existing)
+    ORDER BY version DESC LIMIT %(history)s
+)
+SELECT e.id AS existing_id, e.version AS existing_version,
+    CASE WHEN e.id IS NULL THEN nextval('registry_schema_ids') END AS new_id,
+    ARRAY(SELECT version FROM history ORDER BY version) AS versions,
+    ARRAY(SELECT canonical FROM history ORDER BY version) AS canonicals
+FROM (SELECT) one LEFT JOIN existing e ON true
+"""
+
+
 async def register_in(db: Db, key: SubjectKey, body: Mapping[str, Any]) -> Registered:
     """``body``'s definition in the subject (created if absent): existing, or a new version
     after the subject's mode accepts it."""
@@ -425,46 +446,48 @@ async def register_in(db: Db, key: SubjectKey, body: Mapping[str, Any]) -> Regis
         )
     parsed = parse_definition(fmt, body.get("schemaDefinition"))
     text = parsed.canonical
-    existing = await (
-        await db.execute(
-            "SELECT id, version FROM registry_schemas WHERE subject_id = %s"
-            " AND md5(canonical) = md5(%s) AND canonical = %s ORDER BY version LIMIT 1",
-            (subject["id"], text, text),
-        )
-    ).fetchone()
-    if existing is not None:
-        return Registered(existing["id"], existing["version"], new=False)
     mode = Mode(subject["compatibility"])
-    history = await _history(db, subject["id"], latest_only=not mode.transitive)
+    state = await (
+        await db.execute(_REGISTRATION_STATE, {
+            "subject": subject["id"],
+            "text": text,
+            "history": None if mode.transitive else 1,
+        })
+    ).fetchone()  # fmt: skip
+    assert state is not None
+    if state["existing_id"] is not None:
+        return Registered(state["existing_id"], state["existing_version"], new=False)
+    history = [
+        (v, json.loads(c)) for v, c in zip(state["versions"], state["canonicals"], strict=True)
+    ]
     found = _violations(mode, parsed.value, history, fmt)
     if found:
         raise errors.incompatible(
             found, f"the schema is not {mode.value} compatible with {key.subject!r}"
         )
     version = (history[-1][0] + 1) if history else 1
-    row = await (
-        await db.execute(
-            "INSERT INTO registry_schemas (subject_id, version, name, comment,"
-            " serialization, definition, canonical, validator)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-            (
-                subject["id"],
-                version,
-                _optional_text(body, "name"),
-                _optional_text(body, "comment"),
-                serialization,
-                Json(body.get("schemaDefinition")),
-                text,
-                _optional_text(body, "validator"),
-            ),
-        )
-    ).fetchone()
-    assert row is not None
+    # No RETURNING: in a pipeline this and the COMMIT after it go to Postgres together.
+    await db.execute(
+        "INSERT INTO registry_schemas (id, subject_id, version, name, comment,"
+        " serialization, definition, canonical, validator)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (
+            state["new_id"],
+            subject["id"],
+            version,
+            _optional_text(body, "name"),
+            _optional_text(body, "comment"),
+            serialization,
+            Json(body.get("schemaDefinition")),
+            text,
+            _optional_text(body, "validator"),
+        ),
+    )
     if subject["format"] is None and fmt is not None:
         await db.execute(
             "UPDATE registry_subjects SET format = %s WHERE id = %s", (fmt, subject["id"])
         )
-    return Registered(row["id"], version, new=True)
+    return Registered(state["new_id"], version, new=True)
 
 
 def _in_use(what: str, error: ForeignKeyViolation) -> RegistryError:
