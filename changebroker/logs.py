@@ -63,11 +63,25 @@ class LogfmtFormatter(logging.Formatter):
         return " ".join(parts)
 
 
+class _Stderr(logging.StreamHandler):
+    """Writes to ``sys.stderr`` as it is at each record, not as it was at configuration: a
+    process that swaps it (a test runner capturing each test's output, an embedding app)
+    would otherwise have every later line written to a stream it has closed."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass  # StreamHandler.__init__ sets it; the property above is the stream
+
+
 def configure(service: str, level: str = "INFO") -> None:
     """Send every logger's records, as logfmt lines, to stderr."""
     global _service
     _service = service
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(LogfmtFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
