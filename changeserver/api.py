@@ -17,7 +17,6 @@ every waiting connection in one pass, before any request's task runs again.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import threading
 import time
@@ -413,12 +412,11 @@ def _render(
             changes=[changes.to_protobuf(*row, relations) for row in rows],
         )
         return message.SerializeToString()
-    body = {
-        "firstSequence": str(bounds.first),
-        "lastSequence": str(last),
-        "changes": [changes.to_json(*row, relations) for row in rows],
-    }
-    return json.dumps(body, separators=(",", ":")).encode()
+    # As json.dumps(separators=(",", ":")) writes {"firstSequence", "lastSequence", "changes"}.
+    listed = ",".join([changes.to_json(*row, relations) for row in rows])
+    return (
+        f'{{"firstSequence":"{bounds.first}","lastSequence":"{last}","changes":[{listed}]}}'
+    ).encode()
 
 
 def _status(request: Request, status: str, reason: str) -> Response:

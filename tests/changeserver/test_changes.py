@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 
 from changeserver import changes
@@ -149,5 +151,5 @@ def test_each_change_keeps_the_columns_of_its_time(cs: Harness) -> None:
     # A fresh reader (as after a restart) decodes them from the relations the log stored.
     reader = LogReader(cs.server.changelog.path)
     _, stored = reader.read(["a"], ZERO, 10, None)
-    assert [changes.to_json(*row, reader.relation)["newRow"] for row in stored] == rows
+    assert [json.loads(changes.to_json(*row, reader.relation))["newRow"] for row in stored] == rows
     reader.close()

@@ -1,0 +1,86 @@
+"""A change's JSON, as /changes serves it, is what ``json.dumps`` gives for the change.
+
+``changes.to_json`` writes the text without building a dict per change; a client comparing
+bytes, or parsing them, must get what the encoder wrote: the same keys in the same order,
+the same escaping (ASCII only: ``\\uXXXX`` for the rest, control characters and DEL too).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import struct
+from typing import Any
+
+from changeserver import changes, pgoutput
+from changeserver.pgoutput import Relation
+from changeserver.sequence import Sequence
+
+_BOOL = 16
+_TYPES = (_BOOL, 20, 23, 25, 1700, 3802)  # bool, int8, int4, text, numeric, jsonb
+_CHARACTERS = 'az09 "\\/\x01\x1f\x7f\t\n\u00f1\u00e9\u20ac\u2028\u2029\U0001f600'
+
+
+def _text(rnd: random.Random) -> str:
+    return "".join(rnd.choice(_CHARACTERS) for _ in range(rnd.randint(0, 6)))
+
+
+def _tuple(values: list[str | None]) -> bytes:
+    out = struct.pack("!h", len(values))
+    for value in values:
+        if value is None:
+            out += b"n"
+        else:
+            raw = value.encode()
+            out += b"t" + struct.pack("!i", len(raw)) + raw
+    return out
+
+
+def _message(operation: int, new: list[str | None], old: list[str | None]) -> bytes:
+    """The pgoutput message of an insert, an update with its old row, or a delete."""
+    relation_oid = struct.pack("!I", 16384)
+    if operation == pgoutput.INSERT:
+        return b"I" + relation_oid + b"N" + _tuple(new)
+    if operation == pgoutput.UPDATE:
+        return b"U" + relation_oid + b"O" + _tuple(old) + b"N" + _tuple(new)
+    return b"D" + relation_oid + b"O" + _tuple(old)
+
+
+def _row(relation: Relation, values: list[str | None]) -> dict[str, Any]:
+    row = {}
+    for (name, oid), value in zip(relation.columns, values, strict=True):
+        if oid == _BOOL and value in ("t", "f"):
+            value = "true" if value == "t" else "false"  # as transicator's plugin printed it
+        row[name] = {"value": value, "type": oid}
+    return row
+
+
+def test_to_json_is_json_dumps_of_the_change_byte_for_byte() -> None:
+    rnd = random.Random(20261127)
+    for _ in range(3000):
+        columns = tuple((f"c{i}{_text(rnd)}", rnd.choice(_TYPES)) for i in range(rnd.randint(0, 5)))
+        relation = Relation("public." + _text(rnd), columns)
+        new = [rnd.choice([None, "t", "f", _text(rnd)]) for _ in columns]
+        old = [rnd.choice([None, "t", "f", _text(rnd)]) for _ in columns]
+        operation = rnd.choice([pgoutput.INSERT, pgoutput.UPDATE, pgoutput.DELETE])
+        lsn, idx, txid = rnd.randrange(2**64), rnd.randrange(2**32), rnd.randrange(2**64)
+        change_lsn, commit_time = rnd.randrange(2**64), rnd.randrange(2**62)
+        body = pgoutput.BODY.pack(change_lsn, commit_time, 1) + _message(operation, new, old)
+
+        served = changes.to_json(lsn, idx, txid, body, {1: relation}.__getitem__)
+
+        expected: dict[str, Any] = {
+            "operation": operation,
+            "table": relation.table,
+            "sequence": str(Sequence(lsn, idx)),
+            "commitSequence": lsn,
+            "changeSequence": change_lsn,
+            "commitIndex": idx,
+            "txid": txid,
+            "timestamp": changes.unix_us(commit_time) // 1_000_000,
+        }
+        if operation != pgoutput.DELETE:
+            expected["newRow"] = _row(relation, new)
+        if operation != pgoutput.INSERT:
+            expected["oldRow"] = _row(relation, old)
+        assert served == json.dumps(expected, separators=(",", ":"))
