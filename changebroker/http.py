@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import gc
 import logging
 import signal
 import threading
@@ -461,6 +462,14 @@ def _uvicorn_settings(tls: Tls | None, limits: ConnectionLimits) -> dict[str, An
     }
 
 
+def _freeze_startup_objects() -> None:
+    """Leave what start-up made (modules, settings, the app) out of every later garbage
+    collection. Python's full collections walk every object the process holds: with the
+    start-up's among them, the bridge spent a fifth of its CPU in them during a burst (one
+    full collection ~66 ms, ~9 ms without; measured with gc.callbacks)."""
+    gc.freeze()
+
+
 class _DrainingServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         draining.set()
@@ -472,7 +481,9 @@ def drain_in_worker() -> None:
     SIGTERM and SIGINT set ``draining`` too, as in ``serve``, so a worker's streams also end
     after their current batch instead of being cut at the graceful timeout. The worker's
     server has installed its exit handlers by then (before it loads the app); they are kept
-    and called after."""
+    and called after. What start-up made is left out of garbage collection, as ``serve``
+    does."""
+    _freeze_startup_objects()
     for signum in (signal.SIGTERM, signal.SIGINT):
         then = signal.getsignal(signum)
         if not callable(then):
@@ -541,4 +552,5 @@ def serve(
     """Run ``app`` with uvicorn until SIGTERM/SIGINT (graceful: open requests finish, streams
     end after their current batch: ``draining``)."""
     server_config = config(app, host, port, tls=tls, limits=limits, timeout_graceful_shutdown=10)
+    _freeze_startup_objects()
     _DrainingServer(server_config).run()
