@@ -4,11 +4,12 @@ a consumer of committed events; and the sustained rate of that path.
 Every service runs as its own process, as deployed (changeserver, registry, broker, bridge),
 on the local stack's Postgres and Kafka, in databases of the benchmark's own.
 
-* Latency: a writer commits a 10-row transaction every 2 ms (5,000 changes/s) for 15 s; each
-  transaction's latency is from its commit returning to the writer until its last row's event
-  is read by a ``read_committed`` Kafka consumer (subscriptions had not landed when this was
-  written; a subscription serves the same committed data). p50 and p99 against the issue's
-  goal (p99 <= 100 ms).
+* Latency: a writer commits a 10-row transaction every 2 ms at most (about 2,000 changes/s
+  here: each commit takes its own time; the rate reached is in the figure's name) for 15 s;
+  each transaction's latency is from its commit returning to the writer until its last row's
+  event is read by a ``read_committed`` Kafka consumer (subscriptions had not landed when
+  this was written; a subscription serves the same committed data). p50 and p99 against the
+  goal (p99 <= 50 ms at about 2,000 changes/s).
 * Sustained rate: a burst of 200,000 changes (transactions of 100 rows) committed inside
   Postgres as fast as it can; the rate is changes over the time from the burst's first commit
   to its last event being read, against Postgres's own commit rate of the burst (the same
@@ -46,6 +47,7 @@ STEADY_INTERVAL = 0.002
 STEADY_ROWS = 10
 BURST_TRANSACTIONS = 2_000
 BURST_ROWS = 100
+GOAL_P99_MS = 50.0
 
 _SETUP = """
 CREATE TABLE items (id bigint PRIMARY KEY, name text, amount numeric,
@@ -202,7 +204,7 @@ def _measure(app_dsn: str, meta_dsn: str, bootstrap: str) -> list[Figure]:
         Figure(NAME, f"commit-to-delivery p50 at {steady_rate:,.0f} changes/s", cut[0], "ms",
                higher_is_better=False),
         Figure(NAME, f"commit-to-delivery p99 at {steady_rate:,.0f} changes/s", cut[1], "ms",
-               baseline=100.0, baseline_name="goal", higher_is_better=False),
+               baseline=GOAL_P99_MS, baseline_name="goal", higher_is_better=False),
         Figure(NAME, f"sustained changes/s ({burst:,} changes)", burst / (delivered - began),
                "changes/s", baseline=burst / (pg_done - began),
                baseline_name="postgres commit rate"),
