@@ -13,9 +13,11 @@ import functools
 import gc
 import logging
 import signal
+import socket
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,7 @@ from uvicorn.protocols.http.httptools_impl import (
     HttpToolsProtocol,
     RequestResponseCycle,
 )
+from uvicorn.server import ServerState
 from uvicorn.supervisors.multiprocess import Multiprocess
 
 from changebroker import logs, metrics
@@ -43,6 +46,8 @@ DEFAULT_IDLE_TIMEOUT = 5.0  # uvicorn's keep-alive default
 # How long a draining service keeps an idle keep-alive connection open: a request its client
 # sent as the drain began is answered (with ``connection: close``) instead of reset.
 DRAIN_IDLE_GRACE = 0.5
+# How long a draining worker waits for the others to stop listening before it drains anyway.
+DRAIN_UNLISTEN_BOUND = 2.0
 access_log = logging.getLogger("changebroker.access")
 
 # Set once the process is asked to stop (SIGTERM, SIGINT): endless responses (event streams)
@@ -218,12 +223,24 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
                     cycle.keep_alive = False
 
     def shutdown(self) -> None:
-        """The server drains: a connection busy with a request closes after its response, as
-        in uvicorn. An idle one is not closed at once, as uvicorn would: its client may have
-        sent a request already, which a close would answer with a reset (and a client can
-        retry only what it knows was not sent). It is closed once it has been idle for
-        ``DRAIN_IDLE_GRACE``; a request arriving before that is answered, and the connection
-        closed after it."""
+        """The server drains: once no process listens at its address any more (see
+        ``_until_nobody_listens``), a connection busy with a request closes after its
+        response, as in uvicorn. An idle one is not closed at once, as uvicorn would: its
+        client may have sent a request already, which a close would answer with a reset (and
+        a client can retry only what it knows was not sent). It is closed once it has been
+        idle for ``DRAIN_IDLE_GRACE``; a request arriving before that is answered, and the
+        connection closed after it."""
+        nobody_listens = _NOBODY_LISTENS.get(self.server_state)
+        if nobody_listens is None:
+            listener = self.transport.get_extra_info("socket")
+            address = self.transport.get_extra_info("sockname")
+            nobody_listens = self.loop.create_task(
+                _until_nobody_listens(self.loop, listener.family, address)
+            )
+            _NOBODY_LISTENS[self.server_state] = nobody_listens
+        nobody_listens.add_done_callback(lambda _: self._drain())
+
+    def _drain(self) -> None:
         self._draining = True
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
@@ -342,6 +359,33 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
             head += [name, b": ", value, b"\r\n"]
         head.append(b"\r\n")
         return b"".join(head) + rest
+
+
+# Per server: its connections drain once this is done.
+_NOBODY_LISTENS: weakref.WeakKeyDictionary[ServerState, asyncio.Task[None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def _until_nobody_listens(
+    loop: asyncio.AbstractEventLoop, family: int, address: tuple[Any, ...]
+) -> None:
+    """Until a connection to ``address`` is refused, at most ``DRAIN_UNLISTEN_BOUND``.
+
+    The workers of a service share one listening socket, which refuses connections only once
+    every worker has closed its copy. A worker that drained at once would send its clients to
+    reconnect (``connection: close``) into the backlog of a worker about to close, and what
+    that backlog holds when it closes is reset: a request sent, never answered. One process
+    has closed its listener before it drains, so its first probe is refused."""
+    deadline = loop.time() + DRAIN_UNLISTEN_BOUND
+    while loop.time() < deadline:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setblocking(False)
+            try:
+                await loop.sock_connect(probe, address)
+            except OSError:
+                return
+        await asyncio.sleep(0.01)
 
 
 @dataclass(frozen=True)
@@ -502,9 +546,10 @@ def drain_in_worker() -> None:
 
 
 class _DrainingWorkers(Multiprocess):
-    """uvicorn's supervisor of worker processes, which lets go of the listening socket as soon
-    as it is told to stop: connections made while the workers drain are refused, as by one
-    process, instead of queued where no worker takes them any more and reset at exit."""
+    """uvicorn's supervisor of worker processes, which lets go of its copy of the listening
+    socket as soon as it is told to stop: once the workers have closed theirs, connections are
+    refused, as by one process, instead of queued where no worker takes them any more and
+    reset at exit. The workers drain once that is so (``_until_nobody_listens``)."""
 
     def handle_int(self) -> None:
         self._close_listeners()
