@@ -183,12 +183,14 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
     _refused = False
     _draining = False
     _head_begun = False
+    _lost = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm_header_deadline()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
         self._disarm_header_deadline()
         super().connection_lost(exc)
 
@@ -255,6 +257,20 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
         if self._head_begun or (cycle is not None and not cycle.response_complete):
             return  # a request came: its response closes the connection
         self.transport.close()
+        if self.transport.get_extra_info("ssl_object") is not None:
+            # A TLS close sends close_notify, then waits for the client's, which an idle
+            # client (not reading) never sends: the drain would wait out its timeout. TLS
+            # lets the closing side go without it (RFC 8446 §6.1).
+            self.loop.call_later(DRAIN_IDLE_GRACE, self._abort_once_sent)
+
+    def _abort_once_sent(self) -> None:
+        if self._lost:
+            return
+        if self.transport.get_write_buffer_size():
+            # Still sending what the client was answered: try again later.
+            self.loop.call_later(DRAIN_IDLE_GRACE, self._abort_once_sent)
+            return
+        self.transport.abort()
 
     def respond(
         self,

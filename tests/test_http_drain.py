@@ -1,21 +1,26 @@
 """A draining service answers a request that reached an idle keep-alive connection as the drain
 began (with ``connection: close``), instead of resetting it, and still closes the connections
-that stay idle, so the drain ends."""
+that stay idle, so the drain ends: over TLS too, where an idle client does not answer the
+server's close_notify."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import socket
+import ssl
 import threading
+from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
+from changebroker.http import Tls
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
+from tests.support.credentials import self_signed_ca
 
 TIMEOUT = 10.0
 
@@ -99,3 +104,29 @@ def test_a_request_on_an_idle_connection_as_the_drain_begins_is_answered() -> No
             stopping.join(timeout=TIMEOUT * 3)
         assert _read_response(busy)[1] == b"slow"
         assert not stopping.is_alive()
+
+
+def test_an_idle_tls_connection_does_not_hold_the_drain(tmp_path: Path) -> None:
+    """An idle client does not read, so it never answers the close_notify a TLS close sends:
+    waiting for its answer held the drain to the graceful timeout (here: none, for ever)."""
+    certificates = self_signed_ca(tmp_path)
+    trusted = ssl.create_default_context(cafile=str(certificates.ca))
+    entered, release = threading.Event(), threading.Event()
+    with contextlib.ExitStack() as sockets, contextlib.ExitStack() as serving:
+        tls = Tls(certificates.cert, certificates.key)
+        url = serving.enter_context(serve_in_thread(_app(entered, release), tls=tls))
+        port = int(url.rsplit(":", 1)[1])
+        idle = sockets.enter_context(
+            trusted.wrap_socket(
+                socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT),
+                server_hostname="127.0.0.1",
+            )
+        )
+        _get(idle, "/ok")
+        assert _read_response(idle)[1] == b"ok"
+
+        stopping = threading.Thread(target=serving.close)
+        stopping.start()
+        stopping.join(timeout=TIMEOUT)
+        assert not stopping.is_alive(), "the drain waits on the idle TLS connection"
+        assert _refuses_connections(port)

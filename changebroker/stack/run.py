@@ -21,10 +21,12 @@ from changebroker.stack.processes import answers, free_port, wait_until
 
 
 @contextlib.contextmanager
-def serve_in_thread(app: ASGIApp, limits: http.ConnectionLimits | None = None) -> Iterator[str]:
-    """Serve ``app`` on a free loopback port; yields its base URL."""
+def serve_in_thread(
+    app: ASGIApp, limits: http.ConnectionLimits | None = None, tls: http.Tls | None = None
+) -> Iterator[str]:
+    """Serve ``app`` on a free loopback port (HTTPS with ``tls``); yields its base URL."""
     limits = limits or http.ConnectionLimits()
-    server = uvicorn.Server(http.config(app, "127.0.0.1", 0, lifespan="on", limits=limits))
+    server = uvicorn.Server(http.config(app, "127.0.0.1", 0, lifespan="on", limits=limits, tls=tls))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_until(lambda: server.started or not thread.is_alive(), timeout=30, what="uvicorn to start")
@@ -32,7 +34,7 @@ def serve_in_thread(app: ASGIApp, limits: http.ConnectionLimits | None = None) -
         raise RuntimeError("the app failed to start: see the log above")
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=30)
