@@ -234,10 +234,11 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
         connection closed after it."""
         nobody_listens = _NOBODY_LISTENS.get(self.server_state)
         if nobody_listens is None:
-            listener = self.transport.get_extra_info("socket")
+            # The connection's own address is the one its server listens at.
+            family = self.transport.get_extra_info("socket").family
             address = self.transport.get_extra_info("sockname")
             nobody_listens = self.loop.create_task(
-                _until_nobody_listens(self.loop, listener.family, address)
+                _until_nobody_listens(self.loop, family, address)
             )
             _NOBODY_LISTENS[self.server_state] = nobody_listens
         nobody_listens.add_done_callback(lambda _: self._drain())
