@@ -48,6 +48,8 @@ DEFAULT_IDLE_TIMEOUT = 5.0  # uvicorn's keep-alive default
 DRAIN_IDLE_GRACE = 0.5
 # How long a draining worker waits for the others to stop listening before it drains anyway.
 DRAIN_UNLISTEN_BOUND = 2.0
+# How long a TLS close waits for the client's close_notify before it lets the client go.
+TLS_CLOSE_WAIT = 0.5
 access_log = logging.getLogger("changebroker.access")
 
 # Set once the process is asked to stop (SIGTERM, SIGINT): endless responses (event streams)
@@ -257,19 +259,23 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if self._head_begun or (cycle is not None and not cycle.response_complete):
             return  # a request came: its response closes the connection
+        self._close()
+
+    def _close(self) -> None:
+        """Close the connection, sending what is buffered first. A TLS close sends
+        close_notify, then waits for the client's, which a client that is not reading (an
+        idle one, a refused one) never sends: a draining server would wait out its timeout.
+        TLS lets the closing side go without it (RFC 8446 §6.1)."""
         self.transport.close()
         if self.transport.get_extra_info("ssl_object") is not None:
-            # A TLS close sends close_notify, then waits for the client's, which an idle
-            # client (not reading) never sends: the drain would wait out its timeout. TLS
-            # lets the closing side go without it (RFC 8446 §6.1).
-            self.loop.call_later(DRAIN_IDLE_GRACE, self._abort_once_sent)
+            self.loop.call_later(TLS_CLOSE_WAIT, self._abort_once_sent)
 
     def _abort_once_sent(self) -> None:
         if self._lost:
             return
         if self.transport.get_write_buffer_size():
             # Still sending what the client was answered: try again later.
-            self.loop.call_later(DRAIN_IDLE_GRACE, self._abort_once_sent)
+            self.loop.call_later(TLS_CLOSE_WAIT, self._abort_once_sent)
             return
         self.transport.abort()
 
@@ -330,7 +336,7 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
             self.transport.write(
                 b"HTTP/1.1 " + status + b"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
             )
-            self.transport.close()
+            self._close()
 
     def on_body(self, body: bytes) -> None:
         if not self._reparsing and not self._refused:

@@ -12,12 +12,13 @@ import ssl
 import threading
 from pathlib import Path
 
+import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from changebroker.http import Tls
+from changebroker.http import ConnectionLimits, Tls
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
 from tests.support.credentials import self_signed_ca
@@ -106,27 +107,38 @@ def test_a_request_on_an_idle_connection_as_the_drain_begins_is_answered() -> No
         assert not stopping.is_alive()
 
 
-def test_an_idle_tls_connection_does_not_hold_the_drain(tmp_path: Path) -> None:
-    """An idle client does not read, so it never answers the close_notify a TLS close sends:
-    waiting for its answer held the drain to the graceful timeout (here: none, for ever)."""
+@pytest.mark.parametrize("client", ["idle", "refused"])
+def test_a_tls_client_that_does_not_read_does_not_hold_the_drain(
+    tmp_path: Path, client: str
+) -> None:
+    """A client that is not reading never answers the close_notify a TLS close sends:
+    waiting for its answer held the drain to the graceful timeout (here: none, so until
+    the TLS layer's own 30 s). One idle after its answer; one answered 408, its request's
+    head too slow, and gone quiet."""
     certificates = self_signed_ca(tmp_path)
     trusted = ssl.create_default_context(cafile=str(certificates.ca))
     entered, release = threading.Event(), threading.Event()
     with contextlib.ExitStack() as sockets, contextlib.ExitStack() as serving:
         tls = Tls(certificates.cert, certificates.key)
-        url = serving.enter_context(serve_in_thread(_app(entered, release), tls=tls))
+        limits = ConnectionLimits(header_timeout=0.5)
+        url = serving.enter_context(serve_in_thread(_app(entered, release), limits=limits, tls=tls))
         port = int(url.rsplit(":", 1)[1])
-        idle = sockets.enter_context(
+        quiet = sockets.enter_context(
             trusted.wrap_socket(
                 socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT),
                 server_hostname="127.0.0.1",
             )
         )
-        _get(idle, "/ok")
-        assert _read_response(idle)[1] == b"ok"
+        if client == "idle":
+            _get(quiet, "/ok")
+            assert _read_response(quiet)[1] == b"ok"
+        else:
+            quiet.sendall(b"GET /ok HTTP/1.1\r\n")
+            head, _ = _read_response(quiet)
+            assert head.startswith(b"HTTP/1.1 408"), head
 
         stopping = threading.Thread(target=serving.close)
         stopping.start()
         stopping.join(timeout=TIMEOUT)
-        assert not stopping.is_alive(), "the drain waits on the idle TLS connection"
+        assert not stopping.is_alive(), f"the drain waits on the {client} TLS connection"
         assert _refuses_connections(port)
