@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 import random
-import struct
 from typing import Any
 
-from changeserver import changes, pgoutput
+from changeserver import changelog, changes, pgoutput
 from changeserver.pgoutput import Relation
 from changeserver.sequence import Sequence
 
@@ -23,27 +22,6 @@ _CHARACTERS = 'az09 "\\/\x01\x1f\x7f\t\n\u00f1\u00e9\u20ac\u2028\u2029\U0001f600
 
 def _text(rnd: random.Random) -> str:
     return "".join(rnd.choice(_CHARACTERS) for _ in range(rnd.randint(0, 6)))
-
-
-def _tuple(values: list[str | None]) -> bytes:
-    out = struct.pack("!h", len(values))
-    for value in values:
-        if value is None:
-            out += b"n"
-        else:
-            raw = value.encode()
-            out += b"t" + struct.pack("!i", len(raw)) + raw
-    return out
-
-
-def _message(operation: int, new: list[str | None], old: list[str | None]) -> bytes:
-    """The pgoutput message of an insert, an update with its old row, or a delete."""
-    relation_oid = struct.pack("!I", 16384)
-    if operation == pgoutput.INSERT:
-        return b"I" + relation_oid + b"N" + _tuple(new)
-    if operation == pgoutput.UPDATE:
-        return b"U" + relation_oid + b"O" + _tuple(old) + b"N" + _tuple(new)
-    return b"D" + relation_oid + b"O" + _tuple(old)
 
 
 def _row(relation: Relation, values: list[str | None]) -> dict[str, Any]:
@@ -65,7 +43,11 @@ def test_to_json_is_json_dumps_of_the_change_byte_for_byte() -> None:
         operation = rnd.choice([pgoutput.INSERT, pgoutput.UPDATE, pgoutput.DELETE])
         lsn, idx, txid = rnd.randrange(2**64), rnd.randrange(2**32), rnd.randrange(2**64)
         change_lsn, commit_time = rnd.randrange(2**64), rnd.randrange(2**62)
-        body = pgoutput.BODY.pack(change_lsn, commit_time, 1) + _message(operation, new, old)
+        new_row = [(name, value, oid) for (name, oid), value in zip(columns, new, strict=True)]
+        old_row = [(name, value, oid) for (name, oid), value in zip(columns, old, strict=True)]
+        with_old = operation == pgoutput.DELETE or (operation == pgoutput.UPDATE and bool(old_row))
+        message = changelog._message(operation, new_row, old_row if with_old else None)
+        body = pgoutput.BODY.pack(change_lsn, commit_time, 1) + message
 
         served = changes.to_json(lsn, idx, txid, body, {1: relation}.__getitem__)
 
@@ -81,6 +63,6 @@ def test_to_json_is_json_dumps_of_the_change_byte_for_byte() -> None:
         }
         if operation != pgoutput.DELETE:
             expected["newRow"] = _row(relation, new)
-        if operation != pgoutput.INSERT:
+        if with_old:
             expected["oldRow"] = _row(relation, old)
         assert served == json.dumps(expected, separators=(",", ":"))
