@@ -1,9 +1,12 @@
 """The change log: an embedded, durable SQLite database in WAL mode.
 
 ``changes`` is keyed by (selector, lsn, idx) so one selector's changes are one
-range scan. It has no second index: the global first/last live in ``meta``, and
-retention deletes one range per selector (found by seeking, not scanning), so
-an index on (lsn, idx) only cost every insert a second B-tree write (-20% CPU).
+range scan. Reads give their bounds as row values, ``(lsn, idx) > (?, ?)``, which
+SQLite seeks to; the same bound spelt ``lsn > ? OR (lsn = ? AND idx > ?)`` made it
+scan the selector's whole history on every read. It has no second index: the
+global first/last live in ``meta``, and retention deletes one range per selector
+(found by seeking, not scanning), so an index on (lsn, idx) only cost every
+insert a second B-tree write (-20% CPU).
 ``commits`` has one row per transaction (commit time, size) so retention by age
 cuts at whole transactions. ``meta`` keeps what must outlive the rows: the
 durable commit LSN (the restart point), the first and last sequence held, and
@@ -269,9 +272,9 @@ class LogReader:
                 marks = ",".join("?" * len(selectors))
                 sql = (
                     f"SELECT lsn, idx, txid, data FROM changes WHERE selector IN ({marks})"
-                    " AND (lsn > ? OR (lsn = ? AND idx > ?))"
+                    " AND (lsn, idx) > (?, ?)"
                 )
-                params: list[object] = [*selectors, since.lsn, since.lsn, since.index]
+                params: list[object] = [*selectors, since.lsn, since.index]
                 if snapshot is not None:
                     # Keep only transactions the snapshot could not see.
                     sql += f" AND (txid >= ? OR txid IN ({','.join('?' * len(snapshot.xip))}))"
@@ -321,9 +324,8 @@ class LogReader:
             marks = ",".join("?" * len(selectors))
             rows = conn.execute(
                 f"SELECT lsn, idx, txid, data FROM changes WHERE selector IN ({marks})"
-                " AND (lsn > ? OR (lsn = ? AND idx > ?)) AND (lsn < ? OR (lsn = ? AND idx <= ?))"
-                " ORDER BY lsn, idx",
-                [*selectors, since.lsn, since.lsn, since.index, end.lsn, end.lsn, end.index],
+                " AND (lsn, idx) > (?, ?) AND (lsn, idx) <= (?, ?) ORDER BY lsn, idx",
+                [*selectors, since.lsn, since.index, end.lsn, end.index],
             ).fetchall()
             wanted = [row for row in rows if self._matches(row[3], patterns)]
             return Bounds(bounds.first, end, bounds.purged), wanted

@@ -1,15 +1,19 @@
-"""The change log file itself: a log written in the older body format is upgraded in place."""
+"""The change log file itself: a log written in the older body format is upgraded in place,
+and a read costs what it returns, not what the log holds before it."""
 
 from __future__ import annotations
 
+import functools
 import json
 import marshal
 import sqlite3
 from pathlib import Path
 from typing import Any
 
-from changeserver import changes
+from changeserver import changelog, changes, pgoutput
 from changeserver.changelog import ChangeLog, LogReader
+from changeserver.pgoutput import Relation
+from changeserver.sequence import Sequence
 
 _FORMAT_0 = """
 CREATE TABLE changes (
@@ -59,3 +63,59 @@ def _as_served(row: list[tuple[str, str | None, int]] | None) -> dict[str, Any] 
     if row is None:
         return None
     return {name: {"value": value, "type": oid} for name, value, oid in row}
+
+
+def _filled_log(path: Path, changes_before: int) -> tuple[ChangeLog, Sequence]:
+    """A log of ``changes_before`` changes, then ten more; the sequence before the ten."""
+    log = ChangeLog(path)
+    relation_id = log.relation_id(Relation("public.t", (("id", 23),)))
+    records: list[pgoutput.Record] = []
+    commits = []
+    for i in range(changes_before + 10):
+        lsn = 1_000 + i
+        message = changelog._message(pgoutput.INSERT, [("id", str(i), 23)], None)
+        body = pgoutput.BODY.pack(lsn, 0, relation_id) + message
+        records.append(("ab"[i % 2], lsn, 0, 7, body))
+        commits.append(changelog.Commit(lsn, lsn, 0, 1))
+    log.write(records, commits)
+    return log, Sequence(1_000 + changes_before - 1, 0)
+
+
+def _read_costs(path: Path, changes_before: int) -> tuple[int, int]:
+    """SQLite's virtual machine steps (in hundreds) of reading the last ten changes of the
+    log, by selector and by table."""
+    log, since = _filled_log(path, changes_before)
+    reader = LogReader(path / "changes.sqlite")
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    costs = []
+    reads = (
+        functools.partial(reader.read, ["a", "b"], since, 100, None),
+        functools.partial(reader.read_tables, ("public.*",), since, 100),
+    )
+    for read in reads:
+        steps = 0
+        reader._conn.set_progress_handler(count, 100)
+        _, rows = read()
+        reader._conn.set_progress_handler(None, 0)
+        assert len(rows) == 10
+        costs.append(steps)
+    reader.close()
+    log.close()
+    return costs[0], costs[1]
+
+
+def test_a_read_after_a_sequence_seeks_to_it_whatever_the_log_holds_before(
+    tmp_path: Path,
+) -> None:
+    """Long-pollers and the bridge read just past the newest changes: that read must not
+    cost more as the log grows (it scanned each selector's whole history once)."""
+    small = _read_costs(tmp_path / "small", 20)
+    big = _read_costs(tmp_path / "big", 20_000)
+    assert big[0] <= 2 * small[0] + 2, (small, big)
+    assert big[1] <= 2 * small[1] + 2, (small, big)
