@@ -12,6 +12,11 @@ cuts at whole transactions. ``meta`` keeps what must outlive the rows: the
 durable commit LSN (the restart point), the first and last sequence held, and
 the newest sequence retention removed (older ``since`` values are too old).
 
+``selectors`` has one row per selector held, with the commit LSN of its newest
+change: a read of every selector's changes in a window (the bridge's read by
+table) seeks only the selectors that changed since the window's start, not
+every selector there ever was.
+
 ``relations`` holds each relation (table and columns) that change bodies name
 by id: a body is the change's pgoutput message (see ``pgoutput``), decoded
 against its relation when served. Relations are never dropped, so an id a
@@ -31,7 +36,7 @@ import marshal
 import sqlite3
 import struct
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,9 +54,13 @@ CREATE TABLE IF NOT EXISTS commits (
     lsn INTEGER PRIMARY KEY, unix_us INTEGER NOT NULL, size INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS relations (id INTEGER PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS selectors (
+    selector TEXT PRIMARY KEY, last_lsn INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS selectors_last_lsn ON selectors (last_lsn);
 """
-# 1: bodies are pgoutput messages with a relation id; 0 (or none): marshal-encoded rows.
-_FORMAT = 1
+# 2: ``selectors`` lists every selector held; 1: bodies are pgoutput messages with a relation
+# id; 0 (or none): marshal-encoded rows.
+_FORMAT = 2
 _MARSHAL_VERSION = 4  # pinned: logs written by one Python stay readable by the next
 
 _META_KEYS = (
@@ -116,8 +125,7 @@ class ChangeLog:
         self._conn.executemany(
             "INSERT OR IGNORE INTO meta (key, value) VALUES (?, 0)", [(k,) for k in _META_KEYS]
         )
-        if self._conn.execute("PRAGMA user_version").fetchone()[0] < _FORMAT:
-            _upgrade(self._conn)
+        _upgrade(self._conn)
         self._relations = {
             _load_relation(data): id
             for id, data in self._conn.execute("SELECT id, data FROM relations")
@@ -169,10 +177,11 @@ class ChangeLog:
                 }
                 _set_meta(conn, updates)
 
-    def write(self, records: Iterable[Record], commits: list[Commit]) -> None:
+    def write(self, records: list[Record], commits: list[Commit]) -> None:
         """Store a batch of whole transactions (in commit order) in one SQLite transaction."""
         if not commits:
             return
+        newest = {record[0]: record[1] for record in records}  # selector -> its last LSN
         with self._lock:
             conn = self._conn
             with _immediate(conn):
@@ -187,6 +196,7 @@ class ChangeLog:
                     "INSERT INTO commits (lsn, unix_us, size) VALUES (?, ?, ?)",
                     [(c.lsn, c.unix_us, c.size) for c in commits if c.size],
                 )
+                conn.executemany(_NEWEST_CHANGE, newest.items())
                 sized = [c for c in commits if c.size]
                 updates = {"durable_lsn": commits[-1].lsn, "end_lsn": commits[-1].end_lsn}
                 if sized:
@@ -214,14 +224,11 @@ class ChangeLog:
                     return 0
                 cutoff, size = row
                 dropped = 0
-                selector = conn.execute("SELECT min(selector) FROM changes").fetchone()[0]
-                while selector is not None:  # each step a seek on the primary key
+                for (selector,) in conn.execute("SELECT selector FROM selectors").fetchall():
                     dropped += conn.execute(
                         "DELETE FROM changes WHERE selector = ? AND lsn <= ?", (selector, cutoff)
                     ).rowcount
-                    (selector,) = conn.execute(
-                        "SELECT min(selector) FROM changes WHERE selector > ?", (selector,)
-                    ).fetchone()
+                conn.execute("DELETE FROM selectors WHERE last_lsn <= ?", (cutoff,))
                 conn.execute("DELETE FROM commits WHERE lsn <= ?", (cutoff,))
                 first = conn.execute("SELECT min(lsn) FROM commits").fetchone()[0]
                 meta = self._meta()
@@ -312,13 +319,12 @@ class LogReader:
                     end = Sequence(lsn, first + limit - counted - 1)
                     break
                 counted += max(0, size - first)
-            selectors = []
-            (selector,) = conn.execute("SELECT min(selector) FROM changes").fetchone()
-            while selector is not None:  # each step a seek on the primary key
-                selectors.append(selector)
-                (selector,) = conn.execute(
-                    "SELECT min(selector) FROM changes WHERE selector > ?", (selector,)
-                ).fetchone()
+            selectors = [
+                selector
+                for (selector,) in conn.execute(
+                    "SELECT selector FROM selectors WHERE last_lsn >= ?", (since.lsn,)
+                )
+            ]
             if not selectors:
                 return bounds, []
             marks = ",".join("?" * len(selectors))
@@ -390,7 +396,38 @@ def _set_meta(conn: sqlite3.Connection, updates: dict[str, int]) -> None:
     )
 
 
+_NEWEST_CHANGE = (
+    "INSERT INTO selectors (selector, last_lsn) VALUES (?, ?)"
+    " ON CONFLICT (selector) DO UPDATE SET last_lsn = excluded.last_lsn"
+)
+
+
 def _upgrade(conn: sqlite3.Connection) -> None:
+    """Bring a log written in an older format to this one, step by step."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version < 1:
+        _upgrade_bodies(conn)
+    if version < 2:
+        _list_selectors(conn)
+    if version < _FORMAT:
+        conn.execute(f"PRAGMA user_version = {_FORMAT}")
+
+
+def _list_selectors(conn: sqlite3.Connection) -> None:
+    """Fill ``selectors`` from the changes held (format 2)."""
+    with _immediate(conn):
+        (selector,) = conn.execute("SELECT min(selector) FROM changes").fetchone()
+        while selector is not None:  # each step a seek on the primary key
+            (lsn,) = conn.execute(
+                "SELECT max(lsn) FROM changes WHERE selector = ?", (selector,)
+            ).fetchone()
+            conn.execute(_NEWEST_CHANGE, (selector, lsn))
+            (selector,) = conn.execute(
+                "SELECT min(selector) FROM changes WHERE selector > ?", (selector,)
+            ).fetchone()
+
+
+def _upgrade_bodies(conn: sqlite3.Connection) -> None:
     """Rewrite a format 0 log's bodies (marshal-encoded rows) as pgoutput messages."""
     relations: dict[Relation, int] = {}
     with _immediate(conn):
@@ -413,7 +450,6 @@ def _upgrade(conn: sqlite3.Connection) -> None:
             "INSERT INTO relations (id, data) VALUES (?, ?)",
             [(id, _dump_relation(relation)) for relation, id in relations.items()],
         )
-        conn.execute(f"PRAGMA user_version = {_FORMAT}")
 
 
 def _message(operation: int, new: pgoutput.Row | None, old: pgoutput.Row | None) -> bytes:

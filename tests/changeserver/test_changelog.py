@@ -65,8 +65,9 @@ def _as_served(row: list[tuple[str, str | None, int]] | None) -> dict[str, Any] 
     return {name: {"value": value, "type": oid} for name, value, oid in row}
 
 
-def _filled_log(path: Path, changes_before: int) -> tuple[ChangeLog, Sequence]:
-    """A log of ``changes_before`` changes, then ten more; the sequence before the ten."""
+def _filled_log(path: Path, changes_before: int, selectors: int = 2) -> tuple[ChangeLog, Sequence]:
+    """A log of ``changes_before`` changes over ``selectors`` selectors, then ten more on the
+    first two; the sequence before the ten."""
     log = ChangeLog(path)
     relation_id = log.relation_id(Relation("public.t", (("id", 23),)))
     records: list[pgoutput.Record] = []
@@ -75,16 +76,17 @@ def _filled_log(path: Path, changes_before: int) -> tuple[ChangeLog, Sequence]:
         lsn = 1_000 + i
         message = changelog._message(pgoutput.INSERT, [("id", str(i), 23)], None)
         body = pgoutput.BODY.pack(lsn, 0, relation_id) + message
-        records.append(("ab"[i % 2], lsn, 0, 7, body))
+        selector = i % (selectors if i < changes_before else 2)
+        records.append((f"s{selector}", lsn, 0, 7, body))
         commits.append(changelog.Commit(lsn, lsn, 0, 1))
     log.write(records, commits)
     return log, Sequence(1_000 + changes_before - 1, 0)
 
 
-def _read_costs(path: Path, changes_before: int) -> tuple[int, int]:
+def _read_costs(path: Path, changes_before: int, selectors: int = 2) -> tuple[int, int]:
     """SQLite's virtual machine steps (in hundreds) of reading the last ten changes of the
     log, by selector and by table."""
-    log, since = _filled_log(path, changes_before)
+    log, since = _filled_log(path, changes_before, selectors)
     reader = LogReader(path / "changes.sqlite")
     steps = 0
 
@@ -95,7 +97,7 @@ def _read_costs(path: Path, changes_before: int) -> tuple[int, int]:
 
     costs = []
     reads = (
-        functools.partial(reader.read, ["a", "b"], since, 100, None),
+        functools.partial(reader.read, ["s0", "s1"], since, 100, None),
         functools.partial(reader.read_tables, ("public.*",), since, 100),
     )
     for read in reads:
@@ -119,3 +121,31 @@ def test_a_read_after_a_sequence_seeks_to_it_whatever_the_log_holds_before(
     big = _read_costs(tmp_path / "big", 20_000)
     assert big[0] <= 2 * small[0] + 2, (small, big)
     assert big[1] <= 2 * small[1] + 2, (small, big)
+
+
+def test_a_read_by_table_seeks_only_the_selectors_that_changed_since(tmp_path: Path) -> None:
+    """The bridge reads every selector's changes of its tables: past the newest changes,
+    that read must not cost more with each selector the log ever held."""
+    few = _read_costs(tmp_path / "few", 20_000, selectors=2)
+    many = _read_costs(tmp_path / "many", 20_000, selectors=10_000)
+    assert many[1] <= 2 * few[1] + 2, (few, many)
+
+
+def test_a_log_from_before_the_selector_list_lists_its_selectors_when_opened(
+    tmp_path: Path,
+) -> None:
+    log, _ = _filled_log(tmp_path, 20, selectors=5)
+    log.close()
+    with sqlite3.connect(tmp_path / "changes.sqlite") as conn:
+        conn.execute("DROP TABLE selectors")  # as format 1 wrote it
+        conn.execute("PRAGMA user_version = 1")
+    ChangeLog(tmp_path).close()
+    with sqlite3.connect(tmp_path / "changes.sqlite") as conn:
+        listed = dict(conn.execute("SELECT selector, last_lsn FROM selectors").fetchall())
+        held = dict(conn.execute("SELECT selector, max(lsn) FROM changes GROUP BY selector"))
+    assert listed == held
+    assert len(listed) == 5
+    reader = LogReader(tmp_path / "changes.sqlite")
+    _, rows = reader.read_tables(("public.*",), Sequence(0, 0), 100)
+    assert len(rows) == 30
+    reader.close()
