@@ -14,6 +14,11 @@ def _commit_times(cs: Harness) -> list[int]:
         return [t for (t,) in conn.execute("SELECT unix_us FROM commits ORDER BY lsn")]
 
 
+def _listed_selectors(cs: Harness) -> set[str]:
+    with sqlite3.connect(cs.server.changelog.path) as conn:
+        return {s for (s,) in conn.execute("SELECT selector FROM selectors")}
+
+
 def test_purge_keeps_first_and_last_right(cs: Harness) -> None:
     cs.sql("INSERT INTO items VALUES (1, 'x', 'a'); INSERT INTO items VALUES (2, 'x', 'b')")
     cs.sql("INSERT INTO items VALUES (3, 'y', 'a')")
@@ -21,8 +26,10 @@ def test_purge_keeps_first_and_last_right(cs: Harness) -> None:
     seqs = [c["sequence"] for c in cs.wait_for(4, scope="a", selector="b")["changes"]]
     first_commit, second_commit, _ = _commit_times(cs)
     assert first_commit < second_commit
+    assert _listed_selectors(cs) == {"a", "b"}
 
     assert cs.server.changelog.purge(second_commit) == 2  # the first transaction, whole
+    assert _listed_selectors(cs) == {"a"}  # b had nothing else
     body = cs.changes(scope="a", selector="b")
     assert [c["sequence"] for c in body["changes"]] == seqs[2:]
     assert body["firstSequence"] == seqs[2] and body["lastSequence"] == seqs[3]
@@ -33,6 +40,7 @@ def test_purge_keeps_first_and_last_right(cs: Harness) -> None:
     assert cs.server.changelog.purge(int(time.time() * 1e6) + 10_000_000) == 2
     emptied = cs.changes(scope="a", since="0.0.0")
     assert emptied["changes"] == []
+    assert _listed_selectors(cs) == set()
     assert emptied["firstSequence"] == emptied["lastSequence"] == seqs[3]
     assert cs.get(scope="a", since=seqs[2]).json()["code"] == "SNAPSHOT_TOO_OLD"
     assert cs.changes(scope="a", since=seqs[3])["changes"] == []
