@@ -13,7 +13,8 @@ on the local stack's Postgres and Kafka, in databases of the benchmark's own.
 * Sustained rate: a burst of 200,000 changes (transactions of 100 rows) committed inside
   Postgres as fast as it can; the rate is changes over the time from the burst's first commit
   to its last event being read, against Postgres's own commit rate of the burst (the same
-  run): a ratio of 1 means the bridge kept pace with Postgres.
+  run): a ratio of 1 means the bridge kept pace with Postgres. The bridge process's CPU time
+  per change over the burst goes with it: steadier than the rate on a shared machine.
 
     .venv/bin/python -m bench bridge_latency
 """
@@ -37,7 +38,7 @@ import psycopg
 from confluent_kafka import Consumer, TopicPartition
 
 from bench.report import Figure, report
-from bench.services import app_and_meta_databases, kafka_bootstrap
+from bench.services import app_and_meta_databases, kafka_bootstrap, server_cpu
 from changebroker import kafka
 from changebroker.stack.processes import answers, free_port, wait_until
 
@@ -156,13 +157,13 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             state = Path(tmp) / "bench"
             state.mkdir()
-            with services(app_dsn, meta_dsn, bootstrap, state):
-                figures = _measure(app_dsn, meta_dsn, bootstrap)
+            with services(app_dsn, meta_dsn, bootstrap, state) as (_, bridge_pid):
+                figures = _measure(app_dsn, meta_dsn, bootstrap, bridge_pid)
     report(figures)
     return 0
 
 
-def _measure(app_dsn: str, meta_dsn: str, bootstrap: str) -> list[Figure]:
+def _measure(app_dsn: str, meta_dsn: str, bootstrap: str, bridge_pid: int) -> list[Figure]:
     with psycopg.connect(app_dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO items (id, name) VALUES (0, 'first')")  # creates the type
         event_type = "changebroker.public.items"
@@ -192,11 +193,13 @@ def _measure(app_dsn: str, meta_dsn: str, bootstrap: str) -> list[Figure]:
             burst = BURST_TRANSACTIONS * BURST_ROWS
             final = first + burst
             conn.execute("SET synchronous_commit = off")
+            cpu_before = server_cpu(bridge_pid)
             began = time.monotonic()
             conn.execute("CALL burst(%s, %s, %s)", (BURST_TRANSACTIONS, BURST_ROWS, first - 1))
             pg_done = time.monotonic()
             wait_until(lambda: final - 1 in deliveries.seen, timeout=600, what="the burst")
             delivered = deliveries.seen[final - 1]
+            cpu = server_cpu(bridge_pid) - cpu_before
         finally:
             deliveries.close()
     cut = [latencies[int(len(latencies) * q)] * 1000 for q in (0.5, 0.99)]
@@ -209,6 +212,8 @@ def _measure(app_dsn: str, meta_dsn: str, bootstrap: str) -> list[Figure]:
                "changes/s", baseline=burst / (pg_done - began),
                baseline_name="postgres commit rate"),
         Figure(NAME, "lag after the last commit", (delivered - pg_done) * 1000, "ms",
+               higher_is_better=False),
+        Figure(NAME, "bridge CPU per change (burst)", cpu / burst * 1e6, "µs",
                higher_is_better=False),
     ]  # fmt: skip
 
