@@ -5,8 +5,8 @@ range scan. Reads give their bounds as row values, ``(lsn, idx) > (?, ?)``, whic
 SQLite seeks to; the same bound spelt ``lsn > ? OR (lsn = ? AND idx > ?)`` made it
 scan the selector's whole history on every read. It has no second index: the
 global first/last live in ``meta``, and retention deletes one range per selector
-(found by seeking, not scanning), so an index on (lsn, idx) only cost every
-insert a second B-tree write (-20% CPU).
+(those ``selectors`` lists), so an index on (lsn, idx) only cost every insert a
+second B-tree write (-20% CPU).
 ``commits`` has one row per transaction (commit time, size) so retention by age
 cuts at whole transactions. ``meta`` keeps what must outlive the rows: the
 durable commit LSN (the restart point), the first and last sequence held, and
@@ -58,9 +58,6 @@ CREATE TABLE IF NOT EXISTS selectors (
     selector TEXT PRIMARY KEY, last_lsn INTEGER NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS selectors_last_lsn ON selectors (last_lsn);
 """
-# 2: ``selectors`` lists every selector held; 1: bodies are pgoutput messages with a relation
-# id; 0 (or none): marshal-encoded rows.
-_FORMAT = 2
 _MARSHAL_VERSION = 4  # pinned: logs written by one Python stay readable by the next
 
 _META_KEYS = (
@@ -403,14 +400,16 @@ _NEWEST_CHANGE = (
 
 
 def _upgrade(conn: sqlite3.Connection) -> None:
-    """Bring a log written in an older format to this one, step by step."""
+    """Bring a log written in an older format (``PRAGMA user_version``) to this one, step by
+    step; each step commits with the version it reaches, so one interrupted runs again, whole.
+
+    0 (or none): bodies are marshal-encoded rows; 1: bodies are pgoutput messages with a
+    relation id; 2: ``selectors`` lists every selector held."""
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version < 1:
         _upgrade_bodies(conn)
     if version < 2:
         _list_selectors(conn)
-    if version < _FORMAT:
-        conn.execute(f"PRAGMA user_version = {_FORMAT}")
 
 
 def _list_selectors(conn: sqlite3.Connection) -> None:
@@ -425,6 +424,7 @@ def _list_selectors(conn: sqlite3.Connection) -> None:
             (selector,) = conn.execute(
                 "SELECT min(selector) FROM changes WHERE selector > ?", (selector,)
             ).fetchone()
+        conn.execute("PRAGMA user_version = 2")
 
 
 def _upgrade_bodies(conn: sqlite3.Connection) -> None:
@@ -450,6 +450,7 @@ def _upgrade_bodies(conn: sqlite3.Connection) -> None:
             "INSERT INTO relations (id, data) VALUES (?, ?)",
             [(id, _dump_relation(relation)) for relation, id in relations.items()],
         )
+        conn.execute("PRAGMA user_version = 1")
 
 
 def _message(operation: int, new: pgoutput.Row | None, old: pgoutput.Row | None) -> bytes:

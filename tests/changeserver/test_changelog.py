@@ -46,6 +46,8 @@ def test_format_0_bodies_are_served_as_before(tmp_path: Path) -> None:
     reader = LogReader(tmp_path / "changes.sqlite")
     with sqlite3.connect(tmp_path / "changes.sqlite") as conn:
         stored = conn.execute("SELECT lsn, idx, txid, data FROM changes ORDER BY idx").fetchall()
+        assert conn.execute("SELECT * FROM selectors").fetchall() == [("s", 200)]
+        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
     served = [
         json.loads(changes.to_json(lsn, idx, txid, data, reader.relation))
         for lsn, idx, txid, data in stored
@@ -143,8 +145,10 @@ def test_a_log_from_before_the_selector_list_lists_its_selectors_when_opened(
     with sqlite3.connect(tmp_path / "changes.sqlite") as conn:
         listed = dict(conn.execute("SELECT selector, last_lsn FROM selectors").fetchall())
         held = dict(conn.execute("SELECT selector, max(lsn) FROM changes GROUP BY selector"))
+        version = conn.execute("PRAGMA user_version").fetchone()
     assert listed == held
     assert len(listed) == 5
+    assert version == (2,)
     reader = LogReader(tmp_path / "changes.sqlite")
     _, rows = reader.read_tables(("public.*",), Sequence(0, 0), 100)
     assert len(rows) == 30
