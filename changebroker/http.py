@@ -303,7 +303,7 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
         cycle.response_complete = True
         cycle.message_event.set()
         if not cycle.keep_alive:
-            self.transport.close()
+            self._close()
         cycle.on_response()
         return True
 
