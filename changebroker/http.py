@@ -234,6 +234,12 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
         a client can retry only what it knows was not sent). It is closed once it has been
         idle for ``DRAIN_IDLE_GRACE``; a request arriving before that is answered, and the
         connection closed after it."""
+        if self.config.workers <= 1:
+            # The listener was this process's own, closed in the step that called this one: a
+            # request read after it is answered with ``connection: close`` (a probe's wait
+            # would leave it answered as if nothing had begun).
+            self._drain()
+            return
         nobody_listens = _NOBODY_LISTENS.get(self.server_state)
         if nobody_listens is None:
             # The connection's own address is the one its server listens at.
@@ -398,8 +404,7 @@ async def _until_nobody_listens(
     The workers of a service share one listening socket, which refuses connections only once
     every worker has closed its copy. A worker that drained at once would send its clients to
     reconnect (``connection: close``) into the backlog of a worker about to close, and what
-    that backlog holds when it closes is reset: a request sent, never answered. One process
-    has closed its listener before it drains, so its first probe is refused."""
+    that backlog holds when it closes is reset: a request sent, never answered."""
     deadline = loop.time() + DRAIN_UNLISTEN_BOUND
     while loop.time() < deadline:
         with socket.socket(family, socket.SOCK_STREAM) as probe:
