@@ -17,7 +17,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +24,8 @@ import httpx
 import psycopg
 
 from bench.report import Figure, report
-from bench.services import pg_server_dsn
+from bench.services import changeserver, pg_server_dsn
 from changebroker import pg
-from changebroker.stack.run import changeserver_process
 
 HISTORY = 1_000_000
 HISTORY_TRANSACTION_ROWS = 50_000
@@ -50,23 +48,20 @@ def main() -> int:
     ):
         conn.execute(_SETUP)
         conn.execute("SET synchronous_commit = off")
-        server, port, mgmt = changeserver_process(dsn, Path(state), f"bench_{uuid.uuid4().hex[:8]}")
-        server.start()
-        try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=700) as client:
-                short, since = _read_times(client, conn, "0.0.0")
-                print(f"writing {HISTORY:,} changes", flush=True)
-                for start in range(0, HISTORY, HISTORY_TRANSACTION_ROWS):
-                    conn.execute(
-                        "INSERT INTO items SELECT g, 'item ' || g, CASE WHEN g %% 2 = 0"
-                        " THEN %s ELSE 'other ' || (g / 2 %% %s) END"
-                        " FROM generate_series(%s::bigint, %s::bigint) g",
-                        (SELECTOR, OTHER_SELECTORS, start, start + HISTORY_TRANSACTION_ROWS - 1),
-                    )
-                long, _ = _read_times(client, conn, since)
-            httpx.get(f"http://127.0.0.1:{mgmt}/markdown")  # the slot goes at shutdown
-        finally:
-            server.stop()
+        with (
+            changeserver(dsn, Path(state)) as (_, port),
+            httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=700) as client,
+        ):
+            short, since = _read_times(client, conn, "0.0.0")
+            print(f"writing {HISTORY:,} changes", flush=True)
+            for start in range(0, HISTORY, HISTORY_TRANSACTION_ROWS):
+                conn.execute(
+                    "INSERT INTO items SELECT g, 'item ' || g, CASE WHEN g %% 2 = 0"
+                    " THEN %s ELSE 'other ' || (g / 2 %% %s) END"
+                    " FROM generate_series(%s::bigint, %s::bigint) g",
+                    (SELECTOR, OTHER_SELECTORS, start, start + HISTORY_TRANSACTION_ROWS - 1),
+                )
+            long, _ = _read_times(client, conn, since)
     figures = [
         Figure(
             "changeserver_history",

@@ -27,7 +27,6 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -35,9 +34,8 @@ import httpx
 import psycopg
 
 from bench.report import Figure, report
-from bench.services import pg_server_dsn
+from bench.services import changeserver, pg_server_dsn
 from changebroker import pg
-from changebroker.stack.run import changeserver_process
 
 SMALL_TRANSACTIONS = 40_000
 SMALL_ROWS = 4
@@ -77,9 +75,7 @@ def main() -> int:
     ):
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(_SETUP)
-        server, port, mgmt = changeserver_process(dsn, Path(state), f"bench_{uuid.uuid4().hex[:8]}")
-        server.start()
-        try:
+        with changeserver(dsn, Path(state)) as (_, port):
             changes = SMALL_TRANSACTIONS * SMALL_ROWS + LARGE_TRANSACTIONS * LARGE_ROWS + 2
             with ThreadPoolExecutor(1) as pool:
                 start_served = pool.submit(_served, port, "start")
@@ -94,9 +90,6 @@ def main() -> int:
                     committed = time.monotonic()
                 durable = _served(port, "end")
                 durable_from = start_served.result()
-            httpx.get(f"http://127.0.0.1:{mgmt}/markdown")  # the slot goes at shutdown
-        finally:
-            server.stop()
     report(
         [
             Figure(

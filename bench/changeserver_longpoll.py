@@ -24,16 +24,14 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import httpx
 import psycopg
 
 from bench.report import Figure, report
-from bench.services import pg_server_dsn, rss_bytes
+from bench.services import changeserver, pg_server_dsn, rss_bytes
 from changebroker import pg
-from changebroker.stack.run import changeserver_process
 
 CLIENTS = (1_000, 5_000, 10_000)
 P99_GOAL_MS = {1_000: 15.0, 5_000: 50.0, 10_000: 100.0}
@@ -171,16 +169,11 @@ def main() -> int:
             conn.execute(
                 "CREATE TABLE items (id serial PRIMARY KEY, name text, _change_selector text)"
             )
-        process, port, mgmt = changeserver_process(
-            dsn, Path(state), f"bench_{uuid.uuid4().hex[:8]}"
-        )
-        server = process.start().process
-        assert server is not None
-        try:
+        with changeserver(dsn, Path(state)) as (server_pid, port):
             since = httpx.get(f"http://127.0.0.1:{port}/changes?selector=lp").json()["lastSequence"]
             for clients in CLIENTS:
                 latencies, per_client, cpu_per_response, client_cpu, since = asyncio.run(
-                    _round(port, server.pid, dsn, clients, since)
+                    _round(port, server_pid, dsn, clients, since)
                 )
                 cuts = statistics.quantiles(latencies, n=100)
                 name = "changeserver_longpoll"
@@ -199,7 +192,7 @@ def main() -> int:
                            higher_is_better=False),
                 ]  # fmt: skip
                 woken_alone, since = asyncio.run(
-                    _one_among_idle(port, server.pid, dsn, clients, since)
+                    _one_among_idle(port, server_pid, dsn, clients, since)
                 )
                 figures += [
                     Figure(name, f"one woken among {clients:,} blocked, median",
@@ -209,9 +202,6 @@ def main() -> int:
                            f"{ONE_AMONG_IDLE_SAMPLES}", max(woken_alone) * 1000, "ms",
                            baseline=25.0, baseline_name="goal", higher_is_better=False),
                 ]  # fmt: skip
-            httpx.get(f"http://127.0.0.1:{mgmt}/markdown")  # the slot goes at shutdown
-        finally:
-            process.stop()
     report(figures)
     return 0
 

@@ -8,6 +8,7 @@ import contextlib
 import os
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import httpx
 from changebroker import pg
 from changebroker.cli import stack_from_env
 from changebroker.stack.local import LocalStack
-from changebroker.stack.run import broker_process
+from changebroker.stack.run import broker_process, changeserver_process
 
 
 def rss_bytes(pid: int) -> int:
@@ -79,6 +80,21 @@ def broker(label: str, *args: str, bootstrap: str | None = None) -> Iterator[tup
             yield url, meta_dsn
         finally:
             process.stop()
+
+
+@contextlib.contextmanager
+def changeserver(dsn: str, state: Path) -> Iterator[tuple[int, int]]:
+    """A ``changebroker changeserver`` process on ``dsn`` with a replication slot of its own,
+    its log under ``state``; its pid and API port. Once the work is done it is marked down
+    before it stops, so it drops its slot (a slot left behind holds the server's WAL)."""
+    process, port, mgmt = changeserver_process(dsn, state, f"bench_{uuid.uuid4().hex[:8]}")
+    started = process.start().process
+    assert started is not None
+    try:
+        yield started.pid, port
+        httpx.get(f"http://127.0.0.1:{mgmt}/markdown")
+    finally:
+        process.stop()
 
 
 def create_event_type(url: str, name: str, partitions: int, **fields: Any) -> None:
