@@ -67,6 +67,9 @@ def _refuses_connections(port: int) -> bool:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
     except ConnectionRefusedError:
         return True
+    except ConnectionResetError:
+        # Queued in the listener's backlog as it closed: not yet a refusal, ask again.
+        return False
     return False
 
 
