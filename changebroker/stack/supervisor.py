@@ -141,6 +141,9 @@ class Supervisor:
         record.backoff = min(record.backoff * 2, MAX_BACKOFF)
         try:
             part.start()
+            # Known from now: dead before the next check, it still has its exit read.
+            if (started := part.pid()) is not None:
+                self._pids[part.name] = started
             record.last_error = None
             log.info("part restarted", extra=logs.fields(part=part.name, restarts=record.restarts))
         except Exception as error:  # noted and retried after the next backoff
