@@ -9,7 +9,7 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,10 +121,11 @@ def http_request(method: str, path: str, body: bytes = b"", content_type: str = 
 
 
 def keep_alive_fleet(
-    port: int, request: bytes, connections: int, seconds: float
+    port: int, request: bytes | Callable[[], bytes], connections: int, seconds: float
 ) -> tuple[float, list[float]]:
     """(answers/s, each answer's latency in s) of ``connections`` keep-alive connections,
-    each sending ``request`` and awaiting its whole answer (a ``200``) for ``seconds``.
+    each sending ``request`` (or what ``request()`` makes, a new one each time) and awaiting
+    its whole answer (a ``200``) for ``seconds``.
 
     The clients are one asyncio loop reading bytes: on a two-core machine shared with the
     server, a client that parses headers into objects (httpx) costs more CPU per request
@@ -136,7 +137,7 @@ def keep_alive_fleet(
         try:
             while time.monotonic() < deadline:
                 started = time.perf_counter()
-                writer.write(request)
+                writer.write(request() if callable(request) else request)
                 head = await reader.readuntil(b"\r\n\r\n")
                 length = 0
                 for line in head.split(b"\r\n")[1:]:
