@@ -1,13 +1,16 @@
 """Subjects and schema versions in Postgres, and the rules that guard them.
 
-Every change to one subject runs in a transaction holding that subject's row
-lock, so concurrent registrations of one subject are serialised: versions go
-1..N with no gaps or duplicates, and one definition gets one id. Schema ids come
-from a sequence and are unique across all subjects.
+Every change to one subject holds that subject's row lock, so versions go 1..N
+with no gaps or duplicates, and one definition gets one id. A process writes its
+registrations of one subject in batches (``Registrations``): checked before the
+lock is taken, and written in one statement only if the subject is still as it
+was read; otherwise each is registered again in a transaction holding the lock
+throughout. Schema ids come from a sequence and are unique across all subjects.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import logging
@@ -16,9 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from psycopg import AsyncConnection, AsyncCursor
-from psycopg.errors import ForeignKeyViolation
+from psycopg.errors import ForeignKeyViolation, UniqueViolation
 from psycopg.rows import DictRow, dict_row
-from psycopg.types.json import Json
 from psycopg_pool import AsyncConnectionPool
 
 from changebroker import logs
@@ -27,6 +29,7 @@ from registry import errors, metrics
 from registry.compat import Mode, Violation, check_labelled
 from registry.compat.rules import Rule
 from registry.definitions import (
+    Definition,
     canonical,
     engine_format,
     format_of_serialization,
@@ -128,6 +131,81 @@ def _optional_text(body: Mapping[str, Any], key: str) -> str | None:
     return text_column(value, repr(key))
 
 
+@dataclass(frozen=True)
+class _Pending:
+    body: Mapping[str, Any]
+    answer: asyncio.Future[Registered]
+
+
+class Registrations:
+    """A process's registrations of one subject, written in batches.
+
+    A subject's versions are written one after another, each checked against the ones
+    before it. Registrations that arrive while a batch of the subject is written wait for
+    the next: checked in order, each against the one accepted before it, and written
+    together in one statement. One registration alone is a batch of one."""
+
+    def __init__(self, pool: AsyncConnectionPool[Conn]) -> None:
+        self._pool = pool
+        self._queues: dict[SubjectKey, list[_Pending]] = {}
+        self._writers: set[asyncio.Task[None]] = set()  # held: the loop keeps weak references
+
+    async def register(self, key: SubjectKey, body: Mapping[str, Any]) -> Registered:
+        answer: asyncio.Future[Registered] = asyncio.get_running_loop().create_future()
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = []
+            writer = asyncio.create_task(self._write_all(key, queue))
+            self._writers.add(writer)
+            writer.add_done_callback(self._writers.discard)
+        queue.append(_Pending(body, answer))
+        return await answer
+
+    async def _write_all(self, key: SubjectKey, queue: list[_Pending]) -> None:
+        try:
+            while queue:
+                batch = queue[:]
+                queue.clear()
+                queue[:0] = await self._write(key, batch)
+        finally:
+            del self._queues[key]
+            for pending in queue:
+                pending.answer.cancel()
+
+    async def _write(self, key: SubjectKey, batch: list[_Pending]) -> list[_Pending]:
+        """Settles each registration of ``batch``; returns those for the next batch."""
+        bodies = [pending.body for pending in batch]
+        try:
+            async with self._pool.connection() as conn:
+                outcomes = await _register_unlocked(conn, key, bodies)
+                if outcomes is None:
+                    outcomes = [await _register_locked(conn, key, body) for body in bodies]
+        except BaseException as error:
+            for pending in batch:
+                _settle(pending.answer, error)
+            if not isinstance(error, Exception):
+                raise
+            return []
+        later = []
+        for pending, outcome in zip(batch, outcomes, strict=True):
+            if outcome is None:
+                later.append(pending)
+            else:
+                _settle(pending.answer, outcome)
+        return later
+
+
+def _settle(answer: asyncio.Future[Registered], outcome: Registered | BaseException) -> None:
+    if answer.done():  # its request was cancelled
+        return
+    if isinstance(outcome, asyncio.CancelledError):
+        answer.cancel()
+    elif isinstance(outcome, BaseException):
+        answer.set_exception(outcome)
+    else:
+        answer.set_result(outcome)
+
+
 class Store:
     def __init__(
         self,
@@ -152,6 +230,7 @@ class Store:
                 "options": f"-c statement_timeout={statement_timeout_ms}",
             },
         )
+        self.registrations = Registrations(self.pool)
 
     async def open(self) -> None:
         await self.pool.open(wait=True)
@@ -263,9 +342,7 @@ class Store:
     async def register(self, key: SubjectKey, body: Mapping[str, Any]) -> str:
         """The id of ``body``'s definition in the subject: existing, or a new version."""
         try:
-            # Pipelined: BEGIN goes with the lock, the INSERT with the COMMIT.
-            async with self.pool.connection() as conn, conn.pipeline(), conn.transaction():
-                registered = await register_in(conn, key, body)
+            registered = await self.registrations.register(key, body)
         except RegistryError as error:
             if error.code == errors.INCOMPATIBLE:
                 metrics.compatibility_checks.labels("incompatible").inc()
@@ -402,30 +479,74 @@ async def delete_subject_in(db: Db, key: SubjectKey) -> list[int]:
     return [v["version"] for v in versions]
 
 
-# After the subject's row lock: the version that already has the definition, or the history
-# its compatibility mode checks against (the latest alone, or all: NULL) and a new schema id.
-# One statement for what took three round trips under the lock.
+# The versions that already have the definitions, and the history their subject's mode
+# checks against (the latest alone, or all: NULL) unless each definition is there already.
 _REGISTRATION_STATE = """
 WITH existing AS (
-    SELECT id, version FROM registry_schemas WHERE subject_id = %(subject)s
-    AND md5(canonical) = md5(%(text)s) AND canonical = %(text)s ORDER BY version LIMIT 1
+    SELECT DISTINCT t.canonical, e.id, e.version FROM unnest(%(texts)b::text[]) t(canonical),
+    LATERAL (
+        SELECT id, version FROM registry_schemas WHERE subject_id = %(subject)s
+        AND md5(canonical) = md5(t.canonical) AND canonical = t.canonical
+        ORDER BY version LIMIT 1
+    ) e
 ), history AS (
     SELECT version, canonical FROM registry_schemas
-    WHERE subject_id = %(subject)s AND NOT EXISTS (SELECT FROM existing)
+    WHERE subject_id = %(subject)s AND (SELECT count(*) FROM existing) < %(distinct)s
     ORDER BY version DESC LIMIT %(history)s
 )
-SELECT e.id AS existing_id, e.version AS existing_version,
-    CASE WHEN e.id IS NULL THEN nextval('registry_schema_ids') END AS new_id,
+SELECT ARRAY(SELECT canonical FROM existing ORDER BY canonical) AS existing_texts,
+    ARRAY(SELECT id FROM existing ORDER BY canonical) AS existing_ids,
+    ARRAY(SELECT version FROM existing ORDER BY canonical) AS existing_versions,
     ARRAY(SELECT version FROM history ORDER BY version) AS versions,
     ARRAY(SELECT canonical FROM history ORDER BY version) AS canonicals
-FROM (SELECT) one LEFT JOIN existing e ON true
 """
+
+# Checked versions, written only if their subject still has the mode, format and latest
+# version they were checked with; under the subject's row lock, so a mode change waits for
+# them or they see the mode change. The snapshot may miss a version committed while the
+# statement waited for the lock: then its number is taken, and UNIQUE (subject_id, version)
+# refuses the statement.
+_INSERT_IF_UNCHANGED = """
+WITH subject AS (
+    SELECT id FROM registry_subjects
+    WHERE id = %(subject)s AND compatibility = %(mode)s AND format IS NOT DISTINCT FROM %(format)s
+    FOR UPDATE
+)
+INSERT INTO registry_schemas
+    (subject_id, version, name, comment, serialization, definition, canonical, validator)
+SELECT subject.id, v.version, v.name, v.comment, v.serialization, v.definition::json,
+    v.canonical, v.validator
+FROM subject, unnest(
+    %(versions)b::int[], %(names)b::text[], %(comments)b::text[], %(serializations)b::text[],
+    %(definitions)b::text[], %(texts)b::text[], %(validators)b::text[]
+) AS v(version, name, comment, serialization, definition, canonical, validator)
+WHERE (SELECT max(version) FROM registry_schemas WHERE subject_id = %(subject)s)
+    IS NOT DISTINCT FROM %(after)s
+RETURNING id, version
+"""
+
+
+@dataclass(frozen=True)
+class NewVersion:
+    """A definition found compatible with its subject as read: the subject's id, mode and
+    format then, the format the definition was read in, and the version it becomes."""
+
+    subject_id: int
+    mode: Mode
+    subject_format: str | None
+    format: str | None
+    version: int
+    columns: tuple[str | None, ...]  # name, comment, serialization, definition, text, validator
+
+
+# What a registration in a batch comes to: None when a definition earlier in the batch is
+# the same (it is registered in the next batch, and finds that version).
+Outcome = Registered | RegistryError | None
 
 
 async def register_in(db: Db, key: SubjectKey, body: Mapping[str, Any]) -> Registered:
     """``body``'s definition in the subject (created if absent): existing, or a new version
     after the subject's mode accepts it."""
-    serialization = _optional_text(body, "serialization")
     subject = await _find(db, key, lock=True)
     if subject is None:
         await db.execute(
@@ -436,7 +557,148 @@ async def register_in(db: Db, key: SubjectKey, body: Mapping[str, Any]) -> Regis
         subject = await _get(
             db, SubjectKey(key.subject, key.tenant or "", key.namespace or ""), lock=True
         )
-    fmt = subject["format"] or format_of_serialization(serialization)
+    [checked] = await check_registrations(db, key, subject, [body])
+    if not isinstance(checked, NewVersion):
+        assert checked is not None  # only a later definition in a batch waits for the next
+        if isinstance(checked, RegistryError):
+            raise checked
+        return checked
+    written = await insert_if_unchanged(db, [checked])
+    if written is None:
+        raise RuntimeError(f"subject {key.subject!r} changed while its row lock was held")
+    if subject["format"] is None and checked.format is not None:
+        await db.execute(
+            "UPDATE registry_subjects SET format = %s WHERE id = %s",
+            (checked.format, subject["id"]),
+        )
+    return written[0]
+
+
+async def _register_locked(conn: Conn, key: SubjectKey, body: Mapping[str, Any]) -> Outcome:
+    try:
+        async with conn.transaction():
+            return await register_in(conn, key, body)
+    except RegistryError as error:
+        return error
+
+
+async def _register_unlocked(
+    db: Db, key: SubjectKey, bodies: Sequence[Mapping[str, Any]]
+) -> list[Outcome] | None:
+    """``register_in`` for each of ``bodies`` in order, without holding the subject's lock
+    while they are checked; None when they must be registered under the lock: a new
+    subject, a subject's first format, or a subject that changed before they were written."""
+    subject = await _find(db, key)
+    if subject is None or subject["format"] is None:
+        return None
+    checked = await check_registrations(db, key, subject, bodies)
+    new = [outcome for outcome in checked if isinstance(outcome, NewVersion)]
+    if not new:
+        return [outcome for outcome in checked if not isinstance(outcome, NewVersion)]
+    try:
+        written = await insert_if_unchanged(db, new)
+    except UniqueViolation:
+        return None
+    if written is None:
+        return None
+    by_version = {registered.version: registered for registered in written}
+    return [
+        by_version[outcome.version] if isinstance(outcome, NewVersion) else outcome
+        for outcome in checked
+    ]
+
+
+async def check_registrations(
+    db: Db, key: SubjectKey, subject: Mapping[str, Any], bodies: Sequence[Mapping[str, Any]]
+) -> list[Outcome | NewVersion]:
+    """For each of ``bodies`` in order: the version of ``subject`` that already has its
+    definition, or the new version it would be once its mode accepts it (else a 409 error),
+    after the new versions before it in ``bodies``."""
+    mode = Mode(subject["compatibility"])
+    parsed: list[_Parsed | RegistryError] = []
+    for body in bodies:
+        try:
+            parsed.append(_parsed(subject, body))
+        except RegistryError as error:
+            parsed.append(error)
+    texts = [p.definition.canonical for p in parsed if not isinstance(p, RegistryError)]
+    state = await (
+        await db.execute(_REGISTRATION_STATE, {
+            "subject": subject["id"],
+            "texts": texts,
+            "distinct": len(set(texts)),
+            "history": None if mode.transitive else 1,
+        })
+    ).fetchone()  # fmt: skip
+    assert state is not None
+    existing = {
+        text: Registered(id, version, new=False)
+        for text, id, version in zip(
+            state["existing_texts"], state["existing_ids"], state["existing_versions"], strict=True
+        )
+    }
+    history = [
+        (v, json.loads(c)) for v, c in zip(state["versions"], state["canonicals"], strict=True)
+    ]
+    accepted: set[str] = set()
+    outcomes: list[Outcome | NewVersion] = []
+    for found in parsed:
+        if isinstance(found, RegistryError):
+            outcomes.append(found)
+            continue
+        definition = found.definition
+        if definition.canonical in existing:
+            outcomes.append(existing[definition.canonical])
+            continue
+        if definition.canonical in accepted:
+            outcomes.append(None)
+            continue
+        violations = _violations(mode, definition.value, history, found.format)
+        if violations:
+            outcomes.append(
+                errors.incompatible(
+                    violations, f"the schema is not {mode.value} compatible with {key.subject!r}"
+                )
+            )
+            continue
+        version = (history[-1][0] + 1) if history else 1
+        history.append((version, definition.value))
+        accepted.add(definition.canonical)
+        outcomes.append(
+            NewVersion(
+                subject["id"],
+                mode,
+                subject["format"],
+                found.format,
+                version,
+                (
+                    found.name,
+                    found.comment,
+                    found.serialization,
+                    found.as_sent,
+                    definition.canonical,
+                    found.validator,
+                ),
+            )
+        )
+    return outcomes
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    format: str | None  # the one the definition is read in
+    definition: Definition
+    as_sent: str  # the definition as JSON text
+    name: str | None
+    comment: str | None
+    serialization: str | None
+    validator: str | None
+
+
+def _parsed(subject: Mapping[str, Any], body: Mapping[str, Any]) -> _Parsed:
+    """``body`` read as a registration into ``subject``: every field checked now, as a
+    registration refused later would refuse its whole batch."""
+    serialization = _optional_text(body, "serialization")
     implied = format_of_serialization(serialization)
     if subject["format"] and implied and implied != subject["format"]:
         raise RegistryError(
@@ -444,50 +706,43 @@ async def register_in(db: Db, key: SubjectKey, body: Mapping[str, Any]) -> Regis
             f"serialization {serialization!r} does not fit the subject's format"
             f" {subject['format']}",
         )
-    parsed = parse_definition(fmt, body.get("schemaDefinition"))
-    text = parsed.canonical
-    mode = Mode(subject["compatibility"])
-    state = await (
-        await db.execute(_REGISTRATION_STATE, {
-            "subject": subject["id"],
-            "text": text,
-            "history": None if mode.transitive else 1,
-        })
-    ).fetchone()  # fmt: skip
-    assert state is not None
-    if state["existing_id"] is not None:
-        return Registered(state["existing_id"], state["existing_version"], new=False)
-    history = [
-        (v, json.loads(c)) for v, c in zip(state["versions"], state["canonicals"], strict=True)
-    ]
-    found = _violations(mode, parsed.value, history, fmt)
-    if found:
-        raise errors.incompatible(
-            found, f"the schema is not {mode.value} compatible with {key.subject!r}"
-        )
-    version = (history[-1][0] + 1) if history else 1
-    # No RETURNING: in a pipeline this and the COMMIT after it go to Postgres together.
-    await db.execute(
-        "INSERT INTO registry_schemas (id, subject_id, version, name, comment,"
-        " serialization, definition, canonical, validator)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        (
-            state["new_id"],
-            subject["id"],
-            version,
-            _optional_text(body, "name"),
-            _optional_text(body, "comment"),
-            serialization,
-            Json(body.get("schemaDefinition")),
-            text,
-            _optional_text(body, "validator"),
-        ),
+    fmt = subject["format"] or implied
+    definition = body.get("schemaDefinition")
+    return _Parsed(
+        fmt,
+        parse_definition(fmt, definition),
+        json.dumps(definition),
+        _optional_text(body, "name"),
+        _optional_text(body, "comment"),
+        serialization,
+        _optional_text(body, "validator"),
     )
-    if subject["format"] is None and fmt is not None:
-        await db.execute(
-            "UPDATE registry_subjects SET format = %s WHERE id = %s", (fmt, subject["id"])
-        )
-    return Registered(state["new_id"], version, new=True)
+
+
+async def insert_if_unchanged(db: Db, checked: Sequence[NewVersion]) -> list[Registered] | None:
+    """``checked`` (of one subject, in version order) written as its next versions; None if
+    the subject's mode, format or latest version is no longer what they were checked
+    against."""
+    first = checked[0]
+    columns = [list(column) for column in zip(*(v.columns for v in checked), strict=True)]
+    rows = await (
+        await db.execute(_INSERT_IF_UNCHANGED, {
+            "subject": first.subject_id,
+            "mode": first.mode.value,
+            "format": first.subject_format,
+            "after": first.version - 1 or None,
+            "versions": [version.version for version in checked],
+            "names": columns[0],
+            "comments": columns[1],
+            "serializations": columns[2],
+            "definitions": columns[3],
+            "texts": columns[4],
+            "validators": columns[5],
+        })
+    ).fetchall()  # fmt: skip
+    if not rows:
+        return None
+    return [Registered(row["id"], row["version"], new=True) for row in rows]
 
 
 def _in_use(what: str, error: ForeignKeyViolation) -> RegistryError:
