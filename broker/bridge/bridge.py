@@ -18,7 +18,6 @@ again from the oldest held position and publishes only what each unit has not pu
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -39,6 +38,7 @@ from psycopg import sql as psql
 
 import sql as migrations
 from broker.bridge import tables, values
+from broker.bridge.commits import Commits
 from broker.bridge.event_types import EventTypes, Published, SchemaRefused, event_type_name
 from broker.bridge.snapshots import IN_FLIGHT, WATERMARKS, Chunk, Chunks, Run
 from broker.bridge.transactions import (
@@ -228,9 +228,6 @@ class Bridge:
         self._prefetch: tuple[Sequence, asyncio.Future[httpx.Response]] | None = None
         self._catalog: psycopg.AsyncConnection[Any] | None = None
         self._event_types: EventTypes | None = None
-        # The Kafka transaction under way and the position it commits (``self.position``
-        # already): the next batch is read and turned into events meanwhile.
-        self._committing: tuple[asyncio.Future[None], Position] | None = None
         self.selection = tables.Selection(
             settings.include, settings.exclude, own_tables(settings.outbox_table)
         )
@@ -333,6 +330,8 @@ class Bridge:
             ensure_positions_topic, s.kafka_bootstrap, s.replication_factor, s.min_insync_replicas
         )
         producer = await asyncio.to_thread(Transactions, s.kafka_bootstrap, s.name)
+        # The next batches are read and turned into events while a transaction is under way.
+        commits = Commits(producer, self._on_committed, s.limit)
         store = Store(s.meta_dsn, pool_size=2)
         try:
             record = await asyncio.to_thread(load_position, s.kafka_bootstrap, s.name)
@@ -368,15 +367,12 @@ class Bridge:
                 )
                 self.ready.set()
                 while True:
-                    await self._step(changes, producer)
+                    await self._step(changes, commits)
         finally:
             if self._prefetch is not None:
                 self._prefetch[1].cancel()
                 self._prefetch = None
-            if self._committing is not None:
-                with contextlib.suppress(Exception):  # the session failed already
-                    await self._committing[0]
-                self._committing = None
+            await commits.close()
             self._catalog = self._event_types = None
             await self._chunks.close()
             await asyncio.to_thread(producer.close)
@@ -437,7 +433,7 @@ class Bridge:
             if await self._describe(table) is not None:
                 self._snapshot_requests[table] = Run(uuid.uuid4().hex, now_rfc3339())
 
-    async def _start_requested(self, producer: Transactions) -> None:
+    async def _start_requested(self, commits: Commits[Position]) -> None:
         """Commit the runs asked for (a restart then knows them) before reading any chunk."""
         requested = dict(self._snapshot_requests)
         if not requested:
@@ -455,8 +451,8 @@ class Bridge:
                 "snapshot started",
                 extra=logs.fields(table=table, run=run.id, estimated_rows=run.estimated_rows),
             )
-        await self._commit(producer, [], position)
-        await self._committed()  # chunks are read only for runs a restart knows
+        await self._commit(commits, [], position)
+        await commits.drain()  # chunks are read only for runs a restart knows
         for table, run in requested.items():
             if self._snapshot_requests.get(table) is run:
                 del self._snapshot_requests[table]
@@ -547,17 +543,22 @@ class Bridge:
         resumed = [seq for unit, seq in self.position.held.items() if unit not in self.stopped]
         return min([self.position.since, *resumed])
 
-    async def _step(self, changes: httpx.AsyncClient, producer: Transactions) -> None:
+    async def _step(self, changes: httpx.AsyncClient, commits: Commits[Position]) -> None:
         if time.monotonic() >= self._next_discovery:
             await self._discover()
-        await self._start_requested(producer)
+        await self._start_requested(commits)
         await self._read_chunks()
         since = self._read_from()
         self._wake.clear()
         poll = self._poll(changes, since)
         woken: asyncio.Future[Any] = asyncio.ensure_future(self._wake.wait())
         try:
-            await asyncio.wait([poll, woken], return_when=asyncio.FIRST_COMPLETED)
+            while not (poll.done() or woken.done()):
+                turn = commits.turn()
+                waits = [poll, woken] if turn is None else [poll, woken, turn]
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if turn is not None and turn.done():
+                    await commits.advance()
         except BaseException:
             poll.cancel()  # the session ends: no read may outlive its client unheard
             raise
@@ -569,7 +570,7 @@ class Bridge:
             return
         response = poll.result()
         if response.status_code == 400 and _code(response) == "SNAPSHOT_TOO_OLD":
-            await self._after_gap(producer, since)
+            await self._after_gap(commits, since)
             return
         response.raise_for_status()
         # orjson reads it exactly: the changeserver's values are strings, its numbers 64-bit.
@@ -610,9 +611,9 @@ class Bridge:
             if position.held[unit] >= position.since:
                 del position.held[unit]
         if position.as_json() != self.position.as_json():
-            await self._commit(producer, messages, position)
+            await self._commit(commits, messages, position)
 
-    async def _after_gap(self, producer: Transactions, since: Sequence) -> None:
+    async def _after_gap(self, commits: Commits[Position], since: Sequence) -> None:
         """The changeserver no longer holds changes after ``since`` (its replication slot was
         lost and made again, or retention removed them): read on from what it holds, and
         snapshot every table again, so the rows the gap hid are published as ``S`` events.
@@ -628,36 +629,22 @@ class Bridge:
         for table in self.position.snapshots:
             self._snapshot_requests[table] = Run(uuid.uuid4().hex, now_rfc3339())
         if self._snapshot_requests:
-            await self._start_requested(producer)
+            await self._start_requested(commits)
         else:
-            await self._commit(producer, [], self.position)
-            await self._committed()
+            await self._commit(commits, [], self.position)
+            await commits.drain()
 
     async def _commit(
-        self, producer: Transactions, messages: list[Message], position: Position
+        self, commits: Commits[Position], messages: list[Message], position: Position
     ) -> None:
-        """Start committing ``messages`` and ``position`` in one Kafka transaction, once the
-        previous one has ended; ``self.position`` is ``position`` from now on (a failed
-        commit ends the session, which starts over from what Kafka holds)."""
-        await self._committed()
-        record = position.as_json()
-        future = asyncio.ensure_future(asyncio.to_thread(producer.commit, messages, record))
-
-        def done(future: asyncio.Future[None]) -> None:
-            if not future.cancelled() and future.exception() is None:
-                self.committed = position
-
-        future.add_done_callback(done)
-        self._committing = (future, position)
+        """Commit ``messages`` and ``position`` in a Kafka transaction after what came before;
+        ``self.position`` is ``position`` from now on (a failed commit ends the session,
+        which starts over from what Kafka holds)."""
         self.position = position
+        await commits.add(messages, position.as_json(), position)
 
-    async def _committed(self) -> None:
-        """Wait for the commit under way; raises its failure."""
-        if self._committing is None:
-            return
-        future, position = self._committing
-        self._committing = None
-        await future
+    def _on_committed(self, position: Position) -> None:
+        self.committed = position
         for unit, name in position.renamed.items():
             if self._renames.get(unit) == name:
                 del self._renames[unit]

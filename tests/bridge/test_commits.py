@@ -1,0 +1,84 @@
+"""The bridge's batches handed over while a Kafka transaction is under way go together in the
+next one, in order, with the newest position."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from broker.bridge.commits import Commits
+from broker.bridge.transactions import Transactions, ensure_positions_topic, load_position
+from broker.publishing.producer import Message
+from changebroker import kafka
+
+
+def events_topic(bootstrap: str, name: str) -> str:
+    admin = kafka.admin(bootstrap)
+    admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)])[name].result(30)
+    return name
+
+
+def committed_values(bootstrap: str, topic: str, count: int) -> list[bytes]:
+    """The first ``count`` records a read_committed consumer reads from ``topic``."""
+    consumer = Consumer(
+        kafka.client_config(
+            bootstrap,
+            **{"group.id": f"{topic}-reader", "isolation.level": "read_committed"},
+        )
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    try:
+        while len(values) < count:
+            message = consumer.poll(30)
+            assert message is not None, f"read {values} of {count} within 30 s"
+            assert message.error() is None, message.error()
+            value = message.value()
+            assert value is not None
+            values.append(value)
+    finally:
+        consumer.close()
+    return values
+
+
+# Each transaction ends with a commit marker, which takes an offset of its own.
+@pytest.mark.parametrize(
+    ("max_waiting", "transactions", "last_offset"), [(100, [1, 3], 3), (1, [1, 2, 3], 4)]
+)
+def test_batches_handed_over_during_a_transaction_go_together_in_the_next(
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    max_waiting: int,
+    transactions: list[int],
+    last_offset: int,
+) -> None:
+    name = unique_name("commits")
+    topic = events_topic(kafka_bootstrap, name)
+    ensure_positions_topic(kafka_bootstrap, None, None)
+    producer = Transactions(kafka_bootstrap, name)
+    tags: list[int] = []
+
+    async def hand_over() -> None:
+        commits = Commits(producer, tags.append, max_waiting)
+        for n in (1, 2, 3):
+            # Nothing here lets the first transaction's thread report back: 2 and 3 wait for
+            # it unless one waiting message is already too many.
+            message = Message(topic, 0, None, f"event {n}".encode())
+            await commits.add([message], {"since": str(n)}, n)
+        await commits.drain()
+
+    try:
+        asyncio.run(hand_over())
+    finally:
+        producer.close()
+
+    assert tags == transactions
+    assert committed_values(kafka_bootstrap, topic, 3) == [b"event 1", b"event 2", b"event 3"]
+    position = load_position(kafka_bootstrap, name)
+    assert position is not None
+    assert position["since"] == "3"
+    assert position["offsets"] == {topic: {"0": last_offset}}
