@@ -541,7 +541,7 @@ class NewVersion:
 
 # What a registration in a batch comes to: None when a definition earlier in the batch is
 # the same (it is registered in the next batch, and finds that version).
-Outcome = Registered | RegistryError | None
+Outcome = Registered | Exception | None
 
 
 async def register_in(db: Db, key: SubjectKey, body: Mapping[str, Any]) -> Registered:
@@ -575,10 +575,12 @@ async def register_in(db: Db, key: SubjectKey, body: Mapping[str, Any]) -> Regis
 
 
 async def _register_locked(conn: Conn, key: SubjectKey, body: Mapping[str, Any]) -> Outcome:
+    """``register_in`` in a transaction of its own; its failure is this registration's alone
+    (those before it in the batch are committed)."""
     try:
         async with conn.transaction():
             return await register_in(conn, key, body)
-    except RegistryError as error:
+    except Exception as error:
         return error
 
 
@@ -610,7 +612,7 @@ async def _register_unlocked(
 
 async def check_registrations(
     db: Db, key: SubjectKey, subject: Mapping[str, Any], bodies: Sequence[Mapping[str, Any]]
-) -> list[Outcome | NewVersion]:
+) -> list[Registered | RegistryError | NewVersion | None]:
     """For each of ``bodies`` in order: the version of ``subject`` that already has its
     definition, or the new version it would be once its mode accepts it (else a 409 error),
     after the new versions before it in ``bodies``."""
@@ -641,7 +643,7 @@ async def check_registrations(
         (v, json.loads(c)) for v, c in zip(state["versions"], state["canonicals"], strict=True)
     ]
     accepted: set[str] = set()
-    outcomes: list[Outcome | NewVersion] = []
+    outcomes: list[Registered | RegistryError | NewVersion | None] = []
     for found in parsed:
         if isinstance(found, RegistryError):
             outcomes.append(found)
