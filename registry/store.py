@@ -528,15 +528,10 @@ RETURNING id, version
 
 @dataclass(frozen=True)
 class NewVersion:
-    """A definition found compatible with its subject as read: the subject's id, mode and
-    format then, the format the definition was read in, and the version it becomes."""
+    """A registration found compatible with its subject as read, and the version it becomes."""
 
-    subject_id: int
-    mode: Mode
-    subject_format: str | None
-    format: str | None
     version: int
-    columns: tuple[str | None, ...]  # name, comment, serialization, definition, text, validator
+    parsed: _Parsed
 
 
 # What a registration in a batch comes to: None when a definition earlier in the batch is
@@ -563,13 +558,13 @@ async def register_in(db: Db, key: SubjectKey, body: Mapping[str, Any]) -> Regis
         if isinstance(checked, RegistryError):
             raise checked
         return checked
-    written = await insert_if_unchanged(db, [checked])
+    written = await insert_if_unchanged(db, subject, [checked])
     if written is None:
         raise RuntimeError(f"subject {key.subject!r} changed while its row lock was held")
-    if subject["format"] is None and checked.format is not None:
+    if subject["format"] is None and checked.parsed.format is not None:
         await db.execute(
             "UPDATE registry_subjects SET format = %s WHERE id = %s",
-            (checked.format, subject["id"]),
+            (checked.parsed.format, subject["id"]),
         )
     return written[0]
 
@@ -598,7 +593,7 @@ async def _register_unlocked(
     if not new:
         return [outcome for outcome in checked if not isinstance(outcome, NewVersion)]
     try:
-        written = await insert_if_unchanged(db, new)
+        written = await insert_if_unchanged(db, subject, new)
     except UniqueViolation:
         return None
     if written is None:
@@ -666,23 +661,7 @@ async def check_registrations(
         version = (history[-1][0] + 1) if history else 1
         history.append((version, definition.value))
         accepted.add(definition.canonical)
-        outcomes.append(
-            NewVersion(
-                subject["id"],
-                mode,
-                subject["format"],
-                found.format,
-                version,
-                (
-                    found.name,
-                    found.comment,
-                    found.serialization,
-                    found.as_sent,
-                    definition.canonical,
-                    found.validator,
-                ),
-            )
-        )
+        outcomes.append(NewVersion(version, found))
     return outcomes
 
 
@@ -690,7 +669,7 @@ async def check_registrations(
 class _Parsed:
     format: str | None  # the one the definition is read in
     definition: Definition
-    as_sent: str  # the definition as JSON text
+    as_sent: Any  # schemaDefinition as the body holds it
     name: str | None
     comment: str | None
     serialization: str | None
@@ -713,7 +692,7 @@ def _parsed(subject: Mapping[str, Any], body: Mapping[str, Any]) -> _Parsed:
     return _Parsed(
         fmt,
         parse_definition(fmt, definition),
-        json.dumps(definition),
+        definition,
         _optional_text(body, "name"),
         _optional_text(body, "comment"),
         serialization,
@@ -721,25 +700,26 @@ def _parsed(subject: Mapping[str, Any], body: Mapping[str, Any]) -> _Parsed:
     )
 
 
-async def insert_if_unchanged(db: Db, checked: Sequence[NewVersion]) -> list[Registered] | None:
-    """``checked`` (of one subject, in version order) written as its next versions; None if
-    the subject's mode, format or latest version is no longer what they were checked
-    against."""
-    first = checked[0]
-    columns = [list(column) for column in zip(*(v.columns for v in checked), strict=True)]
+async def insert_if_unchanged(
+    db: Db, subject: Mapping[str, Any], checked: Sequence[NewVersion]
+) -> list[Registered] | None:
+    """``checked`` (in version order) written as the next versions of ``subject`` (the row as
+    they were checked against); None if its mode, format or latest version is no longer
+    that."""
+    parsed = [version.parsed for version in checked]
     rows = await (
         await db.execute(_INSERT_IF_UNCHANGED, {
-            "subject": first.subject_id,
-            "mode": first.mode.value,
-            "format": first.subject_format,
-            "after": first.version - 1 or None,
+            "subject": subject["id"],
+            "mode": subject["compatibility"],
+            "format": subject["format"],
+            "after": checked[0].version - 1 or None,
             "versions": [version.version for version in checked],
-            "names": columns[0],
-            "comments": columns[1],
-            "serializations": columns[2],
-            "definitions": columns[3],
-            "texts": columns[4],
-            "validators": columns[5],
+            "names": [p.name for p in parsed],
+            "comments": [p.comment for p in parsed],
+            "serializations": [p.serialization for p in parsed],
+            "definitions": [json.dumps(p.as_sent) for p in parsed],
+            "texts": [p.definition.canonical for p in parsed],
+            "validators": [p.validator for p in parsed],
         })
     ).fetchall()  # fmt: skip
     if not rows:

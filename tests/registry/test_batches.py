@@ -141,7 +141,7 @@ def test_a_checked_version_is_not_written_over_a_change_since_its_check(
                 await store.register(SubjectKey(subject), body(order("another")))
             else:
                 await store.set_compatibility(SubjectKey(subject), "FORWARD")
-            return await insert_if_unchanged(conn, [checked])
+            return await insert_if_unchanged(conn, row, [checked])
 
     assert with_store(dsn, scenario) is None
     expected = 2 if change == "a version written" else 1
