@@ -156,8 +156,14 @@ class Watermarks:
 
     def _read(self, topic: str, partitions: list[int]) -> dict[int, Watermark]:
         if self._consumer is None:
-            # The tail read that finds a partition's newest event stops at its end.
-            settings = consumer_config(self._bootstrap) | {"enable.partition.eof": True}
+            settings = consumer_config(self._bootstrap) | {
+                # The tail read that finds a partition's newest event stops at its end.
+                "enable.partition.eof": True,
+                # Kafka answers a connection's requests in order: a fetch of the tail read,
+                # still waiting out fetch.wait.max.ms (500) after the unassign, held up the next
+                # partition's watermark query for half a second.
+                "fetch.wait.max.ms": 10,
+            }
             self._consumer = Consumer(settings)
         return read_watermarks(self._consumer, topic, partitions, self._last_events)
 
