@@ -464,11 +464,14 @@ class Subscriptions:
         The stream must own every partition it commits; a partition being handed over goes to
         its next stream once the commit reaches the offset the old stream was sent up to.
         """
-        async with locked(self.store, subscription_id) as (conn, row):
-            if row is None:
-                raise SubscriptionError(404, f"Subscription {subscription_id} does not exist")
-            # The session and the partitions in one round trip: commits are the hot path.
-            cur = await conn.execute(
+        # Commits are the hot path, and a consumer committing each batch waits for each: the
+        # subscription's lock and what the commit reads go in one round trip, the writes and
+        # the COMMIT in a second.
+        async with self.store.pool.connection() as conn, conn.pipeline(), conn.transaction():
+            locking = await conn.execute(
+                "SELECT 1 FROM broker_subscriptions WHERE id = %s FOR UPDATE", (subscription_id,)
+            )
+            reading = await conn.execute(
                 "SELECT s.may_commit, p.event_type, p.partition, p.committed, p.owner::text,"
                 " p.release_offset FROM (SELECT closed_at IS NULL OR commit_deadline > now()"
                 " AS may_commit FROM broker_subscription_sessions"
@@ -476,7 +479,9 @@ class Subscriptions:
                 " LEFT JOIN broker_subscription_partitions p ON p.subscription_id = %s",
                 (stream_id, subscription_id, subscription_id),
             )
-            rows = await cur.fetchall()
+            if await locking.fetchone() is None:
+                raise SubscriptionError(404, f"Subscription {subscription_id} does not exist")
+            rows = await reading.fetchall()
             if not rows or not rows[0][0]:
                 raise unknown_session(stream_id)
             partitions = {(e, p): [c, o, r] for _, e, p, c, o, r in rows if e is not None}
@@ -500,23 +505,21 @@ class Subscriptions:
                     results.append("committed")
                 else:
                     results.append("outdated")
-            if not moved:
-                return results
-            async with conn.pipeline():
-                for key in sorted(moved):
-                    committed, _, release_offset = partitions[key]
-                    handed = release_offset is not None and committed >= release_offset
-                    await conn.execute(
-                        "UPDATE broker_subscription_partitions SET committed = %s"
-                        + (
-                            ", owner = next_owner, next_owner = NULL, release_offset = NULL,"
-                            " release_deadline = NULL"
-                            if handed
-                            else ""
-                        )
-                        + " WHERE subscription_id = %s AND event_type = %s AND partition = %s",
-                        (committed, subscription_id, *key),
+            for key in sorted(moved):
+                committed, _, release_offset = partitions[key]
+                handed = release_offset is not None and committed >= release_offset
+                await conn.execute(
+                    "UPDATE broker_subscription_partitions SET committed = %s"
+                    + (
+                        ", owner = next_owner, next_owner = NULL, release_offset = NULL,"
+                        " release_deadline = NULL"
+                        if handed
+                        else ""
                     )
+                    + " WHERE subscription_id = %s AND event_type = %s AND partition = %s",
+                    (committed, subscription_id, *key),
+                )
+            if moved:
                 await conn.execute(*notify_sql(subscription_id))
         return results
 
