@@ -258,8 +258,9 @@ class ChangesEndpoint:
             await response(scope, receive, send)
             return
         try:
-            request = Request(scope)
-            query = parse_query(request)
+            # No local holds the request: a blocked poll keeps only its query, not the
+            # request's parsed headers and query string.
+            query = parse_query(Request(scope))
             respond = (scope.get("extensions") or {}).get(http.RESPOND)
             answer = await self._changes(query, respond)
         except BadRequest as bad:
