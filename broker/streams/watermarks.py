@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -74,39 +74,71 @@ def _watermark(consumer: Consumer, topic: str, partition: int) -> Watermark:
             time.sleep(RETRY_PAUSE_SECONDS)
 
 
-def _last_event(consumer: Consumer, topic: str, partition: int, mark: Watermark) -> int:
-    """The offset of the newest committed event below ``mark.high``, read from the tail
-    (read_committed skips control records and aborted events); ``low - 1`` when none is."""
+def _last_events(consumer: Consumer, topic: str, marks: Mapping[int, Watermark]) -> dict[int, int]:
+    """Per partition of ``marks``, the offset of the newest committed event below its high
+    watermark, read from the tail (read_committed skips control records and aborted events);
+    ``low - 1`` when none is. The partitions' tails are read together, each round a window
+    twice the last further back for those that found nothing: one fetch wait per round, not
+    one per partition."""
+    found = {p: mark.low - 1 for p, mark in marks.items() if mark.high <= mark.low}
+    # Per partition still searching, the range [start, end) to read next.
+    searching = {
+        p: (max(mark.low, mark.high - TAIL_WINDOW), mark.high)
+        for p, mark in marks.items()
+        if mark.high > mark.low
+    }
     window = TAIL_WINDOW
-    end = mark.high
-    while end > mark.low:
-        start = max(mark.low, end - window)
-        consumer.assign([TopicPartition(topic, partition, start)])
-        newest = None
-        try:
-            deadline = time.monotonic() + WATERMARK_TIMEOUT_SECONDS
-            while time.monotonic() < deadline:
-                message = consumer.poll(RETRY_PAUSE_SECONDS)
-                # Only this assignment's: what was fetched for an earlier one may still come.
-                if message is None or (message.topic(), message.partition()) != (topic, partition):
-                    continue
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        break
+    while searching:
+        newest = _newest_read(consumer, topic, searching)
+        window *= 2
+        further: dict[int, tuple[int, int]] = {}
+        for partition, (start, _) in searching.items():
+            low = marks[partition].low
+            if partition in newest:
+                found[partition] = newest[partition]
+            elif start <= low:
+                found[partition] = low - 1
+            else:
+                further[partition] = (max(low, start - window), start)
+        searching = further
+    return found
+
+
+def _newest_read(
+    consumer: Consumer, topic: str, ranges: Mapping[int, tuple[int, int]]
+) -> dict[int, int]:
+    """Per partition, the newest offset read in its ``[start, end)`` (absent when none is),
+    every partition assigned at once."""
+    consumer.assign([TopicPartition(topic, p, start) for p, (start, _) in ranges.items()])
+    newest: dict[int, int] = {}
+    reading = set(ranges)
+    try:
+        deadline = time.monotonic() + WATERMARK_TIMEOUT_SECONDS
+        while reading and time.monotonic() < deadline:
+            message = consumer.poll(RETRY_PAUSE_SECONDS)
+            if message is None or message.topic() != topic:
+                continue
+            partition = message.partition()
+            # Only this assignment's: what was fetched for an earlier one may still come.
+            if partition is None or partition not in reading:
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
                     raise KafkaException(error)
-                offset = message.offset()
-                if offset is None or offset >= end:
-                    break
-                newest = offset
-                if offset == end - 1:
-                    break
-        finally:
-            consumer.unassign()
-        if newest is not None:
-            return int(newest)
-        end, window = start, window * 2
-    return mark.low - 1
+                reading.discard(partition)
+                continue
+            offset = message.offset()
+            end = ranges[partition][1]
+            if offset is None or offset >= end:
+                reading.discard(partition)
+                continue
+            newest[partition] = offset
+            if offset == end - 1:
+                reading.discard(partition)
+    finally:
+        consumer.unassign()
+    return newest
 
 
 class _LastEvents:
@@ -116,17 +148,22 @@ class _LastEvents:
     def __init__(self) -> None:
         self._known: dict[tuple[str, int], tuple[int, int]] = {}  # -> (high, last event)
 
-    def of(self, consumer: Consumer, topic: str, partition: int, mark: Watermark) -> Watermark:
-        if mark.high <= mark.low:
-            return mark
-        known = self._known.get((topic, partition))
-        if known is None or known[0] != mark.high:
-            known = self._known[(topic, partition)] = (
-                mark.high,
-                _last_event(consumer, topic, partition, mark),
-            )
-        last = known[1]
-        return mark if last == mark.high - 1 else Watermark(mark.low, mark.high, last)
+    def of(
+        self, consumer: Consumer, topic: str, marks: Mapping[int, Watermark]
+    ) -> dict[int, Watermark]:
+        """``marks`` with their newest events, the tails read only of partitions that moved."""
+        moved = {
+            p: mark
+            for p, mark in marks.items()
+            if mark.high > mark.low and self._known.get((topic, p), (None, 0))[0] != mark.high
+        }
+        for partition, last in _last_events(consumer, topic, moved).items():
+            self._known[(topic, partition)] = (moved[partition].high, last)
+        out = {}
+        for partition, mark in marks.items():
+            last = self._known[(topic, partition)][1] if mark.high > mark.low else mark.high - 1
+            out[partition] = mark if last == mark.high - 1 else Watermark(mark.low, mark.high, last)
+        return out
 
 
 def read_watermarks(
@@ -138,10 +175,8 @@ def read_watermarks(
     """Blocking: the watermarks of ``partitions`` of ``topic``, straight from the leaders,
     with the newest committed event's offset (``last_events`` remembers them)."""
     known = last_events or _LastEvents()
-    return {
-        partition: known.of(consumer, topic, partition, _watermark(consumer, topic, partition))
-        for partition in partitions
-    }
+    marks = {partition: _watermark(consumer, topic, partition) for partition in partitions}
+    return known.of(consumer, topic, marks)
 
 
 class Watermarks:

@@ -18,7 +18,22 @@ from changebroker import kafka
 from tests.broker.subscription_support import Stream, commit, create, stats
 
 
-def _publish_in_transactions(bootstrap: str, topic: str, batches: list[list[str]]) -> None:
+def _topic(broker_dsn: str, name: str) -> str:
+    with psycopg.connect(broker_dsn) as conn:
+        row = conn.execute("SELECT topic FROM broker_event_types WHERE name = %s", (name,))
+        (topic,) = row.fetchone() or ("",)
+    return str(topic)
+
+
+def _publish_in_transactions(
+    bootstrap: str,
+    topic: str,
+    batches: list[list[str]],
+    *,
+    partition: int = 0,
+    abort: bool = False,
+) -> None:
+    """One transaction per batch into ``partition``, each committed (or aborted)."""
     producer = Producer(kafka.producer_config(bootstrap, **{"transactional.id": topic}))
     producer.init_transactions(30)
     for numbers in batches:
@@ -28,17 +43,20 @@ def _publish_in_transactions(bootstrap: str, topic: str, batches: list[list[str]
                 "order_number": number,
                 "metadata": {"eid": str(uuid.uuid4()), "occurred_at": "2026-11-23T10:00:00Z"},
             }
-            producer.produce(topic, json.dumps(event).encode(), partition=0)
-        producer.commit_transaction(30)
+            producer.produce(topic, json.dumps(event).encode(), partition=partition)
+        if abort:
+            # Written to the log first: an abort drops what is still queued.
+            producer.flush(30)
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
 
 
 def test_lag_counts_committed_events_not_transaction_markers(
     client: httpx.Client, broker_dsn: str, kafka_bootstrap: str, make_event_type: Callable[..., str]
 ) -> None:
     name = make_event_type()
-    with psycopg.connect(broker_dsn) as conn:
-        row = conn.execute("SELECT topic FROM broker_event_types WHERE name = %s", (name,))
-        (topic,) = row.fetchone() or ("",)
+    topic = _topic(broker_dsn, name)
     # Offsets 0-1, marker 2; 3-4, marker 5.
     _publish_in_transactions(kafka_bootstrap, topic, [["a", "b"], ["c", "d"]])
 
@@ -61,3 +79,30 @@ def test_lag_counts_committed_events_not_transaction_markers(
     )
     assert lag.status_code == 200, lag.text
     assert lag.json()[0]["unconsumed_events"] == 0
+
+
+def test_newest_event_found_behind_a_long_aborted_transaction_in_each_partition(
+    client: httpx.Client, broker_dsn: str, kafka_bootstrap: str, make_event_type: Callable[..., str]
+) -> None:
+    """An aborted transaction of more records than the first tail window read hides nothing
+    and counts for nothing; the partitions' tails are read together, each as far back as it
+    needs."""
+    statistic = {"messages_per_minute": 1, "message_size": 1}
+    name = make_event_type(
+        default_statistic={**statistic, "read_parallelism": 4, "write_parallelism": 4}
+    )
+    topic = _topic(broker_dsn, name)
+    aborted = [f"aborted-{i}" for i in range(40)]
+    # Partition 0: offsets 0-1, marker 2, 40 aborted records, marker 43.
+    _publish_in_transactions(kafka_bootstrap, topic, [["a", "b"]], partition=0)
+    _publish_in_transactions(kafka_bootstrap, topic, [aborted], partition=0, abort=True)
+    # Partition 1: aborted records only. Partition 2: nothing. Partition 3: 0-1, marker 2.
+    _publish_in_transactions(kafka_bootstrap, topic, [aborted], partition=1, abort=True)
+    _publish_in_transactions(kafka_bootstrap, topic, [["c", "d"]], partition=3)
+
+    answer = client.get(f"/event-types/{name}/partitions")
+    assert answer.status_code == 200, answer.text
+    newest = {p["partition"]: p["newest_available_offset"] for p in answer.json()}
+    assert newest["0"] == format_offset(1)
+    assert newest["1"] == newest["2"]  # no event, as where nothing was written
+    assert newest["3"] == format_offset(1)
