@@ -155,13 +155,13 @@ class _LastEvents:
         moved = {
             p: mark
             for p, mark in marks.items()
-            if mark.high > mark.low and self._known.get((topic, p), (None, 0))[0] != mark.high
+            if self._known.get((topic, p), (None, 0))[0] != mark.high
         }
         for partition, last in _last_events(consumer, topic, moved).items():
             self._known[(topic, partition)] = (moved[partition].high, last)
         out = {}
         for partition, mark in marks.items():
-            last = self._known[(topic, partition)][1] if mark.high > mark.low else mark.high - 1
+            last = self._known[(topic, partition)][1]
             out[partition] = mark if last == mark.high - 1 else Watermark(mark.low, mark.high, last)
         return out
 
