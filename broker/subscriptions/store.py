@@ -4,7 +4,8 @@ A subscription is identified by (owning_application, event_types, consumer_group
 creating it again answers 200 with the one that exists. Its cursors are set when it
 is first streamed or reset (``initialise``), from ``read_from``: ``begin``, ``end``
 or ``initial_cursors``. Sessions, commits and cursor resets are here too. Every
-change to a subscription's streams runs under :func:`locked` (its row lock);
+change to a subscription's streams runs under its row lock: :func:`locked`, or for a
+commit, the one statement of ``sql/broker/006_commit_cursors.sql``;
 :func:`rebalance_partitions` re-assigns its partitions and :func:`close_expired` frees
 those of broker processes that are gone. The HTTP side is :mod:`broker.subscriptions.api`
 and :mod:`broker.subscriptions.stream_api`.
@@ -17,7 +18,7 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -46,6 +47,9 @@ MAX_PARTITIONS = 100
 SESSION_RETENTION_SECONDS = 3600.0
 
 PartitionKey = tuple[str, int]
+_LARGEST_INT = 2**31 - 1  # Postgres's int, a partition's type
+# Subscriptions a process remembers for commits; past this many it starts again.
+_REMEMBERED = 10_000
 
 
 class SubscriptionError(BrokerError):
@@ -53,6 +57,11 @@ class SubscriptionError(BrokerError):
 
     def __init__(self, status: int, detail: str) -> None:
         super().__init__(detail, status=status)
+
+
+class SubscriptionChanged(Exception):
+    """A remembered subscription is no longer what Postgres holds (its authorization changed,
+    or it was deleted): read it again and decide again."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +149,10 @@ class Subscriptions:
     store: Store
     resolve: TopicResolver
     watermarks: Watermarks
+    # As last read by ``get``: commits decide on these and check them under the lock.
+    _remembered: dict[str, Subscription] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     async def get(self, subscription_id: str) -> Subscription | None:
         if not valid_id(subscription_id):
@@ -149,7 +162,21 @@ class Subscriptions:
                 f"SELECT {_COLUMNS} FROM broker_subscriptions WHERE id = %s", (subscription_id,)
             )
             row = await cur.fetchone()
-        return _subscription(row) if row else None
+        if row is None:
+            self._remembered.pop(subscription_id, None)
+            return None
+        if len(self._remembered) >= _REMEMBERED:
+            self._remembered.clear()
+        found = self._remembered[subscription_id] = _subscription(row)
+        return found
+
+    def remembered(self, subscription_id: str) -> Subscription | None:
+        """The subscription as ``get`` last read it here, if it did: possibly out of date, so
+        only for a decision :meth:`commit` checks again (``checked``)."""
+        return self._remembered.get(subscription_id)
+
+    def forget(self, subscription_id: str) -> None:
+        self._remembered.pop(subscription_id, None)
 
     async def existing_topics(self, event_types: list[str]) -> dict[str, EventTypeTopic]:
         """The topics of those of ``event_types`` that still exist (one may have been deleted)."""
@@ -457,71 +484,67 @@ class Subscriptions:
             await rebalance_partitions(conn, subscription.id)
 
     async def commit(
-        self, subscription_id: str, stream_id: str, cursors: list[tuple[PartitionKey, int]]
+        self,
+        subscription_id: str,
+        stream_id: str,
+        cursors: list[tuple[PartitionKey, int]],
+        *,
+        checked: Subscription | None = None,
     ) -> list[str]:
         """Each cursor's result, ``committed`` or ``outdated`` (not after the committed offset).
 
         The stream must own every partition it commits; a partition being handed over goes to
         its next stream once the commit reaches the offset the old stream was sent up to.
+        ``checked``: the (remembered) subscription the caller authorized the commit against;
+        :class:`SubscriptionChanged`, and nothing committed, if Postgres no longer holds it so.
         """
-        # Commits are the hot path, and a consumer committing each batch waits for each: the
-        # subscription's lock and what the commit reads go in one round trip, the writes and
-        # the COMMIT in a second.
-        async with self.store.pool.connection() as conn, conn.pipeline(), conn.transaction():
-            locking = await conn.execute(
-                "SELECT 1 FROM broker_subscriptions WHERE id = %s FOR UPDATE", (subscription_id,)
+        # One statement (``sql/broker/006_commit_cursors.sql``): a consumer waits for every
+        # commit, and each statement more is a round trip and its share of this process's CPU.
+        event_types = [event_type for (event_type, _), _ in cursors]
+        # Beyond Postgres's int no partition is numbered: such a cursor names none of ours.
+        partitions = [
+            partition if partition <= _LARGEST_INT else -1 for (_, partition), _ in cursors
+        ]
+        offsets = [offset for _, offset in cursors]
+        async with self.store.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT refused, refused_at, results"
+                " FROM broker_commit_cursors(%s, %s, %s::text[], %s::int[], %s::bigint[],"
+                " %s, %s, %s)",
+                (
+                    subscription_id,
+                    stream_id,
+                    event_types,
+                    partitions,
+                    offsets,
+                    checked is not None,
+                    None
+                    if checked is None or checked.authorization is None
+                    else Jsonb(checked.authorization),
+                    coordination.CHANNEL,
+                ),
             )
-            reading = await conn.execute(
-                "SELECT s.may_commit, p.event_type, p.partition, p.committed, p.owner::text,"
-                " p.release_offset FROM (SELECT closed_at IS NULL OR commit_deadline > now()"
-                " AS may_commit FROM broker_subscription_sessions"
-                " WHERE stream_id = %s AND subscription_id = %s) s"
-                " LEFT JOIN broker_subscription_partitions p ON p.subscription_id = %s",
-                (stream_id, subscription_id, subscription_id),
+            row = await cur.fetchone()
+        assert row is not None
+        refused, refused_at, results = row
+        if refused is None:
+            return list(results)
+        if refused == "changed":
+            raise SubscriptionChanged(subscription_id)
+        if refused == "missing":
+            raise SubscriptionError(404, f"Subscription {subscription_id} does not exist")
+        if refused == "no_session":
+            raise unknown_session(stream_id)
+        (event_type, partition), _ = cursors[refused_at - 1]
+        if refused == "not_in_subscription":
+            raise SubscriptionError(
+                422, f"partition {partition} of {event_type} is not part of the subscription"
             )
-            if await locking.fetchone() is None:
-                raise SubscriptionError(404, f"Subscription {subscription_id} does not exist")
-            rows = await reading.fetchall()
-            if not rows or not rows[0][0]:
-                raise unknown_session(stream_id)
-            partitions = {(e, p): [c, o, r] for _, e, p, c, o, r in rows if e is not None}
-            for key, _ in cursors:
-                if key not in partitions:
-                    raise SubscriptionError(
-                        422, f"partition {key[1]} of {key[0]} is not part of the subscription"
-                    )
-                if partitions[key][1] != stream_id:
-                    raise SubscriptionError(
-                        422,
-                        f"Cursor for partition {key[1]} of {key[0]} can't be committed: the"
-                        f" partition is not assigned to stream {stream_id}",
-                    )
-            results = []
-            moved: set[PartitionKey] = set()
-            for key, offset in cursors:
-                if offset > partitions[key][0]:
-                    partitions[key][0] = offset
-                    moved.add(key)
-                    results.append("committed")
-                else:
-                    results.append("outdated")
-            for key in sorted(moved):
-                committed, _, release_offset = partitions[key]
-                handed = release_offset is not None and committed >= release_offset
-                await conn.execute(
-                    "UPDATE broker_subscription_partitions SET committed = %s"
-                    + (
-                        ", owner = next_owner, next_owner = NULL, release_offset = NULL,"
-                        " release_deadline = NULL"
-                        if handed
-                        else ""
-                    )
-                    + " WHERE subscription_id = %s AND event_type = %s AND partition = %s",
-                    (committed, subscription_id, *key),
-                )
-            if moved:
-                await conn.execute(*notify_sql(subscription_id))
-        return results
+        raise SubscriptionError(
+            422,
+            f"Cursor for partition {partition} of {event_type} can't be committed: the"
+            f" partition is not assigned to stream {stream_id}",
+        )
 
     async def committed(self, subscription_id: str) -> list[tuple[str, int, int]]:
         """(event type, partition, committed Kafka offset) of every partition, in order."""

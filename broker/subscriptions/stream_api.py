@@ -43,6 +43,7 @@ from broker.subscriptions.session import (
 )
 from broker.subscriptions.store import (
     Subscription,
+    SubscriptionChanged,
     SubscriptionError,
     Subscriptions,
     unknown_session,
@@ -149,7 +150,19 @@ class SubscriptionStreams:
         return _SessionResponse(session, lines, waiter, _wants_gzip(request))
 
     async def commit(self, request: Request) -> Response:
-        subscription = await self._subscription(request)
+        # A consumer commits every batch: decide on the subscription as this process last read
+        # it, checked under the commit's lock, rather than read it again first.
+        remembered = self.subscriptions.remembered(request.path_params["id"])
+        if remembered is not None:
+            try:
+                return await self._commit(request, remembered, checked=True)
+            except SubscriptionChanged:
+                self.subscriptions.forget(remembered.id)
+        return await self._commit(request, await self._subscription(request), checked=False)
+
+    async def _commit(
+        self, request: Request, subscription: Subscription, *, checked: bool
+    ) -> Response:
         # Committing is consuming: the subscription's readers, not blocked from consuming.
         await self.access.require_consume(
             principal_of(request),
@@ -162,8 +175,13 @@ class SubscriptionStreams:
             raise BadRequest(f"the {STREAM_ID_HEADER} header is required to commit")
         body = await bodies.json_body(request)
         items = _cursor_items(body, subscription, with_token=True)
+        if not valid_id(stream_id):
+            raise unknown_session(stream_id)
+        cursors = [((i["event_type"], int(i["partition"])), _kafka_offset(i)) for i in items]
         try:
-            results = await self._commit(subscription, stream_id, items)
+            results = await self.subscriptions.commit(
+                subscription.id, stream_id, cursors, checked=subscription if checked else None
+            )
         except SubscriptionError:
             metrics.cursor_commits.labels("rejected").inc(len(items))
             raise
@@ -179,14 +197,6 @@ class SubscriptionStreams:
                 ]
             }
         )
-
-    async def _commit(
-        self, subscription: Subscription, stream_id: str, items: list[dict[str, Any]]
-    ) -> list[str]:
-        if not valid_id(stream_id):
-            raise unknown_session(stream_id)
-        cursors = [((i["event_type"], int(i["partition"])), _kafka_offset(i)) for i in items]
-        return await self.subscriptions.commit(subscription.id, stream_id, cursors)
 
     async def cursors(self, request: Request) -> Response:
         subscription = await self._subscription(request)

@@ -14,8 +14,9 @@ from broker.settings import Settings
 from changebroker.auth import AuthSettings
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
+from tests.broker.subscription_support import Stream, commit
 from tests.support.credentials import tokens_file
-from tests.support.event_types import business_event_type
+from tests.support.event_types import business_event_type, order_events
 
 SCOPES = ["nakadi.event_type.write", "nakadi.event_stream.write", "nakadi.event_stream.read"]
 FLUSH_SECONDS = 1
@@ -211,3 +212,51 @@ def test_listings_filter_by_the_writer_or_reader_they_name(
     refused = broker.get("/event-types", params={"writer": "shop"}, headers=bearer("shop"))
     assert refused.status_code == 400
     assert refused.headers["content-type"] == "application/problem+json"
+
+
+def test_a_commit_is_decided_on_the_subscription_as_it_is_when_committed(
+    broker: httpx.Client, unique_name
+) -> None:
+    """A broker process remembers the subscriptions it read for the commits that follow: a
+    reader removed since then cannot commit, and a deleted subscription is not found."""
+    name = unique_name("committed")
+    readers = [service("shop"), service("bi")]
+    assert broker.post("/event-types", json=business_event_type(name), headers=bearer("shop"))
+    subscription = {
+        "owning_application": "shop",
+        "event_types": [name],
+        "consumer_group": name,
+        "read_from": "begin",
+        "authorization": {"admins": [service("shop")], "readers": readers},
+    }
+    created = broker.post("/subscriptions", json=subscription, headers=bearer("shop"))
+    assert created.status_code == 201, created.text
+    sid = created.json()["id"]
+    published = broker.post(
+        f"/event-types/{name}/events", json=order_events(2), headers=bearer("shop")
+    )
+    assert published.status_code == 200, published.text
+    with httpx.Client(base_url=broker.base_url, headers=bearer("bi"), timeout=60) as bi:
+        stream = Stream(bi, sid, batch_limit=1, batch_flush_timeout=FLUSH_SECONDS)
+        first, second = (batch["cursor"] for batch in stream.read_events(2))
+        assert commit(bi, sid, stream.id, [first]).status_code == 204
+        narrowed = {**subscription["authorization"], "readers": readers[:1]}
+        changed = broker.put(
+            f"/subscriptions/{sid}",
+            json={**subscription, "authorization": narrowed},
+            headers=bearer("shop"),
+        )
+        assert changed.status_code == 204, changed.text
+        refused = commit(bi, sid, stream.id, [second])
+        assert refused.status_code == 403, refused.text
+        stream.close()
+    cursors = broker.get(f"/subscriptions/{sid}/cursors", headers=bearer("shop")).json()["items"]
+    held = {(c["event_type"], c["partition"]): c["offset"] for c in cursors}
+    assert held[(name, first["partition"])] == first["offset"]
+    assert held[(name, second["partition"])] != second["offset"]
+    # Remembered as narrowed by the refused commit's second read; then deleted elsewhere.
+    shop = {**bearer("shop"), "X-Nakadi-StreamId": stream.id}
+    assert broker.delete(f"/subscriptions/{sid}", headers=bearer("shop")).status_code == 204
+    gone = broker.post(f"/subscriptions/{sid}/cursors", json={"items": [second]}, headers=shop)
+    assert gone.status_code == 404, gone.text
+    assert gone.json()["detail"] == f'Subscription with id "{sid}" does not exist'

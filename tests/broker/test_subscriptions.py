@@ -204,6 +204,25 @@ def test_409_when_every_partition_is_taken_and_422_for_a_foreign_partition(
     stream.close()
 
 
+def test_a_commit_naming_a_partition_the_subscription_lacks_is_422_and_commits_nothing(
+    client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
+) -> None:
+    name, sid = published(client, make_event_type, 1)
+    stream = Stream(client, sid, **FAST)
+    (batch,) = stream.read_events(1)
+    cursor = batch["cursor"]
+    # Any whole number is a partition's name; one beyond Postgres's int is no exception.
+    for partition in ("7", "99999999999", "9" * 40):
+        answer = commit(other, sid, stream.id, [cursor, {**cursor, "partition": partition}])
+        assert_problem(answer, 422, f"partition {int(partition)} of {name}")
+    held = other.get(f"/subscriptions/{sid}/cursors").json()["items"]
+    assert [c["offset"] for c in held if c["partition"] == cursor["partition"]] != [
+        cursor["offset"]
+    ]
+    assert commit(other, sid, stream.id, [cursor]).status_code == 204
+    stream.close()
+
+
 def test_a_reset_while_streaming_ends_the_stream_and_the_next_one_starts_there(
     client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
 ) -> None:
