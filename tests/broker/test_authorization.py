@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -45,6 +46,24 @@ def broker(
         httpx.Client(base_url=url, timeout=60) as http,
     ):
         yield http
+
+
+def shops_subscription(
+    broker: httpx.Client, name: str, readers: list[dict[str, str]], **fields: str
+) -> tuple[dict[str, Any], str]:
+    """Event type ``name`` and a subscription to it, both shop's, read by ``readers``: the
+    subscription's body and its id."""
+    assert broker.post("/event-types", json=business_event_type(name), headers=bearer("shop"))
+    subscription = {
+        "owning_application": "shop",
+        "event_types": [name],
+        "consumer_group": name,
+        "authorization": {"admins": [service("shop")], "readers": readers},
+        **fields,
+    }
+    created = broker.post("/subscriptions", json=subscription, headers=bearer("shop"))
+    assert created.status_code == 201, created.text
+    return subscription, str(created.json()["id"])
 
 
 class OpenStream:
@@ -132,16 +151,7 @@ def test_narrowing_a_subscriptions_readers_ends_the_lost_readers_stream(
 ) -> None:
     name = unique_name("subscribed")
     readers = [service("shop"), service("bi")]
-    assert broker.post("/event-types", json=business_event_type(name), headers=bearer("shop"))
-    subscription = {
-        "owning_application": "shop",
-        "event_types": [name],
-        "consumer_group": name,
-        "authorization": {"admins": [service("shop")], "readers": readers},
-    }
-    created = broker.post("/subscriptions", json=subscription, headers=bearer("shop"))
-    assert created.status_code == 201, created.text
-    sid = created.json()["id"]
+    subscription, sid = shops_subscription(broker, name, readers)
     stream = OpenStream(broker, f"/subscriptions/{sid}/events", "bi")
     assert stream.status == 200
     # Only its admins change it, and its authorization cannot be dropped.
@@ -221,17 +231,7 @@ def test_a_commit_is_decided_on_the_subscription_as_it_is_when_committed(
     reader removed since then cannot commit, and a deleted subscription is not found."""
     name = unique_name("committed")
     readers = [service("shop"), service("bi")]
-    assert broker.post("/event-types", json=business_event_type(name), headers=bearer("shop"))
-    subscription = {
-        "owning_application": "shop",
-        "event_types": [name],
-        "consumer_group": name,
-        "read_from": "begin",
-        "authorization": {"admins": [service("shop")], "readers": readers},
-    }
-    created = broker.post("/subscriptions", json=subscription, headers=bearer("shop"))
-    assert created.status_code == 201, created.text
-    sid = created.json()["id"]
+    subscription, sid = shops_subscription(broker, name, readers, read_from="begin")
     published = broker.post(
         f"/event-types/{name}/events", json=order_events(2), headers=bearer("shop")
     )
