@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -134,12 +135,14 @@ def whole_number(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+# A UUID as Postgres reads one: hyphenated or not, either case. Python's uuid.UUID also takes
+# forms Postgres refuses ("urn:uuid:...", braces, hyphens anywhere), which would fail there.
+_UUID = re.compile(r"[0-9a-f]{8}(-?)[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{12}", re.I)
+
+
 def valid_id(text: str) -> bool:
-    try:
-        uuid.UUID(text)
-    except ValueError:
-        return False
-    return True
+    """Whether ``text`` can name a subscription or a stream (both are UUIDs)."""
+    return _UUID.fullmatch(text) is not None
 
 
 @dataclass(frozen=True)

@@ -223,6 +223,22 @@ def test_a_commit_naming_a_partition_the_subscription_lacks_is_422_and_commits_n
     stream.close()
 
 
+def test_ids_postgres_does_not_read_as_uuids_name_no_subscription_and_no_stream(
+    client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
+) -> None:
+    """Python's uuid.UUID reads "urn:uuid:..." and braces, Postgres does not: such an id
+    names nothing (404, or 422 for a stream), rather than failing the request."""
+    _, sid = published(client, make_event_type, 1)
+    stream = Stream(client, sid, **FAST)
+    (batch,) = stream.read_events(1)
+    for form in ("urn:uuid:{}", "{{{}}}"):
+        assert_problem(other.get(f"/subscriptions/{form.format(sid)}"), 404)
+        assert_problem(other.get(f"/subscriptions/{form.format(sid)}/stats"), 404)
+        assert_problem(commit(other, sid, form.format(stream.id), [batch["cursor"]]), 422)
+    assert commit(other, sid, stream.id, [batch["cursor"]]).status_code == 204
+    stream.close()
+
+
 def test_a_reset_while_streaming_ends_the_stream_and_the_next_one_starts_there(
     client: httpx.Client, other: httpx.Client, make_event_type: Callable[..., str]
 ) -> None:
