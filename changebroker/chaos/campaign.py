@@ -376,6 +376,10 @@ class Campaign:
             readers = [changes, subscription, stream]
             for worker in (*writers, *publishers, *readers):
                 worker.start()
+            # Faults begin once /changes has served the reader a change. Before that it reads
+            # from 0.0.0, "whatever the log holds", which is never SNAPSHOT_TOO_OLD: changes a
+            # slot loss took then would be gone without the reader being told of a gap.
+            wait_until(lambda: bool(changes.seen), timeout=120, what="the first change served")
 
             schedule = Schedule(self.kinds(), self.rng)
             deadline = time.monotonic() + self.minutes * 60
