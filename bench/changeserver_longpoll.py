@@ -4,8 +4,10 @@ Every client blocks on the same selector (the worst case: one commit wakes all
 of them); then, as a second figure, one client is woken per commit while all the
 others stay blocked on another selector (the cost of idle waiters). Measured:
 the time from issuing the commit to each client's complete response (p50, p99),
-the changeserver's CPU time per woken response (steadier than latency on a
-shared machine, where the clients' own loop competes for the same cores), the
+the changeserver's CPU time per woken response, from the commit until it is idle
+again (steadier than latency on a shared machine, where the clients' own loop
+competes for the same cores; it includes what follows the answers: each request's
+end, its log line, its connection's close), the
 clients' CPU time per response (their share of the same cores), and the
 changeserver's resident memory per idle blocked client. The changeserver runs
 as its own process; the clients share one event loop in this one. Baselines are
@@ -18,12 +20,15 @@ per idle client), not another system.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import json
 import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -54,14 +59,17 @@ def _settle(pid: int) -> None:
 
 
 class _LongPoll(asyncio.Protocol):
-    """One blocked GET, read as bytes arrive: a client this cheap lets the figures show the
-    server (a stream reader per client cost more Python than the server's answer does)."""
+    """One blocked GET, read as bytes arrive. The clients' own cost is counted against the
+    server's latency on a machine they share, so this one does the least a client can: no
+    future or task per client, and no close until the whole round is answered."""
 
-    def __init__(self, request: bytes, answered: asyncio.Future[tuple[float, bytes]]) -> None:
+    def __init__(self, request: bytes, group: _Group) -> None:
         self.request = request
-        self.answered = answered
+        self.group = group
         self.received = bytearray()
-        self.start = self.end = 0  # where the body begins and ends, once the head is in
+        self.end = 0  # where the body ends, once the head is in
+        self.answered_at = 0.0
+        self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -73,28 +81,56 @@ class _LongPoll(asyncio.Protocol):
         if not self.end and (head_end := self.received.find(b"\r\n\r\n")) >= 0:
             head = bytes(self.received[:head_end]).lower()
             length = int(head.split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
-            self.start, self.end = head_end + 4, head_end + 4 + length
-        if self.end and len(self.received) >= self.end and not self.answered.done():
-            done = time.perf_counter()
-            self.answered.set_result((done, bytes(self.received[self.start : self.end])))
-            self.transport.close()
+            self.end = head_end + 4 + length
+        if self.end and len(self.received) >= self.end and not self.answered_at:
+            self.answered_at = time.perf_counter()
+            self.group.answered()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self.answered.done():
-            self.answered.set_exception(exc or ConnectionError("closed before the answer"))
+        if not self.answered_at:
+            self.group.fail(exc or ConnectionError("closed before the answer"))
+
+    def body(self) -> bytes:
+        return bytes(self.received[self.received.find(b"\r\n\r\n") + 4 : self.end])
 
 
-async def _client(
-    port: int, path: str, gate: asyncio.Semaphore, connected: list[int]
-) -> tuple[float, bytes]:
-    """(when the whole answer was in, its body)."""
-    loop = asyncio.get_running_loop()
-    answered: asyncio.Future[tuple[float, bytes]] = loop.create_future()
-    request = f"GET {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n".encode()
-    async with gate:
-        await loop.create_connection(lambda: _LongPoll(request, answered), "127.0.0.1", port)
-        connected[0] += 1
-    return await answered
+class _Group:
+    """Long polls sent together: done once every one has its whole answer."""
+
+    def __init__(self, port: int, path: str, clients: int) -> None:
+        self.port = port
+        self.request = f"GET {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n".encode()
+        self.clients = clients
+        self.polls: list[_LongPoll] = []
+        self.answers = 0
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def open(self) -> None:
+        """Every client connected and its request sent."""
+        loop = asyncio.get_running_loop()
+        gate = asyncio.Semaphore(CONNECTING_AT_ONCE)
+
+        async def one() -> None:
+            async with gate:
+                poll = _LongPoll(self.request, self)
+                await loop.create_connection(lambda: poll, "127.0.0.1", self.port)
+                self.polls.append(poll)
+
+        await asyncio.gather(*(one() for _ in range(self.clients)))
+
+    def answered(self) -> None:
+        self.answers += 1
+        if self.answers == len(self.polls) and not self.done.done():
+            self.done.set_result(None)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.done.done():
+            self.done.set_exception(error)
+
+    def close(self) -> None:
+        for poll in self.polls:
+            if poll.transport is not None:
+                poll.transport.close()
 
 
 async def _round(
@@ -103,27 +139,38 @@ async def _round(
     """Latencies, memory per idle client, server and client CPU seconds per response, last
     sequence."""
     rss_before = rss_bytes(pid)
-    gate = asyncio.Semaphore(CONNECTING_AT_ONCE)
-    connected = [0]
-    path = f"/changes?selector=lp&since={since}&block=300"
-    tasks = [asyncio.create_task(_client(port, path, gate, connected)) for _ in range(clients)]
-    while connected[0] < clients:
-        await asyncio.sleep(0.05)
-    await asyncio.to_thread(_settle, pid)
-    per_client = (rss_bytes(pid) - rss_before) / clients
-    ticks = _cpu_ticks(pid)
-    with psycopg.connect(dsn) as conn:
-        conn.execute("INSERT INTO items (name, _change_selector) VALUES ('wake', 'lp')")
-        client_cpu = time.process_time()
-        committing = time.perf_counter()
-        conn.commit()
-    answers = await asyncio.gather(*tasks)
-    client_per_response = (time.process_time() - client_cpu) / clients
-    cpu_per_response = (_cpu_ticks(pid) - ticks) / os.sysconf("SC_CLK_TCK") / clients
-    latencies = [done - committing for done, _ in answers]
-    bodies = [json.loads(body) for _, body in answers]
+    group = _Group(port, f"/changes?selector=lp&since={since}&block=300", clients)
+    try:
+        await group.open()
+        await asyncio.to_thread(_settle, pid)
+        per_client = (rss_bytes(pid) - rss_before) / clients
+        ticks = _cpu_ticks(pid)
+        with psycopg.connect(dsn) as conn, _measuring():
+            conn.execute("INSERT INTO items (name, _change_selector) VALUES ('wake', 'lp')")
+            client_cpu = time.process_time()
+            committing = time.perf_counter()
+            conn.commit()
+            await group.done
+            client_per_response = (time.process_time() - client_cpu) / clients
+        await asyncio.to_thread(_settle, pid)  # what the server does after the answers counts
+        cpu_per_response = (_cpu_ticks(pid) - ticks) / os.sysconf("SC_CLK_TCK") / clients
+    finally:
+        group.close()
+    latencies = [poll.answered_at - committing for poll in group.polls]
+    bodies = [json.loads(poll.body()) for poll in group.polls]
     assert all(len(body["changes"]) == 1 for body in bodies), "a client missed the change"
     return latencies, per_client, cpu_per_response, client_per_response, bodies[0]["lastSequence"]
+
+
+@contextlib.contextmanager
+def _measuring() -> Iterator[None]:
+    """The clients' garbage collector off while answers arrive: a full collection of their
+    thousands of connections would be counted as the server's latency."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 async def _one_among_idle(
@@ -133,30 +180,30 @@ async def _one_among_idle(
 
     The cost of a wake should not grow with the number of idle waiters.
     """
-    gate = asyncio.Semaphore(CONNECTING_AT_ONCE)
-    connected = [0]
-    idle_path = f"/changes?selector=idle&since={since}&block=300"
-    idle = [
-        asyncio.create_task(_client(port, idle_path, gate, connected)) for _ in range(clients - 1)
-    ]
+    idle = _Group(port, f"/changes?selector=idle&since={since}&block=300", clients - 1)
     latencies: list[float] = []
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for _ in range(ONE_AMONG_IDLE_SAMPLES):
-            path = f"/changes?selector=lp&since={since}&block=300"
-            woken = asyncio.create_task(_client(port, path, gate, connected))
-            while connected[0] < clients:
-                await asyncio.sleep(0.05)
-            await asyncio.to_thread(_settle, pid)  # every waiter registered before the commit
-            committing = time.perf_counter()
-            conn.execute("INSERT INTO items (name, _change_selector) VALUES ('wake', 'lp')")
-            done, body = await woken
-            latencies.append(done - committing)
-            since = json.loads(body)["lastSequence"]
-            connected[0] -= 1
-        # Release the idle clients so every connection ends cleanly.
-        conn.execute("INSERT INTO items (name, _change_selector) VALUES ('wake', 'idle')")
-    answers = await asyncio.gather(*idle)
-    return latencies, json.loads(answers[0][1])["lastSequence"]
+    try:
+        await idle.open()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for _ in range(ONE_AMONG_IDLE_SAMPLES):
+                woken = _Group(port, f"/changes?selector=lp&since={since}&block=300", 1)
+                try:
+                    await woken.open()
+                    await asyncio.to_thread(_settle, pid)  # every waiter registered first
+                    committing = time.perf_counter()
+                    conn.execute("INSERT INTO items (name, _change_selector) VALUES ('wake', 'lp')")
+                    await woken.done
+                finally:
+                    woken.close()
+                [poll] = woken.polls
+                latencies.append(poll.answered_at - committing)
+                since = json.loads(poll.body())["lastSequence"]
+            # Release the idle clients so every connection ends cleanly.
+            conn.execute("INSERT INTO items (name, _change_selector) VALUES ('wake', 'idle')")
+            await idle.done
+    finally:
+        idle.close()
+    return latencies, json.loads(idle.polls[0].body())["lastSequence"]
 
 
 def main() -> int:
