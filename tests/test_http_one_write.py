@@ -19,6 +19,7 @@ from starlette.routing import Route
 from changebroker.http import OneWriteResponse, Tls
 from changebroker.stack.run import serve_in_thread
 from tests.support.credentials import self_signed_ca
+from tests.support.raw_http import until_closed, without_date_and_flow_id
 
 TIMEOUT = 10.0
 
@@ -58,19 +59,6 @@ def connect(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Connect]
         yield opened
 
 
-def _until_closed(conn: socket.socket) -> bytes:
-    """Everything the server sends until it closes the connection (a timeout fails)."""
-    received = b""
-    while block := conn.recv(65536):
-        received += block
-    return received
-
-
-def _without_date_and_flow_id(raw: bytes) -> bytes:
-    lines = raw.split(b"\r\n")
-    return b"\r\n".join(line for line in lines if not line.startswith((b"date:", b"x-flow-id:")))
-
-
 @pytest.mark.parametrize(
     "request_line, headers",
     [("HTTP/1.1", "Connection: close\r\n"), ("HTTP/1.0", "")],
@@ -83,15 +71,15 @@ def test_an_answer_that_ends_its_connection_is_whole_and_then_the_connection_clo
     for path in ("/one-write", "/plain"):
         conn = connect()
         conn.sendall(f"GET {path} {request_line}\r\nHost: t\r\n{headers}\r\n".encode())
-        answers[path] = _until_closed(conn)
+        answers[path] = until_closed(conn)
     assert answers["/one-write"].endswith(b"\r\n\r\nhello")
     assert b"connection: close" in answers["/one-write"]
-    one_write, plain = (_without_date_and_flow_id(answers[p]) for p in ("/one-write", "/plain"))
+    one_write, plain = (without_date_and_flow_id(answers[p]) for p in ("/one-write", "/plain"))
     assert one_write == plain
     # The server goes on serving.
     conn = connect()
     conn.sendall(b"GET /one-write HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-    assert _until_closed(conn).endswith(b"hello")
+    assert until_closed(conn).endswith(b"hello")
 
 
 def test_a_kept_alive_connection_goes_on_after_an_answer_in_one_write(connect: Connect) -> None:
@@ -104,4 +92,4 @@ def test_a_kept_alive_connection_goes_on_after_an_answer_in_one_write(connect: C
         first += block
     assert b"connection: close" not in first
     conn.sendall(b"GET /one-write HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-    assert _until_closed(conn).endswith(b"hello")
+    assert until_closed(conn).endswith(b"hello")

@@ -12,6 +12,7 @@ import pytest
 
 from changebroker.stack.processes import wait_until
 from tests.support.changeserver import Harness
+from tests.support.raw_http import until_closed, without_date_and_flow_id
 
 
 def _waiting(cs: Harness, *selectors: str) -> bool:
@@ -63,17 +64,7 @@ def _exchange(url: str, requests: list[str]) -> bytes:
             last = index == len(requests) - 1
             connection = "Connection: close\r\n" if last else ""
             sock.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\n{connection}\r\n".encode())
-        received = b""
-        while chunk := sock.recv(65536):
-            received += chunk
-    return received
-
-
-def _without_date_and_flow_id(raw: bytes) -> bytes:
-    lines = raw.split(b"\r\n")
-    return b"\r\n".join(
-        line for line in lines if not line.lower().startswith((b"date:", b"x-flow-id:"))
-    )
+        return until_closed(sock)
 
 
 def test_a_woken_answer_is_the_bytes_an_immediate_one_would_be(
@@ -96,10 +87,10 @@ def test_a_woken_answer_is_the_bytes_an_immediate_one_would_be(
         woken_bytes, kept_alive_bytes = woken.result(timeout=60), kept_alive.result(timeout=60)
     at_once = _exchange(cs.url, [path])
     assert b'"changes":[{' in at_once
-    assert _without_date_and_flow_id(woken_bytes) == _without_date_and_flow_id(at_once)
+    assert without_date_and_flow_id(woken_bytes) == without_date_and_flow_id(at_once)
     first, second = kept_alive_bytes.split(b"HTTP/1.1 200 OK", 2)[1:]
-    keep_alive_first = _without_date_and_flow_id(b"HTTP/1.1 200 OK" + first)
-    assert keep_alive_first == _without_date_and_flow_id(at_once).replace(
+    keep_alive_first = without_date_and_flow_id(b"HTTP/1.1 200 OK" + first)
+    assert keep_alive_first == without_date_and_flow_id(at_once).replace(
         b"connection: close\r\n", b""
     )
     assert b'"changes":[]' in second and b"connection: close" in second

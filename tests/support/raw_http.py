@@ -1,4 +1,5 @@
-"""HTTP/1.1 over a bare socket, byte for byte as the JDK's HttpClient sends it.
+"""HTTP/1.1 over a bare socket, byte for byte as the JDK's HttpClient sends it; and reading
+raw answers: until the server closes, compared without what differs per request.
 
 The JDK (and what is built on it: Spring's RestClient, fahrschein's JDK request
 factory) asks a plain-HTTP server for HTTP/2 on every new connection: the request
@@ -49,6 +50,22 @@ def jdk_request(url: str, method: str, path: str, body: Any = None) -> tuple[byt
         content_type="Content-Type: application/json\r\n" if body is not None else "",
     )
     return head.encode(), data
+
+
+def until_closed(conn: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (a timeout fails)."""
+    received = b""
+    while block := conn.recv(65536):
+        received += block
+    return received
+
+
+def without_date_and_flow_id(raw: bytes) -> bytes:
+    """Raw answers without the header lines that differ between two requests."""
+    lines = raw.split(b"\r\n")
+    return b"\r\n".join(
+        line for line in lines if not line.lower().startswith((b"date:", b"x-flow-id:"))
+    )
 
 
 def plain_get(url: str, path: str) -> bytes:
