@@ -291,6 +291,25 @@ JSON_CASES = [
         backward=[("type-narrowed", "#/properties/price/type")],
     ),
     Case(
+        "$ref target narrowed beneath a property that reads the same on both sides",
+        {
+            **obj({"price": obj({"amount": {"$ref": "#/definitions/money"}})}),
+            "definitions": {"money": N},
+        },
+        {
+            **obj({"price": obj({"amount": {"$ref": "#/definitions/money"}})}),
+            "definitions": {"money": I},
+        },
+        backward=[("type-narrowed", "#/properties/price/properties/amount/type")],
+    ),
+    Case(
+        "a property's const true is not const 1, though Python finds them equal",
+        obj({"flag": {"const": 1}}),
+        obj({"flag": {"const": True}}),
+        backward=[("enum-value-removed", "#/properties/flag/const")],
+        forward=[("enum-value-removed", "#/properties/flag/const")],
+    ),
+    Case(
         "recursive $ref renamed",
         {"$ref": "#/definitions/node", "definitions": {"node": NODE}},
         {
