@@ -26,7 +26,7 @@ from psycopg_pool import AsyncConnectionPool
 from changebroker import logs
 from changebroker.notified import NotifiedCache
 from registry import errors, metrics
-from registry.compat import Mode, Violation, check_labelled
+from registry.compat import Mode, Violation, check_labelled, share_subtrees
 from registry.compat.rules import Rule
 from registry.definitions import (
     Definition,
@@ -807,7 +807,7 @@ async def _history(
     db: Db, subject_id: int, *, latest_only: bool = False, until: int | None = None
 ) -> list[tuple[int, Any]]:
     """(version, definition), oldest first, up to version ``until`` if given; non-transitive
-    checks need the latest alone."""
+    checks need the latest alone. What versions share is one object, compared once."""
     rows = await (
         await db.execute(
             "SELECT version, canonical FROM registry_schemas WHERE subject_id = %s"
@@ -816,7 +816,9 @@ async def _history(
             (subject_id, until, until),
         )
     ).fetchall()
-    return [(r["version"], json.loads(r["canonical"])) for r in reversed(rows)]
+    rows.reverse()
+    decoded = share_subtrees([json.loads(row["canonical"]) for row in rows])
+    return [(row["version"], value) for row, value in zip(rows, decoded, strict=True)]
 
 
 async def _check_history(db: Db, subject: Mapping[str, Any], mode: Mode, what: str) -> None:

@@ -5,7 +5,7 @@ never a bare false; the rules are the table in ``rules.py``.
 """
 
 from registry.compat.avro import avro_violations
-from registry.compat.json_schema import json_schema_violations
+from registry.compat.json_schema import json_schema_violations, share_subtrees
 from registry.compat.model import Evolution, Level, Mode, SchemaError, Violation
 from registry.compat.modes import check, check_labelled
 from registry.compat.nakadi import nakadi_evolution, next_version
@@ -25,4 +25,5 @@ __all__ = [
     "json_schema_violations",
     "nakadi_evolution",
     "next_version",
+    "share_subtrees",
 ]

@@ -118,14 +118,26 @@ _SIZE_BOUNDS: dict[str, list[tuple[str, Rule, bool]]] = {
 }
 
 
-def json_schema_violations(reader: Mapping[str, Any], writer: Mapping[str, Any]) -> list[Violation]:
+# Whether (reader subschema, writer subschema), by identity, are the same text without a $ref.
+UnchangedPairs = dict[tuple[int, int], bool]
+
+
+def json_schema_violations(
+    reader: Mapping[str, Any], writer: Mapping[str, Any], unchanged: UnchangedPairs | None = None
+) -> list[Violation]:
     """[] iff every document valid under ``writer`` is accepted by ``reader`` (conservative).
 
     Both must be valid JSON Schemas (check them with ``validator_class(s).check_schema``
     first); keywords of the wrong shape are not second-guessed here.
+
+    ``unchanged`` carries what one comparison learnt to the next, while every schema they
+    compare stays referenced (the keys are object ids): checking one schema against a
+    history whose versions share their unchanged subtrees as one object each
+    (``share_subtrees``) then compares each shared subtree once.
     """
     try:
-        found = _Comparison(reader, writer).compare(reader, writer, "#")
+        comparison = _Comparison(reader, writer, {} if unchanged is None else unchanged)
+        found = comparison.compare(reader, writer, "#")
     except RecursionError:
         return [
             Violation(
@@ -212,6 +224,37 @@ def _identical_without_ref(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def share_subtrees(values: Sequence[Any]) -> list[Any]:
+    """``values`` (decoded JSON) with each subtree of the same text one shared object, in
+    and across them: a check against a history loaded this way compares each subtree the
+    versions share once (see ``json_schema_violations``). Nothing may change the result."""
+    shared: dict[tuple[Any, ...], Any] = {}
+
+    def key(value: Any) -> Any:  # children are shared already: an id stands for a text
+        if type(value) is dict or type(value) is list:
+            return id(value)
+        # The type keeps true, 1 and 1.0 apart; repr keeps -0.0 and 0.0 apart.
+        return (type(value), repr(value) if type(value) is float else value)
+
+    def share(value: Any) -> Any:
+        if type(value) is dict:
+            members = {name: share(child) for name, child in value.items()}
+            text = ("{", *((name, key(child)) for name, child in members.items()))
+            return shared.setdefault(text, members)
+        if type(value) is list:
+            items = [share(child) for child in value]
+            return shared.setdefault(("[", *(key(child) for child in items)), items)
+        return value
+
+    return [share(value) for value in values]
+
+
+def _without_ref(node: Any) -> bool:
+    """A boolean schema, or an object one without "$ref": most nodes, told apart from the
+    rest without a Mapping check, which costs as much as the rest of the lookup."""
+    return type(node) is bool or (type(node) is dict and "$ref" not in node)
+
+
 def _is_trivial(node: Any) -> bool:
     """True for schemas that accept every document."""
     if node is True:
@@ -286,9 +329,10 @@ def validator_class(root: Any) -> type[ValidatorProtocol]:
 
 
 class _Comparison:
-    def __init__(self, reader_root: Any, writer_root: Any) -> None:
+    def __init__(self, reader_root: Any, writer_root: Any, unchanged: UnchangedPairs) -> None:
         self.reader_root = reader_root
         self.writer_root = writer_root
+        self.unchanged = unchanged
         # (reader node, writer node) pairs under comparison: a recursive $ref that
         # comes back to one of them is assumed compatible (the rest of the walk decides).
         self.pairs = PairWalk()
@@ -311,7 +355,13 @@ class _Comparison:
     def _unchanged(self, reader: Any, writer: Any) -> bool:
         """The same schema on both sides, needing no walk: most of a new version is its
         predecessor unchanged, and the checks ask this first of every subschema pair."""
-        return type(reader) is dict and reader == writer and _identical_without_ref(reader, writer)
+        if type(reader) is not dict or reader != writer:
+            return False
+        key = (id(reader), id(writer))
+        found = self.unchanged.get(key)
+        if found is None:
+            found = self.unchanged[key] = _identical_without_ref(reader, writer)
+        return found
 
     # -- references -------------------------------------------------------------------
 
@@ -333,6 +383,8 @@ class _Comparison:
 
     def _reader_node(self, node: Any) -> Any:
         """Resolve local $refs; siblings of $ref still constrain (a stricter reader is safe)."""
+        if _without_ref(node):
+            return node
         for _ in range(64):
             if not (isinstance(node, Mapping) and isinstance(node.get("$ref"), str)):
                 return node
@@ -345,6 +397,8 @@ class _Comparison:
 
     def _writer_node(self, node: Any) -> Any:
         """Resolve local $refs; an unresolvable one allows anything (a looser writer is safe)."""
+        if _without_ref(node):
+            return node
         for _ in range(64):
             if not (isinstance(node, Mapping) and isinstance(node.get("$ref"), str)):
                 return node

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -18,9 +19,9 @@ _FORWARD = {Mode.FORWARD, Mode.FORWARD_TRANSITIVE, Mode.FULL, Mode.FULL_TRANSITI
 
 
 def comparison(fmt: Format) -> Callable[[Any, Any], list[Violation]]:
-    """``(reader, writer) -> violations`` for ``fmt``."""
+    """``(reader, writer) -> violations`` for ``fmt``, for the comparisons of one check."""
     if fmt == "JSON":
-        return json_schema_violations
+        return functools.partial(json_schema_violations, unchanged={})
     if fmt == "AVRO":
         return avro_violations
     raise ValueError(f"no compatibility rules for format {fmt!r}: use JSON or AVRO")

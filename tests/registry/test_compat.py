@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from registry.compat import (
     json_schema_violations,
     nakadi_evolution,
     next_version,
+    share_subtrees,
 )
 from tests.registry.compat_cases import AVRO_CASES, JSON_CASES, Case, f, obj, record
 
@@ -50,6 +52,45 @@ def test_matrix_is_big_enough() -> None:
 def test_json_schema_matrix(case: Case, mode: Mode) -> None:
     found = check(mode, case.new, [case.old], "JSON")
     assert verdict(found) == expected(case, mode)
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+@pytest.mark.parametrize("case", JSON_CASES, ids=lambda c: c.name)
+def test_json_schema_matrix_when_both_schemas_share_their_equal_parts(
+    case: Case, mode: Mode
+) -> None:
+    # As the registry loads a history: the same text is one object, on both sides here, so
+    # each unchanged-part shortcut meets the very object it is compared with, $refs included.
+    old, new = share_subtrees([case.old, case.new])
+    assert verdict(check(mode, new, [old], "JSON")) == expected(case, mode)
+
+
+def test_a_subschema_unchanged_from_one_version_is_still_compared_with_the_others() -> None:
+    # The new {"const": 1} is unchanged from the latest version, equal in Python to the
+    # earlier {"const": true}, and not the same schema: what the check learnt about the
+    # first pair says nothing about the second.
+    earlier, latest = {"properties": {"a": {"const": True}}}, {"properties": {"a": {"const": 1}}}
+    found = check(
+        Mode.BACKWARD_TRANSITIVE, {"properties": {"a": {"const": 1}}}, [earlier, latest], "JSON"
+    )
+    assert verdict(found) == {("enum-value-removed", "#/properties/a/const")}
+    assert all("earlier schema #1" in violation.message for violation in found)
+
+
+def test_shared_subtrees_are_one_object_and_the_same_text() -> None:
+    money = {"type": "number", "minimum": 0}
+    versions = [
+        {"properties": {"price": dict(money), "flags": [True, 1, 1.0]}},
+        {"properties": {"price": dict(money), "zeros": [-0.0, 0.0]}, "required": ["price"]},
+    ]
+    first, second = share_subtrees(versions)
+    assert first["properties"]["price"] is second["properties"]["price"]
+    assert [json.dumps(v) for v in (first, second)] == [json.dumps(v) for v in versions]
+    # Equal in Python, yet other texts: never one object.
+    assert [type(flag) for flag in first["properties"]["flags"]] == [bool, int, float]
+    assert [repr(zero) for zero in second["properties"]["zeros"]] == ["-0.0", "0.0"]
+    assert share_subtrees([{"a": [1]}, {"a": [True]}])[1]["a"] == [True]
+    assert type(share_subtrees([{"a": [1]}, {"a": [True]}])[1]["a"][0]) is bool
 
 
 @pytest.mark.parametrize("mode", list(Mode))
@@ -111,6 +152,8 @@ def test_transitive_modes_check_the_whole_history(
     assert verdict(found) == answers.get(mode, set())
     for violation in found:
         assert "earlier schema #1" in violation.message
+    *shared_history, shared_new = share_subtrees([*history, new])
+    assert check(mode, shared_new, shared_history, fmt) == found
 
 
 @pytest.mark.parametrize("mode", list(Mode))
