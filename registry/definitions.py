@@ -78,7 +78,7 @@ def parse_definition(fmt: str | None, raw: Any) -> Definition:
         value = _decoded(fmt, raw)
         text = canonical(value)
         if (fmt, text) not in _valid:
-            _check(fmt, value)
+            _check(fmt, value, text)
             if _valid_chars + len(text) > _VALID_TEXT_LIMIT:
                 _valid.clear()
                 _valid_chars = 0
@@ -110,10 +110,11 @@ def _decoded(fmt: str | None, raw: Any) -> Any:
     return raw
 
 
-def _check(fmt: str | None, value: Any) -> None:
-    """42201 unless the decoded ``value`` is a valid schema of ``fmt``."""
+def _check(fmt: str | None, value: Any, text: str) -> None:
+    """42201 unless the decoded ``value`` (whose canonical text is ``text``) is a valid
+    schema of ``fmt``."""
     if fmt == "JSON" and isinstance(value, dict):
-        validator = validator_class(value)
+        validator = validator_class(value, text)
         if _metaschema_accepts(validator, value):
             return
         try:

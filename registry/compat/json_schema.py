@@ -315,12 +315,14 @@ def _tuple_form(node: Mapping[str, Any], *, prefix_items: bool) -> tuple[list[An
     return [], items
 
 
-def validator_class(root: Any) -> type[ValidatorProtocol]:
-    """The jsonschema validator for ``root``: its $schema, else the draft its spelling implies."""
+def validator_class(root: Any, text: str | None = None) -> type[ValidatorProtocol]:
+    """The jsonschema validator for ``root``: its $schema, else the draft its spelling implies.
+    ``text``: ``root`` as JSON with sorted keys and no spaces, when the caller has it."""
     # Draft 4 spells exclusive bounds as booleans; later drafts as numbers. Without a
     # $schema, pick the draft whose spelling the schema uses.
     default: type[ValidatorProtocol] = jsonschema.Draft7Validator
-    text = _canonical(root)
+    if text is None:
+        text = _canonical(root)
     if '"exclusiveMinimum":true' in text or '"exclusiveMaximum":true' in text:
         default = jsonschema.Draft4Validator
     if isinstance(root, Mapping) and isinstance(root.get("$schema", ""), str):
@@ -868,9 +870,11 @@ class _Comparison:
                 writer_schema = w_props[name]
                 if name in r_props and self._unchanged(r_props[name], writer_schema):
                     continue
-            else:
+            elif w_patterns:
                 matching = [s for p, s in w_patterns.items() if _matches(p, name)]
                 writer_schema = self._merge(matching) if matching else w_extra
+            else:
+                writer_schema = w_extra
             if self._writer_node(writer_schema) is False:
                 continue
             if name in r_props:
