@@ -12,7 +12,8 @@
   schema it is sent: in process, and through ``POST /compatibility`` from the lookups'
   connections, of the same definition again and again (the registry keeps its verdict)
   and of a new definition each time;
-* lookups by id again from a registry with a worker process per core.
+* lookups by id, and checks of a new definition each time, again from a registry with a
+  worker process per core.
 
 Each HTTP figure also has the registry's CPU time per operation, steadier than
 rates on a shared machine.
@@ -45,7 +46,7 @@ from bench.report import Figure, report
 from bench.services import pg_server_dsn, server_cpu
 from changebroker import pg
 from changebroker.stack.processes import answers, free_port, wait_until
-from registry.compat import Mode, check
+from registry.compat import Mode, check, share_subtrees
 
 CLIENTS = 4
 REGISTRATIONS = 400
@@ -55,6 +56,10 @@ LOOKUP_CONNECTIONS = 8
 LOOKUP_SECONDS = 4.0
 HISTORY = 25
 COMPAT_CHECKS = 300
+JSON = "application/json"
+COMPAT_SUBJECT = "bench-lookup"  # the lookups' subject, with HISTORY versions
+COMPAT_PATH = f"/compatibility/subjects/{COMPAT_SUBJECT}/versions/latest"
+COMPAT_METRIC = f"POST /compatibility vs {HISTORY} versions (HTTP)"
 # Lookups are the HTTP path alone once answered from memory: one worker process per core.
 WORKERS = os.cpu_count() or 1
 
@@ -82,6 +87,9 @@ def schema_version(index: int) -> dict[str, Any]:
         "required": ["order_id", "amount"],
         "additionalProperties": False,
     }
+
+
+NEXT_VERSION = schema_version(HISTORY)  # what the compatibility checks ask about
 
 
 def timed(work: Callable[[int], None], count: int, clients: int) -> tuple[float, float]:
@@ -279,73 +287,79 @@ def lookups_by_workers(dsn: str) -> list[Figure]:
             for conn in connections:
                 conn.close()
         path = f"/schemas/{latest['schema']['id']}"
-        return _lookup_figures(f"by id, {WORKERS} workers", url, path, pid, base_rate, base_p99)
+        figures = _lookup_figures(f"by id, {WORKERS} workers", url, path, pid, base_rate, base_p99)
+        check_schema_rate, _ = timed(_check_schema_baseline, COMPAT_CHECKS, 1)
+        label = f", {WORKERS} workers"
+        return figures + _fresh_compatibility_figures(label, url, pid, check_schema_rate)
 
 
 def compatibility_endpoint(clients: list[httpx.Client], url: str, pid: int) -> list[Figure]:
     """POST /compatibility against the lookup subject's stored history, over HTTP: the same
     definition over and over from the lookups' keep-alive connections (as a build checks its
     schema on every run: the registry keeps its verdict), and a new definition each time."""
-    subject = "bench-lookup"
     config = {"compatibility": "BACKWARD_TRANSITIVE"}
-    clients[0].put(f"/config/{subject}", json=config).raise_for_status()
-    path = f"/compatibility/subjects/{subject}/versions/latest"
-    new = schema_version(HISTORY)
-    titles = itertools.count()
-
-    def asked() -> dict[str, Any]:
-        # A title makes each definition one of its own, and changes no verdict.
-        return {"schema": {**new, "title": f"check {next(titles)}"}}
-
-    def request(body: dict[str, Any]) -> bytes:
-        return services.http_request("POST", path, json.dumps(body).encode(), "application/json")
-
-    def baseline(i: int) -> None:
-        jsonschema.Draft7Validator.check_schema(new)
-
-    again = asked()  # the definition the connections then send again and again
-    answer = clients[0].post(path, json=again)
+    clients[0].put(f"/config/{COMPAT_SUBJECT}", json=config).raise_for_status()
+    body = _compatibility_body("again")  # the definition sent again and again
+    answer = clients[0].post(COMPAT_PATH, content=body, headers={"Content-Type": JSON})
     if not answer.json()["isCompatible"]:
         raise AssertionError(f"the bench's history is meant to be compatible: {answer.text}")
-    rate, p99, cpu = _fleet(url, pid, request(again))
-    fresh_rate, fresh_p99, fresh_cpu = _fleet(url, pid, lambda: request(asked()))
-    base_rate, _ = timed(baseline, COMPAT_CHECKS, 1)
+    again = services.http_request("POST", COMPAT_PATH, body, JSON)
+    rate, p99, cpu = _fleet(url, pid, again)
+    base_rate, _ = timed(_check_schema_baseline, COMPAT_CHECKS, 1)
     name, raw = "registry_throughput", "jsonschema check_schema"
-    metric = f"POST /compatibility vs {HISTORY} versions (HTTP)"
-    new_metric = f"{metric}, a new definition each time"
+    return [
+        Figure(name, COMPAT_METRIC, rate, "checks/s", base_rate, raw),
+        Figure(name, f"{COMPAT_METRIC} p99", p99, "ms"),
+        cpu_figure(f"{COMPAT_METRIC}, server CPU per check", cpu),
+        *_fresh_compatibility_figures("", url, pid, base_rate),
+    ]
+
+
+def _compatibility_body(title: str) -> bytes:
+    """A POST /compatibility of the bench's next version: a title of its own makes it a
+    definition of its own, with the same verdict."""
+    return json.dumps({"schema": {**NEXT_VERSION, "title": title}}).encode()
+
+
+def _check_schema_baseline(i: int) -> None:
+    jsonschema.Draft7Validator.check_schema(NEXT_VERSION)
+
+
+def _fresh_compatibility_figures(label: str, url: str, pid: int, base_rate: float) -> list[Figure]:
+    """POST /compatibility with a new definition each time, against check_schema's rate."""
+    titles = itertools.count()
+
+    def fresh() -> bytes:
+        body = _compatibility_body(f"check {next(titles)}")
+        return services.http_request("POST", COMPAT_PATH, body, JSON)
+
+    rate, p99, cpu = _fleet(url, pid, fresh)
+    name, raw = "registry_throughput", "jsonschema check_schema"
+    metric = f"{COMPAT_METRIC}, a new definition each time{label}"
     return [
         Figure(name, metric, rate, "checks/s", base_rate, raw),
         Figure(name, f"{metric} p99", p99, "ms"),
         cpu_figure(f"{metric}, server CPU per check", cpu),
-        Figure(name, new_metric, fresh_rate, "checks/s", base_rate, raw),
-        Figure(name, f"{new_metric} p99", fresh_p99, "ms"),
-        cpu_figure(f"{new_metric}, server CPU per check", fresh_cpu),
     ]
 
 
 def compatibility() -> list[Figure]:
-    history = [schema_version(v) for v in range(HISTORY)]
-    new = schema_version(HISTORY)
+    """In process: against a history of separate objects, and against one loaded as the
+    registry loads it, with what versions share as one object."""
+    plain = [schema_version(v) for v in range(HISTORY)]
+    figures = []
+    base_rate, _ = timed(_check_schema_baseline, COMPAT_CHECKS, 1)
+    for label, history in (("", plain), (", history shared", share_subtrees(plain))):
 
-    def ours(i: int) -> None:
-        if check(Mode.BACKWARD_TRANSITIVE, new, history, "JSON"):
-            raise AssertionError("the bench's history is meant to be compatible")
+        def ours(i: int, history: list[Any] = history) -> None:
+            if check(Mode.BACKWARD_TRANSITIVE, NEXT_VERSION, history, "JSON"):
+                raise AssertionError("the bench's history is meant to be compatible")
 
-    def baseline(i: int) -> None:
-        jsonschema.Draft7Validator.check_schema(new)
-
-    ours_rate, _ = timed(ours, COMPAT_CHECKS, 1)
-    base_rate, _ = timed(baseline, COMPAT_CHECKS, 1)
-    return [
-        Figure(
-            "registry_throughput",
-            f"BACKWARD_TRANSITIVE check vs {HISTORY} versions",
-            ours_rate,
-            "checks/s",
-            base_rate,
-            "jsonschema check_schema",
-        )
-    ]
+        ours_rate, _ = timed(ours, COMPAT_CHECKS, 1)
+        metric = f"BACKWARD_TRANSITIVE check vs {HISTORY} versions{label}"
+        raw = "jsonschema check_schema"
+        figures.append(Figure("registry_throughput", metric, ours_rate, "checks/s", base_rate, raw))
+    return figures
 
 
 if __name__ == "__main__":
