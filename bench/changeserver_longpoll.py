@@ -190,9 +190,12 @@ async def _one_among_idle(
                 try:
                     await woken.open()
                     await asyncio.to_thread(_settle, pid)  # every waiter registered first
-                    committing = time.perf_counter()
-                    conn.execute("INSERT INTO items (name, _change_selector) VALUES ('wake', 'lp')")
-                    await woken.done
+                    with _measuring():
+                        committing = time.perf_counter()
+                        conn.execute(
+                            "INSERT INTO items (name, _change_selector) VALUES ('wake', 'lp')"
+                        )
+                        await woken.done
                 finally:
                     woken.close()
                 [poll] = woken.polls
