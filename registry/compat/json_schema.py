@@ -118,8 +118,9 @@ _SIZE_BOUNDS: dict[str, list[tuple[str, Rule, bool]]] = {
 }
 
 
-# Whether (reader subschema, writer subschema), by identity, are the same text without a $ref.
-UnchangedPairs = dict[tuple[int, int], bool]
+# Whether (reader subschema, writer subschema), by identity, are the same text without a $ref;
+# each entry holds the pair, so no other object takes their ids while the entry lives.
+UnchangedPairs = dict[tuple[int, int], tuple[bool, Any, Any]]
 
 
 def json_schema_violations(
@@ -130,10 +131,9 @@ def json_schema_violations(
     Both must be valid JSON Schemas (check them with ``validator_class(s).check_schema``
     first); keywords of the wrong shape are not second-guessed here.
 
-    ``unchanged`` carries what one comparison learnt to the next, while every schema they
-    compare stays referenced (the keys are object ids): checking one schema against a
-    history whose versions share their unchanged subtrees as one object each
-    (``share_subtrees``) then compares each shared subtree once.
+    ``unchanged`` carries what one comparison learnt to the next (one check's comparisons
+    share it): checking one schema against a history whose versions share their unchanged
+    subtrees as one object each (``share_subtrees``) then compares each shared subtree once.
     """
     try:
         comparison = _Comparison(reader, writer, {} if unchanged is None else unchanged)
@@ -360,9 +360,13 @@ class _Comparison:
         if type(reader) is not dict or reader != writer:
             return False
         key = (id(reader), id(writer))
-        found = self.unchanged.get(key)
-        if found is None:
-            found = self.unchanged[key] = _identical_without_ref(reader, writer)
+        known = self.unchanged.get(key)
+        if known is not None:
+            return known[0]
+        # The pair is kept with the answer: a comparison's temporary schemas (merged
+        # branches) are freed as it goes on, and a later one could reuse an id.
+        found = _identical_without_ref(reader, writer)
+        self.unchanged[key] = (found, reader, writer)
         return found
 
     # -- references -------------------------------------------------------------------
