@@ -246,7 +246,12 @@ def share_subtrees(values: Sequence[Any]) -> list[Any]:
             return shared.setdefault(("[", *(key(child) for child in items)), items)
         return value
 
-    return [share(value) for value in values]
+    try:
+        return [share(value) for value in values]
+    except RecursionError:
+        # Nested deeper than this walk's two frames a level allow (a stored schema can be):
+        # the values as they are, which the comparison takes or calls too deep.
+        return list(values)
 
 
 def _without_ref(node: Any) -> bool:

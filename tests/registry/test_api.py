@@ -290,6 +290,29 @@ def test_draft4_schemas_are_checked_as_draft4(client: httpx.Client, subject: str
     ]
 
 
+def test_a_history_nested_as_deep_as_can_be_stored_is_checked_not_crashed(
+    client: httpx.Client, subject: str
+) -> None:
+    # Deeper than a walk of Python frames per level goes, shallow enough to be stored.
+    def nested(leaf: dict[str, Any]) -> dict[str, Any]:
+        for _ in range(300):
+            leaf = {"type": "object", "properties": {"a": leaf}}
+        return leaf
+
+    deep = nested({"type": "string"})
+    assert register(client, subject, deep).is_success
+    assert client.put(f"/config/{subject}", json={"compatibility": "FULL_TRANSITIVE"}).is_success
+    url = f"/compatibility/subjects/{subject}/versions/latest"
+    titled = client.post(url, json={"schema": {**deep, "title": "the same schema, titled"}})
+    assert titled.status_code == 200, titled.text
+    assert titled.json() == {"isCompatible": True, "violations": []}
+    narrowed = client.post(url, json={"schema": nested({"type": "integer"})})
+    assert narrowed.status_code == 200, narrowed.text
+    # Too deep to walk to the change: said so (and not compatible), not a 500.
+    assert {v["rule"] for v in narrowed.json()["violations"]} == {"schema-too-deep"}
+    assert narrowed.json()["isCompatible"] is False
+
+
 def test_bad_bodies(client: httpx.Client, subject: str) -> None:
     url = f"/subjects/{subject}/versions"
     deep = b"[" * 100_000 + b"]" * 100_000
