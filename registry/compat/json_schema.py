@@ -464,7 +464,7 @@ class _Comparison:
                     "a schema here is neither an object nor a boolean; fix the schema",
                 )
             ]
-        if r == w and self._same(r, w, annotations_matter=True):
+        if self._unchanged(r, w):  # again after resolving references
             return []
 
         r, w = dict(r), dict(w)
