@@ -18,6 +18,7 @@ import pytest
 from broker.app import create_app
 from broker.settings import Settings
 from changebroker import pg
+from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
 from registry.app import create_app as create_registry_app
 from tests.support.event_types import business_event_type
@@ -98,6 +99,13 @@ def test_deleting_an_event_type_deletes_its_subject(
     name = _created(client, unique_name("gone"))
     assert registry.get(f"/subjects/{name}").status_code == 200
     assert client.delete(f"/event-types/{name}").status_code == 200
+    # The registry drops what it kept when the delete's notification arrives (registry
+    # README "Answers from memory"): another process may answer from memory until then.
+    wait_until(
+        lambda: registry.get(f"/subjects/{name}").status_code == 404,
+        timeout=10,
+        what="the registry to hear of the delete",
+    )
     missing = registry.get(f"/subjects/{name}")
     assert (missing.status_code, missing.json()["errorCode"]) == (404, 40401)
     # The name is free again, in both.
