@@ -20,7 +20,7 @@ from __future__ import annotations
 import fnmatch
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -100,8 +100,16 @@ class Selection:
     include: tuple[str, ...]
     exclude: tuple[str, ...]
     own: frozenset[str]
+    # Asked of every change: each table's verdict is worked out once (a database has few).
+    _verdicts: dict[str, bool] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __call__(self, table: str) -> bool:
+        verdict = self._verdicts.get(table)
+        if verdict is None:
+            verdict = self._verdicts[table] = self._judge(table)
+        return verdict
+
+    def _judge(self, table: str) -> bool:
         if table in self.own:
             return False
         if self.include and not any(fnmatch.fnmatchcase(table, p) for p in self.include):
