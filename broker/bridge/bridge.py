@@ -723,7 +723,10 @@ class Bridge:
     ) -> tuple[str, list[Message]]:
         table = change["table"]
         row = change.get("newRow") or change.get("oldRow") or {}
-        target = (await self._evolved(table, {n: c["type"] for n, c in row.items()})).target
+        row_types = {n: c["type"] for n, c in row.items()}
+        # Asked of every change: answered without a coroutine while the schema stands.
+        published = self._in_force(table, row_types) or await self._evolved(table, row_types)
+        target = published.target
         op = _OPS[change["operation"]]
         seq = change["sequence"]
         when = occurred_at(change)
@@ -750,13 +753,22 @@ class Bridge:
         out.append(event(seq, op, data))
         return target.name, out
 
+    def _in_force(self, table: str, row_types: dict[str, int]) -> Published | None:
+        """The table's event type as last set, unless this row brings columns or types the
+        bridge has not seen (``None``: :meth:`_evolved` is needed)."""
+        published = self._published.get(table)
+        if published is not None and row_types.items() <= self._row_types.get(table, {}).items():
+            return published
+        return None
+
     async def _evolved(self, table: str, row_types: dict[str, int]) -> Published:
         """The table's event type, its schema evolved first when this row brings columns or
         types the bridge has not seen."""
+        in_force = self._in_force(table, row_types)
+        if in_force is not None:
+            return in_force
         known = self._row_types.get(table, {})
         published = self._published.get(table)
-        if published is not None and all(known.get(n) == oid for n, oid in row_types.items()):
-            return published
         assert self._catalog is not None and self._event_types is not None
         described = await self._describe(table)
         if described is None and table in self.refused:
