@@ -24,6 +24,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import ssl
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
@@ -607,9 +608,12 @@ def client_verify(ca_file: Path | None) -> Any:
     """httpx's ``verify``: the system's trust, or a CA file's (a self-signed stack's)."""
     if ca_file is None:
         return True
-    import ssl
+    return client_ssl_context(ca_file)
 
-    return ssl.create_default_context(cafile=str(ca_file))
+
+def client_ssl_context(ca_file: Path | None) -> ssl.SSLContext:
+    """The trust of our own clients' TLS: the system's, or a CA file's (a self-signed stack's)."""
+    return ssl.create_default_context(cafile=None if ca_file is None else str(ca_file))
 
 
 def client_headers(token: str | None) -> dict[str, str]:

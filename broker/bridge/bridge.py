@@ -18,6 +18,7 @@ again from the oldest held position and publishes only what each unit has not pu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -38,6 +39,7 @@ from psycopg import sql as psql
 
 import sql as migrations
 from broker.bridge import tables, values
+from broker.bridge.changes_client import Answer, ChangesClient, ChangesUnreadable
 from broker.bridge.commits import Commits
 from broker.bridge.event_types import EventTypes, Published, SchemaRefused, event_type_name
 from broker.bridge.snapshots import IN_FLIGHT, WATERMARKS, Chunk, Chunks, Run
@@ -170,11 +172,11 @@ class Position:
         )
 
 
-def _code(response: httpx.Response) -> str | None:
+def _code(answer: Answer) -> str | None:
     """The ``code`` of a changeserver error body, if it has one."""
     try:
-        body = response.json()
-    except ValueError:
+        body = orjson.loads(answer.body)
+    except orjson.JSONDecodeError:
         return None
     return body.get("code") if isinstance(body, dict) else None
 
@@ -227,7 +229,7 @@ class Bridge:
         self._renames: dict[str, str] = {}  # asked for, not committed yet
         self._resumes: dict[str, str | None] = {}  # unit -> its new event type; asked for
         # The next read, started while the current batch is processed and committed.
-        self._prefetch: tuple[Sequence, asyncio.Future[httpx.Response]] | None = None
+        self._prefetch: tuple[Sequence, asyncio.Future[Answer]] | None = None
         self._catalog: psycopg.AsyncConnection[Any] | None = None
         self._event_types: EventTypes | None = None
         self.selection = tables.Selection(
@@ -365,8 +367,13 @@ class Bridge:
             async with (
                 await psycopg.AsyncConnection.connect(s.app_dsn, autocommit=True) as catalog,
                 httpx.AsyncClient(base_url=s.broker_url, timeout=60, **client) as broker,
-                httpx.AsyncClient(
-                    base_url=s.changeserver_url, timeout=s.block + 60, **client
+                contextlib.aclosing(
+                    ChangesClient(
+                        s.changeserver_url,
+                        headers=client["headers"],
+                        ssl_context=auth.client_ssl_context(s.ca_file),
+                        timeout=s.block + 60,
+                    )
                 ) as changes,
             ):
                 self._catalog = catalog
@@ -554,7 +561,7 @@ class Bridge:
         resumed = [seq for unit, seq in self.position.held.items() if unit not in self.stopped]
         return min([self.position.since, *resumed])
 
-    async def _step(self, changes: httpx.AsyncClient, commits: Commits[Position]) -> None:
+    async def _step(self, changes: ChangesClient, commits: Commits[Position]) -> None:
         self._apply_resumes()
         if time.monotonic() >= self._next_discovery:
             await self._discover()
@@ -580,13 +587,15 @@ class Bridge:
             # An operator resumed a unit while we waited: read again from its held position.
             poll.cancel()
             return
-        response = poll.result()
-        if response.status_code == 400 and _code(response) == "SNAPSHOT_TOO_OLD":
+        answer = poll.result()
+        if answer.status == 400 and _code(answer) == "SNAPSHOT_TOO_OLD":
             await self._after_gap(commits, since)
             return
-        response.raise_for_status()
+        if answer.status != 200:
+            said = answer.body[:500].decode(errors="replace")
+            raise ChangesUnreadable(f"GET /changes answered {answer.status}: {said}")
         # orjson reads it exactly: the changeserver's values are strings, its numbers 64-bit.
-        body = orjson.loads(response.content)
+        body = orjson.loads(answer.body)
         last = Sequence.parse(body["lastSequence"])
         if body["changes"]:
             # Read on while this batch is turned into events and committed.
@@ -665,7 +674,7 @@ class Bridge:
             if self._renames.get(unit) == name:
                 del self._renames[unit]
 
-    def _poll(self, changes: httpx.AsyncClient, since: Sequence) -> asyncio.Future[httpx.Response]:
+    def _poll(self, changes: ChangesClient, since: Sequence) -> asyncio.Future[Answer]:
         """The read of changes after ``since``: the one prefetched if it starts there."""
         prefetched, self._prefetch = self._prefetch, None
         if prefetched is not None:
@@ -675,13 +684,13 @@ class Bridge:
         s = self.settings
         # Every change of these tables whatever its selector (the changeserver's extension).
         read = (*(s.include or ("*",)), s.outbox_table, WATERMARKS)
-        params: list[tuple[str, str | int | float | bool | None]] = [
+        params = [
             *(("table", pattern) for pattern in read),
             ("since", str(since)),
             ("limit", str(s.limit)),
             ("block", str(s.block)),
         ]
-        return asyncio.ensure_future(changes.get("/changes", params=params))
+        return asyncio.ensure_future(changes.get(params))
 
     async def _publish(
         self, change: Mapping[str, Any], position: Position, rewound: bool, received_at: str
