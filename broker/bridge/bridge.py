@@ -27,7 +27,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -124,7 +124,9 @@ class Progress:
     commit_time: int = 0  # of that change, Unix seconds
 
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # Every unit's, several times a batch: a shallow copy (the fields are immutable), not
+        # asdict's deep one (0.5 against 6.7 us).
+        return dict(vars(self))
 
 
 @dataclass
@@ -166,7 +168,7 @@ class Position:
         return Position(
             self.since,
             dict(self.held),
-            {unit: Progress(**p.as_json()) for unit, p in self.progress.items()},
+            {unit: dataclasses.replace(p) for unit, p in self.progress.items()},
             dict(self.renamed),
             {table: dataclasses.replace(run) for table, run in self.snapshots.items()},
         )
