@@ -373,7 +373,7 @@ class Bridge:
                     ChangesClient(
                         s.changeserver_url,
                         headers=client["headers"],
-                        ssl_context=auth.client_ssl_context(s.ca_file),
+                        ca_file=s.ca_file,
                         timeout=s.block + 60,
                     )
                 ) as changes,

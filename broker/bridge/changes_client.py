@@ -15,12 +15,14 @@ next request opens another.
 from __future__ import annotations
 
 import asyncio
-import ssl
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import h11
+
+from changebroker import auth
 
 _READ_SIZE = 256 * 1024  # a 10,000-change answer is ~3.5 MB
 _Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter, h11.Connection]
@@ -42,16 +44,17 @@ class ChangesClient:
         base_url: str,
         *,
         headers: Mapping[str, str],
-        ssl_context: ssl.SSLContext | None,
+        ca_file: Path | None,
         timeout: float,
     ) -> None:
-        """``ssl_context``: trusted for an ``https`` URL (``None``: the system's CAs)."""
+        """``ca_file``: trusted for an ``https`` URL, as by our other clients (``None``: the
+        system's CAs)."""
         url = urllib.parse.urlsplit(base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"the changeserver URL must be http:// or https://: {base_url!r}")
         self._host = url.hostname
         self._port = url.port or (443 if url.scheme == "https" else 80)
-        self._ssl = (ssl_context or ssl.create_default_context()) if url.scheme == "https" else None
+        self._ssl = auth.client_ssl_context(ca_file) if url.scheme == "https" else None
         self._path = f"{url.path.rstrip('/')}/changes"
         self._headers = [("Host", url.netloc), ("Accept", "application/json"), *headers.items()]
         self._timeout = timeout

@@ -65,7 +65,7 @@ def server() -> Iterator[tuple[Server, str]]:
 
 def read(url: str, *reads: list[tuple[str, str]]) -> list[Answer]:
     async def run() -> list[Answer]:
-        client = ChangesClient(url, headers={}, ssl_context=None, timeout=10)
+        client = ChangesClient(url, headers={}, ca_file=None, timeout=10)
         try:
             return [await client.get(params) for params in reads]
         finally:
@@ -110,7 +110,7 @@ def test_a_cancelled_read_never_hands_its_answer_to_the_next(server: tuple[Serve
     served, url = server
 
     async def run() -> Answer:
-        client = ChangesClient(url, headers={}, ssl_context=None, timeout=10)
+        client = ChangesClient(url, headers={}, ca_file=None, timeout=10)
         try:
             held = asyncio.ensure_future(client.get([("since", "hold")]))
             async with asyncio.timeout(10):
@@ -133,7 +133,7 @@ def test_a_read_past_its_timeout_fails_and_the_next_succeeds(server: tuple[Serve
     served, url = server
 
     async def run() -> Answer:
-        client = ChangesClient(url, headers={}, ssl_context=None, timeout=0.2)
+        client = ChangesClient(url, headers={}, ca_file=None, timeout=0.2)
         try:
             with pytest.raises(TimeoutError):
                 await client.get([("since", "hold")])
@@ -161,7 +161,7 @@ def test_https_with_the_stacks_ca_and_the_bearer_token(tmp_path: Path) -> None:
             client = ChangesClient(
                 url,
                 headers=auth.client_headers("t-1"),
-                ssl_context=auth.client_ssl_context(certificates.ca),
+                ca_file=certificates.ca,
                 timeout=10,
             )
             try:
@@ -176,4 +176,4 @@ def test_https_with_the_stacks_ca_and_the_bearer_token(tmp_path: Path) -> None:
 
 def test_a_url_that_is_not_http_is_refused() -> None:
     with pytest.raises(ValueError, match="http:// or https://"):
-        ChangesClient("ftp://127.0.0.1:1", headers={}, ssl_context=None, timeout=1)
+        ChangesClient("ftp://127.0.0.1:1", headers={}, ca_file=None, timeout=1)
