@@ -102,7 +102,7 @@ class ChangesClient:
                 elif isinstance(event, h11.Response):
                     status = event.status_code
                 elif isinstance(event, h11.Data):
-                    body.append(bytes(event.data))
+                    body.append(event.data)  # a piece h11 cut off for us: no copy needed
                 elif isinstance(event, h11.EndOfMessage):
                     break
                 elif isinstance(event, h11.ConnectionClosed):
