@@ -31,6 +31,7 @@ from changebroker import auth, http, logs, pg
 from changebroker import metrics as service_metrics
 from changebroker.http import OneWriteResponse
 from changebroker.notified import NotifiedCache
+from changebroker.numerals import whole_number
 from registry import errors, metrics
 from registry.errors import RegistryError, violations_json
 from registry.store import CHANGES_CHANNEL, Store, SubjectKey, parse_version
@@ -66,7 +67,7 @@ async def _body(request: Request, limit: int) -> bytes:
         errors.PAYLOAD_TOO_LARGE, f"the body exceeds {limit} bytes: schemas are smaller than that"
     )
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    if whole_number(declared) and int(declared) > limit:
         raise too_large
     chunks, size = [], 0
     async for chunk in request.stream():

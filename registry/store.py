@@ -25,6 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from changebroker import logs
 from changebroker.notified import NotifiedCache
+from changebroker.numerals import whole_number
 from registry import errors, metrics
 from registry.compat import Mode, Violation, check_labelled, share_subtrees
 from registry.compat.rules import Rule
@@ -80,7 +81,7 @@ def parse_version(value: str) -> int | None:
     """A version path segment: a positive integer, or ``latest`` (None); else 42202."""
     if value.lower() == "latest":
         return None
-    if value.isdigit() and 0 < int(value) < 2**31:
+    if whole_number(value) and 0 < int(value) < 2**31:
         return int(value)
     raise RegistryError(
         errors.INVALID_VERSION, f"version {value!r} is not a positive integer or 'latest'"
@@ -325,7 +326,7 @@ class Store:
         return {"subject": row["subject"], "version": row["version"]}
 
     async def _schema_with_subject(self, schema_id: str) -> DictRow:
-        if not schema_id.isdigit() or int(schema_id) >= 2**63:
+        if not whole_number(schema_id) or int(schema_id) >= 2**63:
             raise RegistryError(errors.SUBJECT_NOT_FOUND, f"schema {schema_id!r} not found")
         async with self.pool.connection() as conn:
             row = await (

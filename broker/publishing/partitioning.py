@@ -15,6 +15,8 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from changebroker.numerals import whole_number
+
 STRATEGIES = ("random", "hash", "user_defined")
 
 
@@ -61,7 +63,7 @@ def _string_sorted_ids(partitions: int) -> tuple[int, ...]:
 def user_defined_partition(event: Mapping[str, Any], partitions: int) -> int:
     metadata = event.get("metadata")
     chosen = metadata.get("partition") if isinstance(metadata, Mapping) else None
-    if not isinstance(chosen, str) or not chosen.isdigit() or int(chosen) >= partitions:
+    if not isinstance(chosen, str) or not whole_number(chosen) or int(chosen) >= partitions:
         raise PartitioningError(
             f"metadata.partition must name one of the partitions '0'..'{partitions - 1}'"
             f" (user_defined strategy); got {chosen!r}"

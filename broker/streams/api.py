@@ -49,6 +49,7 @@ from broker.streams.cursors import (
 from broker.streams.event_stream import EventStream, parse_limits
 from broker.streams.watermarks import Watermark, Watermarks
 from changebroker.auth import principal_of
+from changebroker.numerals import whole_number
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +202,7 @@ class Reading:
     async def partition(self, request: Request) -> Response:
         name, partition_text = request.path_params["name"], request.path_params["partition"]
         topic = await self._readable(request)
-        if not partition_text.isdigit() or int(partition_text) >= topic.partitions:
+        if not whole_number(partition_text) or int(partition_text) >= topic.partitions:
             raise NotFound(f"partition {partition_text} not found in {name}")
         partition = int(partition_text)
         mark = (await self.watermarks.of(topic.topic, [partition]))[partition]

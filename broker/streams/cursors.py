@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from broker.event_types.topics import EventTypeTopic
 from broker.streams.watermarks import Watermark
+from changebroker.numerals import whole_number
 
 BEGIN = "begin"
 OFFSET_DIGITS = 18
@@ -96,7 +97,7 @@ def parse_cursor(item: object, topic: EventTypeTopic) -> Cursor:
             f"invalid cursor format, partition: {partition_text} offset: {offset_text}"
             " (both are strings)"
         )
-    if not partition_text.isdigit() or int(partition_text) >= topic.partitions:
+    if not whole_number(partition_text) or int(partition_text) >= topic.partitions:
         raise CursorError(f"non existing partition {partition_text}")
     try:
         offset = parse_offset(offset_text, topic.timeline)

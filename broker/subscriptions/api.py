@@ -22,9 +22,9 @@ from broker.subscriptions.store import (
     SubscriptionError,
     Subscriptions,
     storable,
-    whole_number,
 )
 from changebroker.auth import audit, principal_of
+from changebroker.numerals import whole_number
 
 # What ``show_status`` adds to a listed subscription (served by the streams module).
 StatusSource = Callable[["Subscription"], Awaitable[list[dict[str, Any]]]]

@@ -46,9 +46,9 @@ from broker.subscriptions.store import (
     locked,
     notify_sql,
     rebalance_partitions,
-    whole_number,
 )
 from changebroker import http, logs
+from changebroker.numerals import whole_number
 
 log = logging.getLogger(__name__)
 

@@ -130,11 +130,6 @@ def storable(value: object) -> bool:
     return True
 
 
-def whole_number(text: str) -> bool:
-    """ASCII digits only: ``str.isdigit`` also accepts "²", which ``int`` refuses."""
-    return text.isascii() and text.isdigit()
-
-
 # A UUID as Postgres reads one: hyphenated or not, either case. Python's uuid.UUID also takes
 # forms Postgres refuses ("urn:uuid:...", braces, hyphens anywhere), which would fail there.
 _UUID = re.compile(r"[0-9a-f]{8}(-?)[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{12}", re.I)

@@ -48,10 +48,10 @@ from broker.subscriptions.store import (
     Subscriptions,
     unknown_session,
     valid_id,
-    whole_number,
 )
 from changebroker import logs
 from changebroker.auth import audit, principal_of
+from changebroker.numerals import whole_number
 
 log = logging.getLogger(__name__)
 

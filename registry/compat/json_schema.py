@@ -28,6 +28,7 @@ from jsonschema.exceptions import UnknownType
 from jsonschema.protocols import Validator as ValidatorProtocol
 from referencing.exceptions import Unresolvable
 
+from changebroker.numerals import whole_number
 from registry.compat.model import PairWalk, Violation
 from registry.compat.rules import Rule
 
@@ -386,7 +387,7 @@ class _Comparison:
             token = raw.replace("~1", "/").replace("~0", "~")
             if isinstance(node, Mapping) and token in node:
                 node = node[token]
-            elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            elif isinstance(node, list) and whole_number(token) and int(token) < len(node):
                 node = node[int(token)]
             else:
                 return None

@@ -21,6 +21,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
+from changebroker.numerals import whole_number
 from registry.compat.json_schema import (
     SCHEMA_LISTS,
     SCHEMA_MAPS,
@@ -148,7 +149,7 @@ def nakadi_evolution(mode: NakadiMode, old: Mapping[str, Any], new: Mapping[str,
 def next_version(current: str, level: Level) -> str:
     """``"1.0.0"`` + MINOR -> ``"1.1.0"``; NONE keeps the version."""
     parts = current.split(".")
-    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+    if len(parts) != 3 or not all(whole_number(p) for p in parts):
         raise ValueError(f"schema version {current!r} is not MAJOR.MINOR.PATCH")
     major, minor, patch = (int(p) for p in parts)
     level = Level(level)

@@ -113,6 +113,11 @@ def test_cursor_operation_errors_are_422_and_404(
         ),
         (
             "cursor-distances",
+            [{"initial_cursor": cursor("\u00b2", "begin"), "final_cursor": cursor("0", "begin")}],
+            "non existing partition \u00b2",
+        ),
+        (
+            "cursor-distances",
             [{"initial_cursor": cursor("0", "bad"), "final_cursor": cursor("0", "begin")}],
             "invalid cursor format, partition: 0 offset: bad",
         ),

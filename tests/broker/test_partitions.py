@@ -100,6 +100,9 @@ def test_partition_errors(client: httpx.Client, make_event_type: Callable[..., s
     assert_problem(client.get("/event-types/no.such.type/partitions/0"), 404, "does not exist")
     assert_problem(client.get(f"/event-types/{name}/partitions/9"), 404, "partition 9 not found")
     assert_problem(
+        client.get(f"/event-types/{name}/partitions/\u00b3"), 404, "partition \u00b3 not found"
+    )
+    assert_problem(
         client.get(f"/event-types/{name}/partitions/0", params={"consumed_offset": "soon"}),
         422,
         "invalid cursor format, partition: 0 offset: soon",

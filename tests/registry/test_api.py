@@ -112,7 +112,7 @@ def test_get_schema_by_id(client: httpx.Client, subject: str) -> None:
     }
 
 
-@pytest.mark.parametrize("missing", ["999999999", "abc", "99999999999999999999"])
+@pytest.mark.parametrize("missing", ["999999999", "abc", "99999999999999999999", "\u00b2"])
 def test_unknown_schema_id_is_40401(client: httpx.Client, missing: str) -> None:
     error(client.get(f"/schemas/{missing}"), 404, 40401)
     error(client.get(f"/schemas/{missing}/subject"), 404, 40401)
@@ -229,7 +229,7 @@ def test_versions_by_number_and_latest(client: httpx.Client, subject: str) -> No
     latest = client.get(f"/subjects/{subject}/versions/latest/schema").json()
     assert latest["schema"]["id"] == second and latest["schema"]["version"] == 2
     error(client.get(f"/subjects/{subject}/versions/3/schema"), 404, 40402)
-    for bad in ("abc", "0", "-1", "1.5"):
+    for bad in ("abc", "0", "-1", "1.5", "\u00b2"):
         error(client.get(f"/subjects/{subject}/versions/{bad}/schema"), 422, 42202)
 
 

@@ -77,6 +77,23 @@ def test_a_subschema_unchanged_from_one_version_is_still_compared_with_the_other
     assert all("earlier schema #1" in violation.message for violation in found)
 
 
+def test_a_reference_into_a_list_by_a_digit_int_refuses_is_no_index() -> None:
+    # "²".isdigit() is true and int("²") fails: the reference resolves to nothing, as any
+    # other token that is not an index of the list.
+    def schemas(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        ref = {"$ref": f"#/definitions/options/{token}"}
+        old = {"definitions": {"options": [{"type": "string"}]}, "properties": {"a": ref}}
+        new = {"definitions": {"options": [{"type": "integer"}]}, "properties": {"a": ref}}
+        return new, old
+
+    for mode in Mode:
+        new, old = schemas("\u00b2")
+        other_new, other_old = schemas("x")
+        assert verdict(check(mode, new, [old], "JSON")) == verdict(
+            check(mode, other_new, [other_old], "JSON")
+        )
+
+
 def test_shared_subtrees_are_one_object_and_the_same_text() -> None:
     money = {"type": "number", "minimum": 0}
     versions = [
