@@ -8,6 +8,7 @@ step, the others ``aborted``); when Kafka refuses some events the answer is
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -40,6 +41,11 @@ log = logging.getLogger(__name__)
 # "The maximum size per Event is 999,000 bytes" (docs/specs/nakadi-event-bus-api-0.10.1.yaml),
 # measured as sent.
 MAX_EVENT_BYTES = 999_000
+
+# A publish that Kafka has not answered within this asks the database whether its event type
+# is still there: another process may have deleted it a moment ago (its notification still on
+# the way), and Kafka would hold events for the deleted topic until its 30 s timeout.
+RECHECK_AFTER_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -164,6 +170,17 @@ class Publisher:
         # across a delete and re-create: the revision holds the new topic).
         self._targets: dict[str, Target] = {}
 
+    async def _current(self, request: Request, name: str, kept: Target) -> Target:
+        """The event type as the database has it now (``kept`` when unchanged), the caller
+        still allowed to publish to it; else EventTypeNotFound."""
+        current = await self.target(name, fresh=True)
+        if current is None:
+            raise EventTypeNotFound(name)
+        if current.revision == kept.revision:
+            return kept
+        await self.access.require_publish(principal_of(request), name, current.authorization)
+        return current
+
     def routes(self) -> list[BaseRoute]:
         return [Route("/event-types/{name}/events", self.publish, methods=["POST"])]
 
@@ -195,21 +212,30 @@ class Publisher:
         if refused is not None:
             # Refused by what this process keeps: another process may have just changed the
             # event type, its notification still on the way. Ask the database before saying no.
-            current = await self.target(name, fresh=True)
-            if current is None:
-                raise EventTypeNotFound(name)
-            if current.revision != target.revision:
-                await self.access.require_publish(
-                    principal_of(request), name, current.authorization
-                )
-                messages, refused = _prepared(current, batch, received_at)
+            current = await self._current(request, name, target)
+            if current is not target:
+                target = current
+                messages, refused = _prepared(target, batch, received_at)
+        if refused is None:
+            delivery = await self.producer.submit(messages)
+            await asyncio.wait((delivery.done,), timeout=RECHECK_AFTER_S)
+            if not delivery.done.done() or any(delivery.errors()):
+                # Slow or failed: the topic may be one another process has just deleted, with
+                # its event type, and created again; Kafka would hold these until its timeout.
+                current = await self._current(request, name, target)
+                if current.topic != target.topic:
+                    target = current
+                    messages, refused = _prepared(target, batch, received_at)
+                    if refused is None:
+                        delivery = await self.producer.submit(messages)
         if refused is not None:
             index, failure = refused
             metrics.batches.labels(name, "422").inc()
             metrics.failures.labels(failure.step).inc()
             metrics.publish_duration.observe(time.perf_counter() - started)
             return JSONResponse(_rejected(batch, index, failure), status_code=422)
-        errors = await self.producer.send(messages)
+        await delivery.done
+        errors = delivery.errors()
         metrics.publish_duration.observe(time.perf_counter() - started)
         metrics.batch_events.observe(len(messages))
         if any(errors):

@@ -31,9 +31,10 @@ class Message:
     value: bytes
 
 
-class _Batch:
+class Delivery:
     """A request's messages in flight: one delivery callback for all of them (a callback
-    object per message cost ~0.7 us per event), failures kept with what identifies them."""
+    object per message cost ~0.7 us per event), failures kept with what identifies them.
+    ``done`` resolves when Kafka has answered for every message."""
 
     def __init__(self, messages: Sequence[Message], loop: asyncio.AbstractEventLoop) -> None:
         self.messages = messages
@@ -133,10 +134,17 @@ class KafkaProducer:
 
     async def send(self, messages: Sequence[Message]) -> list[str | None]:
         """Write ``messages``; per message ``None`` when acknowledged, else Kafka's error."""
+        delivery = await self.submit(messages)
+        await delivery.done
+        return delivery.errors()
+
+    async def submit(self, messages: Sequence[Message]) -> Delivery:
+        """Hand ``messages`` to Kafka; their delivery is awaited apart (``Delivery.done``)."""
+        delivery = Delivery(messages, asyncio.get_running_loop())
         if not messages:
-            return []
-        batch = _Batch(messages, asyncio.get_running_loop())
-        produce, delivered = self._producer.produce, batch.delivered
+            delivery.done.set_result(None)
+            return delivery
+        produce, delivered = self._producer.produce, delivery.delivered
         for index, message in enumerate(messages):
             while True:
                 try:
@@ -149,13 +157,12 @@ class KafkaProducer:
                     )
                     break
                 except KafkaException as exc:
-                    batch.refused(index, exc.args[0])
+                    delivery.refused(index, exc.args[0])
                     break
                 except BufferError:
                     # The local queue is full: let deliveries drain it, then retry.
                     await asyncio.sleep(0.005)
-        await batch.done
-        return batch.errors()
+        return delivery
 
     def close(self, timeout: float = 2.0) -> None:
         """Deliver what is queued (up to ``timeout`` seconds), then stop polling and release
