@@ -8,7 +8,6 @@ step, the others ``aborted``); when Kafka refuses some events the answer is
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import logging
@@ -41,11 +40,6 @@ log = logging.getLogger(__name__)
 # "The maximum size per Event is 999,000 bytes" (docs/specs/nakadi-event-bus-api-0.10.1.yaml),
 # measured as sent.
 MAX_EVENT_BYTES = 999_000
-
-# A publish that Kafka has not answered within this asks the database whether its event type
-# is still there: another process may have deleted it a moment ago (its notification still on
-# the way), and Kafka would hold events for the deleted topic until its 30 s timeout.
-RECHECK_AFTER_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -218,10 +212,10 @@ class Publisher:
                 messages, refused = _prepared(target, batch, received_at)
         if refused is None:
             delivery = await self.producer.submit(messages)
-            await asyncio.wait((delivery.done,), timeout=RECHECK_AFTER_S)
-            if not delivery.done.done() or any(delivery.errors()):
-                # Slow or failed: the topic may be one another process has just deleted, with
-                # its event type, and created again; Kafka would hold these until its timeout.
+            if not await delivery.answered_or_late() or any(delivery.errors()):
+                # Late (producer.LATE_AFTER_S) or failed: the topic may be one another process
+                # has just deleted with its event type, its notification still on the way; Kafka
+                # would hold these events until its 30 s timeout.
                 current = await self._current(request, name, target)
                 if current.topic != target.topic:
                     target = current
@@ -234,7 +228,7 @@ class Publisher:
             metrics.failures.labels(failure.step).inc()
             metrics.publish_duration.observe(time.perf_counter() - started)
             return JSONResponse(_rejected(batch, index, failure), status_code=422)
-        await delivery.done
+        await delivery.answered()
         errors = delivery.errors()
         metrics.publish_duration.observe(time.perf_counter() - started)
         metrics.batch_events.observe(len(messages))
