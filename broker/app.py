@@ -96,6 +96,9 @@ def create_app(settings: Settings) -> ASGIApp:
         return JSONResponse(list(STRATEGIES))
 
     routes: list[BaseRoute] = [
+        # Publishing first: the most frequent request, matched before the 12 routes it followed
+        # (~3% of a single-event publish's CPU; a GET of its path still finds the stream).
+        *publisher.routes(),
         Route("/health", health, methods=["GET"]),
         # Process, request and publishing metrics (broker/metrics.py), and every subscription's
         # lag, read and rendered in the background at most once per --lag-interval.
@@ -103,7 +106,6 @@ def create_app(settings: Settings) -> ASGIApp:
         Route("/registry/enrichment-strategies", enrichment_strategies, methods=["GET"]),
         Route("/registry/partition-strategies", partition_strategies, methods=["GET"]),
         *event_type_api.routes(),
-        *publisher.routes(),
         # Streams, partitions and cursor operations: broker/streams/api.py.
         *streams.routes(StoreResolver(store), settings.kafka_bootstrap, watermarks, access),
         # Subscriptions, their streams, commits and stats: broker/subscriptions/.
