@@ -33,6 +33,7 @@ from broker.publishing.producer import KafkaProducer, Message
 from changebroker import logs
 from changebroker.auth import principal_of
 from changebroker.http import OneWriteResponse
+from changebroker.metrics import labelled
 
 log = logging.getLogger(__name__)
 
@@ -223,8 +224,8 @@ class Publisher:
                         delivery = await self.producer.submit(messages)
         if refused is not None:
             index, failure = refused
-            metrics.batches.labels(name, "422").inc()
-            metrics.failures.labels(failure.step).inc()
+            labelled(metrics.batches, name, "422").inc()
+            labelled(metrics.failures, failure.step).inc()
             metrics.publish_duration.observe(time.perf_counter() - started)
             return JSONResponse(_rejected(batch, index, failure), status_code=422)
         await delivery.answered()
@@ -233,11 +234,11 @@ class Publisher:
         metrics.batch_events.observe(len(messages))
         if any(errors):
             failed = sum(1 for e in errors if e)
-            metrics.batches.labels(name, "207").inc()
-            metrics.failures.labels("publishing").inc(failed)
+            labelled(metrics.batches, name, "207").inc()
+            labelled(metrics.failures, "publishing").inc(failed)
             stored = [m for m, error in zip(messages, errors, strict=True) if not error]
-            metrics.events.labels(name).inc(len(stored))
-            metrics.published_bytes.labels(name).inc(sum(len(m.value) for m in stored))
+            labelled(metrics.events, name).inc(len(stored))
+            labelled(metrics.published_bytes, name).inc(sum(len(m.value) for m in stored))
             log.warning(
                 "publishing partly failed", extra=logs.fields(event_type=name, failed=failed)
             )
@@ -248,9 +249,9 @@ class Publisher:
                 for (event, _), error in zip(batch, errors, strict=True)
             ]
             return JSONResponse(items, status_code=207)
-        metrics.batches.labels(name, "200").inc()
-        metrics.events.labels(name).inc(len(messages))
-        metrics.published_bytes.labels(name).inc(sum(len(m.value) for m in messages))
+        labelled(metrics.batches, name, "200").inc()
+        labelled(metrics.events, name).inc(len(messages))
+        labelled(metrics.published_bytes, name).inc(sum(len(m.value) for m in messages))
         # One write for the answer most publishes get: a single event's is mostly this.
         return OneWriteResponse(status_code=200)
 
