@@ -164,16 +164,13 @@ class Publisher:
         # across a delete and re-create: the revision holds the new topic).
         self._targets: dict[str, Target] = {}
 
-    async def _current(self, request: Request, name: str, kept: Target) -> Target:
-        """The event type as the database has it now (``kept`` when unchanged), the caller
-        still allowed to publish to it; else EventTypeNotFound."""
+    async def _current(self, name: str, kept: Target) -> Target:
+        """The event type as the database has it now (``kept`` when unchanged); else
+        EventTypeNotFound."""
         current = await self.target(name, fresh=True)
         if current is None:
             raise EventTypeNotFound(name)
-        if current.revision == kept.revision:
-            return kept
-        await self.access.require_publish(principal_of(request), name, current.authorization)
-        return current
+        return kept if current.revision == kept.revision else current
 
     def routes(self) -> list[BaseRoute]:
         return [Route("/event-types/{name}/events", self.publish, methods=["POST"])]
@@ -198,7 +195,8 @@ class Publisher:
         target = await self.target(name)
         if target is None:
             raise EventTypeNotFound(name)
-        await self.access.require_publish(principal_of(request), name, target.authorization)
+        principal = principal_of(request)
+        await self.access.require_publish(principal, name, target.authorization)
         started = time.perf_counter()
         batch = split_batch(await bodies.raw(request))
         received_at = received_now()
@@ -206,18 +204,21 @@ class Publisher:
         if refused is not None:
             # Refused by what this process keeps: another process may have just changed the
             # event type, its notification still on the way. Ask the database before saying no.
-            current = await self._current(request, name, target)
+            current = await self._current(name, target)
             if current is not target:
+                await self.access.require_publish(principal, name, current.authorization)
                 target = current
                 messages, refused = _prepared(target, batch, received_at)
         if refused is None:
             delivery = await self.producer.submit(messages)
             if not await delivery.answered_or_late() or any(delivery.errors()):
                 # Late (producer.LATE_AFTER_S) or failed: the topic may be one another process
-                # has just deleted with its event type, its notification still on the way; Kafka
-                # would hold these events until its 30 s timeout.
-                current = await self._current(request, name, target)
+                # has just deleted with its event type, its notification still on the way (Kafka
+                # would hold these events until its 30 s timeout). Only a new topic changes
+                # anything: in the kept one, these events may be stored already.
+                current = await self._current(name, target)
                 if current.topic != target.topic:
+                    await self.access.require_publish(principal, name, current.authorization)
                     target = current
                     messages, refused = _prepared(target, batch, received_at)
                     if refused is None:
