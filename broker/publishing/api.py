@@ -211,7 +211,7 @@ class Publisher:
                 messages, refused = _prepared(target, batch, received_at)
         if refused is None:
             delivery = await self.producer.submit(messages)
-            if not await delivery.answered_or_late() or any(delivery.errors()):
+            if not await delivery.answered_or_late() or delivery.failed:
                 # Late (producer.LATE_AFTER_S) or failed: the topic may be one another process
                 # has just deleted with its event type, its notification still on the way (Kafka
                 # would hold these events until its 30 s timeout). Only a new topic changes

@@ -104,6 +104,11 @@ class Delivery:
     def _wake_up(self) -> None:
         _resolve(self._wake)
 
+    @property
+    def failed(self) -> bool:
+        """Whether Kafka refused or failed any message (``errors`` says which)."""
+        return bool(self._refused or self._failed)
+
     def errors(self) -> list[str | None]:
         """Per message ``None`` when acknowledged, else Kafka's error."""
         out: list[str | None] = [None] * len(self.messages)
@@ -183,8 +188,8 @@ class KafkaProducer:
                 self._tell_late(now)
             if give_up_at is None:
                 if self._draining.is_set():
-                    give_up_at = time.monotonic() + DRAIN_DELIVERY_S
-            elif time.monotonic() >= give_up_at and len(self._producer):
+                    give_up_at = now + DRAIN_DELIVERY_S
+            elif now >= give_up_at and len(self._producer):
                 self._producer.purge()  # their delivery reports fail the waiting requests
 
     def _tell_late(self, now: float) -> None:
