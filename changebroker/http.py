@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import gc
 import logging
 import os
@@ -159,6 +158,27 @@ class FlowIdMiddleware:
             logs.flow_id.reset(token)
 
 
+class _Responder:
+    """A request's ``RESPOND``, holding its connection and cycle weakly. The scope holds it
+    and the cycle holds the scope: a strong reference back made every request a reference
+    cycle, which only the cycle collector frees (~20 objects a request; with the broker's
+    raised threshold, one collection of 20,000 objects paused every request in flight for
+    up to 17 ms). uvicorn itself drops its cycle's reference to the connection when the
+    request ends, for the same reason."""
+
+    __slots__ = ("_cycle", "_protocol")
+
+    def __init__(self, protocol: UpgradeIgnoringProtocol, cycle: RequestResponseCycle) -> None:
+        self._protocol = weakref.ref(protocol)
+        self._cycle = weakref.ref(cycle)
+
+    def __call__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+        protocol, cycle = self._protocol(), self._cycle()
+        if protocol is None or cycle is None:
+            return False
+        return protocol.respond(cycle, status, headers, body)
+
+
 # What a request asking for an upgrade we do not serve loses: the upgrade headers.
 _UPGRADE_HEADERS = (b"upgrade", b"http2-settings")
 
@@ -224,7 +244,7 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
             cycle = self.cycle
             if cycle is not None and cycle.scope is self.scope:
                 scope: dict[str, Any] = self.scope  # type: ignore[assignment]
-                scope.setdefault("extensions", {})[RESPOND] = functools.partial(self.respond, cycle)
+                scope.setdefault("extensions", {})[RESPOND] = _Responder(self, cycle)
                 if self._draining:
                     cycle.keep_alive = False
 

@@ -5,6 +5,7 @@ write, on the next turn of the event loop), over plain HTTP and TLS alike."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import socket
 import ssl
 from collections.abc import Callable, Iterator
@@ -15,8 +16,9 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from changebroker.http import OneWriteResponse, Tls
+from changebroker.http import FlowIdMiddleware, OneWriteResponse, Tls
 from changebroker.stack.run import serve_in_thread
 from tests.support.credentials import self_signed_ca
 from tests.support.raw_http import until_closed, without_date_and_flow_id
@@ -47,7 +49,7 @@ def connect(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Connect]
         trusted = ssl.create_default_context(cafile=str(certificates.ca))
         wrap = trusted.wrap_socket
     with contextlib.ExitStack() as stack:
-        url = stack.enter_context(serve_in_thread(_app(), tls=tls))
+        url = stack.enter_context(serve_in_thread(FlowIdMiddleware(_app()), tls=tls))
         port = int(url.rsplit(":", 1)[1])
 
         def opened() -> socket.socket:
@@ -93,3 +95,27 @@ def test_a_kept_alive_connection_goes_on_after_an_answer_in_one_write(connect: C
     assert b"connection: close" not in first
     conn.sendall(b"GET /one-write HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
     assert until_closed(conn).endswith(b"hello")
+
+
+@pytest.mark.parametrize("path", ["/one-write", "/plain"])
+def test_an_answered_request_is_freed_when_it_ends_not_by_the_cycle_collector(
+    connect: Connect, path: str
+) -> None:
+    # A request left in a reference cycle waits for a collection, which pauses every request
+    # in flight; with the collector off, such requests pile up and can be counted.
+    conn = connect()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(20):
+            conn.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+            answer = b""
+            while not answer.endswith(b"hello"):
+                block = conn.recv(65536)
+                assert block, f"closed after {answer!r}"
+                answer += block
+        alive = sum(isinstance(o, RequestResponseCycle) for o in gc.get_objects())
+    finally:
+        gc.enable()
+    # The last request's task may still be ending; none before it may be left.
+    assert alive <= 1
