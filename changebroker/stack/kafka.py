@@ -24,6 +24,15 @@ from changebroker.stack.state import REPO_ROOT, StateDir
 log = logging.getLogger(__name__)
 
 POM = REPO_ROOT / "docker" / "local" / "kafka-pom.xml"
+# The collector settings of Kafka's own start script (kafka-run-class.sh): G1 left at its
+# default 200 ms pause target grew the young generation until one collection paused every
+# request for 35-39 ms (-Xlog:gc during the bridge's latency benchmark).
+_GC_OPTIONS = (
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+)
 
 _LOG4J2 = """\
 Configuration:
@@ -125,7 +134,7 @@ class LocalKafka:
                     java,
                     f"-Xmx{self.heap}",
                     "-Xms256m",
-                    "-XX:+UseG1GC",
+                    *_GC_OPTIONS,
                     f"-Dlog4j2.configurationFile={log4j}",
                     "-Djava.awt.headless=true",
                     "-cp",
