@@ -49,7 +49,7 @@ from broker.bridge.transactions import (
     load_position,
 )
 from broker.event_types.store import Store
-from broker.publishing.api import ItemFailure, Target, prepare, received_now
+from broker.publishing.api import ItemFailure, prepare, received_now
 from broker.publishing.partitioning import java_string_hash
 from broker.publishing.producer import Message
 from changebroker import auth, logs, pg
@@ -510,10 +510,11 @@ class Bridge:
         when = occurred_at(change)
         flow = f"snapshot:{run.id}"
         try:
-            target = (await self._evolved(table, {c.name: c.oid for c in columns})).target
+            published = await self._evolved(table, {c.name: c.oid for c in columns})
+            target = published.target
             out = [
                 _prepare(
-                    target,
+                    published,
                     table,
                     f"snapshot/{run.id}/{orjson.dumps(key).decode()}",
                     "S",
@@ -743,7 +744,7 @@ class Bridge:
         when = occurred_at(change)
 
         def event(eid_name: str, op: str, data: dict[str, Any]) -> Message:
-            return _prepare(target, table, eid_name, op, data, when, received_at)
+            return _prepare(published, table, eid_name, op, data, when, received_at)
 
         if op == "D":
             old_row = row_values(change["oldRow"])
@@ -842,7 +843,7 @@ class Bridge:
 
 
 def _prepare(
-    target: Target,
+    published: Published,
     table: str,
     eid_name: str,
     op: str,
@@ -860,7 +861,8 @@ def _prepare(
         "data_type": table,
         "data": data,
     }
-    message = prepare(target, event, 0, received_at)
+    target, own = published.target, published.own
+    message = prepare(target, event, 0, received_at, valid=own is not None and own.admits(data))
     if target.key_fields:
         message.key = record_key(data, target.key_fields)
     return message

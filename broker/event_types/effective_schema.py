@@ -155,6 +155,7 @@ class EventValidator:
     """Validates one event against an effective schema; built once per schema version."""
 
     def __init__(self, schema: Mapping[str, Any]) -> None:
+        self.schema = schema  # the effective schema, as built
         # Draft 04 whatever "$schema" the user wrote: Nakadi's contract is draft 04.
         draft_04 = {**schema, "$schema": DRAFT_04}
         try:

@@ -270,9 +270,13 @@ def _prepared(
     return messages, None
 
 
-def prepare(target: Target, event: Any, size: int, received_at: str) -> Message:
+def prepare(
+    target: Target, event: Any, size: int, received_at: str, valid: bool = False
+) -> Message:
     """One event validated, partitioned, enriched and encoded: the pipeline without Kafka
-    (the bridge sends the result in its own Kafka transactions)."""
+    (the bridge sends the result in its own Kafka transactions). ``valid``: the caller built
+    the event to the event type's schema and checked what could still differ
+    (``broker.bridge.event_types.OwnSchema``), so it is not validated again."""
     if size > MAX_EVENT_BYTES:
         raise ItemFailure(
             "validating",
@@ -280,7 +284,7 @@ def prepare(target: Target, event: Any, size: int, received_at: str) -> Message:
         )
     if not isinstance(event, dict):
         raise ItemFailure("validating", "an event must be a JSON object")
-    error = target.validator.first_error(event)
+    error = None if valid else target.validator.first_error(event)
     if error is not None:
         raise ItemFailure("validating", error)
     try:
