@@ -9,13 +9,13 @@ the registry and the bridge::
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 import sys
-import time
 from contextvars import ContextVar
 from typing import Any
+
+from changebroker.timestamps import utc_second
 
 flow_id: ContextVar[str | None] = ContextVar("flow_id", default=None)
 
@@ -37,15 +37,9 @@ def _quote(value: Any) -> str:
     return text
 
 
-@functools.lru_cache(maxsize=4)
-def _second(epoch_second: int) -> str:
-    """One strftime per second of log lines, not one per line."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_second))
-
-
 class LogfmtFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        ts = _second(int(record.created))
+        ts = utc_second(int(record.created))
         parts = [
             f"ts={ts}.{int(record.msecs):03d}Z",
             f"level={record.levelname.lower()}",

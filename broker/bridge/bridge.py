@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import hashlib
 import logging
 import re
@@ -53,6 +52,7 @@ from broker.publishing.api import ItemFailure, prepare, received_now
 from broker.publishing.partitioning import java_string_hash
 from broker.publishing.producer import Message
 from changebroker import auth, logs, pg
+from changebroker.timestamps import utc_second
 from changeserver.sequence import ZERO, Sequence
 
 log = logging.getLogger(__name__)
@@ -191,14 +191,8 @@ def before(seq: Sequence) -> Sequence:
 
 
 def occurred_at(change: Mapping[str, Any]) -> str:
-    return _rfc3339(change["timestamp"])
-
-
-@functools.lru_cache(maxsize=64)
-def _rfc3339(seconds: int) -> str:
-    # /changes gives the commit time in whole seconds (transicator's contract); a batch's
-    # changes mostly share one, hence the cache.
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # /changes gives the commit time in whole seconds (transicator's contract).
+    return utc_second(change["timestamp"]) + "Z"
 
 
 def row_values(row: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from changebroker import logs
 from changebroker.auth import principal_of
 from changebroker.http import OneWriteResponse
 from changebroker.metrics import labelled
+from changebroker.timestamps import utc_second
 
 log = logging.getLogger(__name__)
 
@@ -327,18 +328,8 @@ def _rejected(batch: list[tuple[Any, int]], failed: int, failure: ItemFailure) -
     return items
 
 
-# The current second and its text: one strftime a second, not one per request (3.5 -> 0.8 us).
-# One tuple, replaced whole, so a thread never reads one second's text with another's number.
-_second_text: tuple[int, str] = (-1, "")
-
-
 def received_now() -> str:
     """Now in UTC, to the millisecond, as Nakadi writes ``received_at``."""
-    global _second_text
     now = time.time()
-    second, text = _second_text
-    if int(now) != second:
-        second = int(now)
-        text = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(second))
-        _second_text = (second, text)
-    return f"{text}{int((now - second) * 1000):03d}Z"
+    second = int(now)
+    return f"{utc_second(second)}.{int((now - second) * 1000):03d}Z"
