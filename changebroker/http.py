@@ -55,12 +55,19 @@ access_log = logging.getLogger("changebroker.access")
 # end after the batch they are on, so they end whole within the graceful shutdown's time.
 draining = threading.Event()
 
-# scope["extensions"][RESPOND]: ``respond(status, headers, body) -> bool`` writes a whole
+# scope["extensions"][RESPOND]: ``respond(status, head, body) -> bool`` writes a whole
 # response at once, from any callback on the server's event loop, without the request's own
 # task: what lets one commit answer thousands of long polls in one pass (see
-# ``UpgradeIgnoringProtocol.respond``). ``headers`` carry content-length and no connection.
+# ``UpgradeIgnoringProtocol.respond``). ``head`` is the response's own header lines
+# (``header_lines``), content-length among them, connection not: rendered once, an answer
+# many waiters share costs each of them a concatenation.
 RESPOND = "changebroker.respond"
-Respond = Callable[[int, list[tuple[bytes, bytes]], bytes], bool]
+Respond = Callable[[int, bytes, bytes], bool]
+
+
+def header_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """``name: value\r\n`` for each header, as a response head spells them."""
+    return b"".join([name + b": " + value + b"\r\n" for name, value in headers])
 
 
 class OneWriteResponse(Response):
@@ -70,7 +77,9 @@ class OneWriteResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         respond: Respond | None = (scope.get("extensions") or {}).get(RESPOND)
-        if respond is None or not respond(self.status_code, self.raw_headers, bytes(self.body)):
+        if respond is None or not respond(
+            self.status_code, header_lines(self.raw_headers), bytes(self.body)
+        ):
             await super().__call__(scope, receive, send)
 
 
@@ -126,11 +135,10 @@ class FlowIdMiddleware:
         extensions = scope.get("extensions") or {}
         if (respond := extensions.get(RESPOND)) is not None:
 
-            def respond_with_flow_id(
-                code: int, headers: list[tuple[bytes, bytes]], body: bytes
-            ) -> bool:
+            def respond_with_flow_id(code: int, head: bytes, body: bytes) -> bool:
                 nonlocal status
-                if not respond(code, [*headers, (b"x-flow-id", current.encode("latin-1"))], body):
+                flow_id = current.encode("latin-1")
+                if not respond(code, b"%sx-flow-id: %s\r\n" % (head, flow_id), body):
                     return False
                 status = code
                 return True
@@ -158,6 +166,21 @@ class FlowIdMiddleware:
             logs.flow_id.reset(token)
 
 
+# The server's default headers (Date, Server, configured ones) as lines, for the list they
+# were rendered from: uvicorn replaces the list when the second changes.
+_defaults_rendered: tuple[list[tuple[bytes, bytes]], bytes] = ([], b"")
+
+
+def _default_header_lines(server_state: ServerState) -> bytes:
+    """The server's default headers as they are now: a long poll answered minutes after it
+    arrived is dated when it is answered."""
+    global _defaults_rendered
+    defaults, rendered = server_state.default_headers, _defaults_rendered
+    if rendered[0] is not defaults:
+        rendered = _defaults_rendered = (defaults, header_lines(defaults))
+    return rendered[1]
+
+
 class _Responder:
     """A request's ``RESPOND``, holding its connection and cycle weakly. The scope holds it
     and the cycle holds the scope: a strong reference back made every request a reference
@@ -172,11 +195,11 @@ class _Responder:
         self._protocol = weakref.ref(protocol)
         self._cycle = weakref.ref(cycle)
 
-    def __call__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+    def __call__(self, status: int, head: bytes, body: bytes) -> bool:
         protocol, cycle = self._protocol(), self._cycle()
         if protocol is None or cycle is None:
             return False
-        return protocol.respond(cycle, status, headers, body)
+        return protocol.respond(cycle, status, head, body)
 
 
 # What a request asking for an upgrade we do not serve loses: the upgrade headers.
@@ -311,7 +334,7 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
         self,
         cycle: RequestResponseCycle,
         status: int,
-        headers: list[tuple[bytes, bytes]],
+        head: bytes,
         body: bytes,
     ) -> bool:
         """What uvicorn's ``send`` writes for a start and a final body, in one write and
@@ -325,15 +348,18 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
         if cycle.disconnected or cycle.response_started or self.transport.is_closing():
             return False
         cycle.response_started = True
-        content = [STATUS_LINE[status]]
-        for name, value in (*cycle.default_headers, *headers):
-            content += (name, b": ", value, b"\r\n")
-        if not cycle.keep_alive:
-            content.append(b"connection: close\r\n")
-        content.append(b"\r\n")
-        if cycle.scope["method"] != "HEAD":
-            content.append(body)
-        self.transport.write(b"".join(content))
+        self.transport.write(
+            b"".join(
+                (
+                    STATUS_LINE[status],
+                    _default_header_lines(self.server_state),
+                    head,
+                    b"" if cycle.keep_alive else b"connection: close\r\n",
+                    b"\r\n",
+                    b"" if cycle.scope["method"] == "HEAD" else body,
+                )
+            )
+        )
         cycle.response_complete = True
         cycle.message_event.set()
         if cycle.keep_alive:

@@ -242,8 +242,9 @@ def parse_query(request: Request) -> Query:
     return Query(selectors, since, limit, block, snapshot, media_type, tables)
 
 
-# An answer: (any changes?, body, response headers), shared by identical queries.
-Answer = tuple[bool, bytes, list[tuple[bytes, bytes]]]
+# An answer: (any changes?, body, its header lines (``http.header_lines``), media type),
+# shared by identical queries.
+Answer = tuple[bool, bytes, bytes, bytes]
 
 
 class ChangesEndpoint:
@@ -280,8 +281,11 @@ class ChangesEndpoint:
             return
         if answer is None:
             return  # written when the waiter was woken
-        _, body, headers = answer
-        await send({"type": "http.response.start", "status": 200, "headers": list(headers)})
+        _, body, head, media_type = answer
+        if respond is not None and respond(200, head, body):
+            return
+        headers = [(b"content-type", media_type), (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
     def _read(self, query: Query) -> tuple[Bounds, list[tuple[int, int, int, bytes]]]:
@@ -301,7 +305,8 @@ class ChangesEndpoint:
         return bounds, rows
 
     def _answer(self, query: Query, *, checked: bool = False) -> Answer:
-        """(any changes?, body, headers), shared by identical queries until the change log changes.
+        """(any changes?, body, header lines, media type), shared by identical queries until
+        the change log changes.
 
         When a batch wakes thousands of waiters on one selector, they all ask the same
         question: the first reads and renders, the rest reuse its bytes. ``checked``: the
@@ -324,18 +329,16 @@ class ChangesEndpoint:
         if answer is None:
             bounds, rows = self._read(query)
             body = _render(query, bounds, rows, self.reader.relation)
-            headers = [
-                (b"content-type", query.media_type.encode()),
-                (b"content-length", str(len(body)).encode()),
-            ]
+            media_type = query.media_type.encode()
+            head = b"content-type: %s\r\ncontent-length: %d\r\n" % (media_type, len(body))
             # A ``table`` read that only moved past other tables' changes has news too.
             found = bool(rows) or (bool(query.tables) and bounds.last > query.since)
-            answer = self._answers[key] = (found, body, headers)
+            answer = self._answers[key] = (found, body, head, media_type)
         return answer
 
     async def _changes(self, query: Query, respond: http.Respond | None) -> Answer | None:
         """The answer to send; None when a wake already wrote it through ``respond``."""
-        answer = found, _, _ = self._answer(query)
+        answer = found, _, _, _ = self._answer(query)
         if found or query.block <= 0:
             return answer
         version = self._version  # the change log's, as this answer read it
@@ -361,7 +364,7 @@ class ChangesEndpoint:
                 # Ask again once registered: a batch made durable before is not missed.
                 if once and self.reader.version() != version:
                     return self._answer(query)
-                answer = found, _, _ = self._answer(query)
+                answer = found, _, _, _ = self._answer(query)
                 if found:
                     return answer
                 # A timer on the future itself: cheaper than wait_for, per waiter.
@@ -373,7 +376,7 @@ class ChangesEndpoint:
                     timer.cancel()
             finally:
                 waiters.unregister(query.selectors, wake)
-            answer = found, _, _ = self._answer(query)
+            answer = found, _, _, _ = self._answer(query)
             if found or once:
                 return answer
 
@@ -383,10 +386,10 @@ class ChangesEndpoint:
         checked = self._checked_wake == waiters.wakes
         self._checked_wake = waiters.wakes
         try:
-            found, body, headers = self._answer(query, checked=checked)
+            found, body, head, _ = self._answer(query, checked=checked)
         except BadRequest:
             return False  # the request's task answers the error
-        return (found or once) and respond(200, headers, body)
+        return (found or once) and respond(200, head, body)
 
 
 def _too_old(since: Sequence, bounds: Bounds) -> bool:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import concurrent.futures
+import email.utils
 import logging
 import socket
+import time
 from typing import Any
 
 import psycopg
@@ -29,6 +31,16 @@ def test_empty_block_returns_the_current_last_sequence(cs: Harness) -> None:
     last = cs.wait_for(1, scope="other")["lastSequence"]
     body = cs.changes(scope="a", since=last, block=1)
     assert body["changes"] == [] and body["lastSequence"] == last
+
+
+def test_a_long_poll_is_dated_when_it_is_answered_not_when_it_arrived(cs: Harness) -> None:
+    # The server's Date is renewed about once a second: after three seconds of blocking it
+    # is past the second the request arrived in.
+    arrived = time.time()
+    response = cs.get(scope="a", block=3)
+    assert response.status_code == 200 and response.json()["changes"] == []
+    answered = email.utils.parsedate_to_datetime(response.headers["date"]).timestamp()
+    assert answered > int(arrived)
 
 
 def test_matching_insert_wakes_and_non_matching_does_not(cs: Harness) -> None:
