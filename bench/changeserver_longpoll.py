@@ -12,7 +12,12 @@ clients' CPU time per response (their share of the same cores), and the
 changeserver's resident memory per idle blocked client. The changeserver runs
 as its own process; the clients share one event loop in this one. Baselines are
 the goals (p99 <= 15 / 50 / 100 ms at 1,000 / 5,000 / 10,000 clients, <= 15 KB
-per idle client), not another system.
+per idle client) and, for the p99, a bare server measured in the same run: an
+asyncio server in a process of its own that holds the same clients' requests
+and, when told, writes each the changeserver's own answer (the same bytes) in
+one pass and then closes them, with no HTTP parsing, routing or logging. It is
+what one process's answers cost on this machine whatever serves them: the
+kernel's loopback send is charged to the sender.
 
     .venv/bin/python -m bench changeserver_longpoll
 """
@@ -23,12 +28,14 @@ import asyncio
 import contextlib
 import gc
 import json
+import multiprocessing
 import os
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import httpx
@@ -93,6 +100,9 @@ class _LongPoll(asyncio.Protocol):
     def body(self) -> bytes:
         return bytes(self.received[self.received.find(b"\r\n\r\n") + 4 : self.end])
 
+    def answer(self) -> bytes:
+        return bytes(self.received[: self.end])
+
 
 class _Group:
     """Long polls sent together: done once every one has its whole answer."""
@@ -135,9 +145,9 @@ class _Group:
 
 async def _round(
     port: int, pid: int, dsn: str, clients: int, since: str
-) -> tuple[list[float], float, float, float, str]:
-    """Latencies, memory per idle client, server and client CPU seconds per response, last
-    sequence."""
+) -> tuple[list[float], float, float, float, bytes, str]:
+    """Latencies, memory per idle client, server and client CPU seconds per response, one
+    client's whole answer, last sequence."""
     rss_before = rss_bytes(pid)
     group = _Group(port, f"/changes?selector=lp&since={since}&block=300", clients)
     try:
@@ -159,7 +169,102 @@ async def _round(
     latencies = [poll.answered_at - committing for poll in group.polls]
     bodies = [json.loads(poll.body()) for poll in group.polls]
     assert all(len(body["changes"]) == 1 for body in bodies), "a client missed the change"
-    return latencies, per_client, cpu_per_response, client_per_response, bodies[0]["lastSequence"]
+    return (
+        latencies,
+        per_client,
+        cpu_per_response,
+        client_per_response,
+        group.polls[0].answer(),
+        bodies[0]["lastSequence"],
+    )
+
+
+class _Held(asyncio.Protocol):
+    """The bare server's side of one client: its request read, it waits for the pass."""
+
+    def __init__(self, server: _BareServer) -> None:
+        self.server = server
+        self.head = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.head += data
+        if b"\r\n\r\n" in self.head:
+            self.server.hold(self.transport)
+
+
+class _BareServer:
+    """The baseline's server, run in a process of its own; told over ``control`` how many
+    requests to wait for (it answers once they are all in) and when to answer them."""
+
+    def __init__(self, control: Connection) -> None:
+        self.control = control
+        self.held: list[asyncio.Transport] = []
+        self.expected = 0
+        self.answer = b""
+
+    def hold(self, transport: asyncio.Transport) -> None:
+        self.held.append(transport)
+        if len(self.held) == self.expected:
+            self.control.send("held")
+
+    def on_control(self) -> None:
+        command, argument = self.control.recv()
+        if command == "expect":
+            self.expected, self.answer = argument
+        elif command == "answer":
+            for transport in self.held:
+                transport.write(self.answer)
+            for transport in self.held:
+                transport.close()
+            self.held = []
+
+    async def serve(self, stopped: asyncio.Future[None]) -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: _Held(self), "127.0.0.1", 0, backlog=2048)
+        self.control.send(server.sockets[0].getsockname()[1])
+        loop.add_reader(self.control.fileno(), self.on_control)
+        await stopped
+
+
+def _bare_server(control: Connection) -> None:
+    async def run() -> None:
+        await _BareServer(control).serve(asyncio.get_running_loop().create_future())
+
+    asyncio.run(run())
+
+
+async def _bare_round(port: int, control: Connection, clients: int, answer: bytes) -> list[float]:
+    """Latencies of ``clients`` held by the bare server, each sent ``answer`` in one pass."""
+    group = _Group(port, "/changes?selector=lp&block=300", clients)
+    control.send(("expect", (clients, answer)))
+    try:
+        await group.open()
+        await asyncio.to_thread(control.recv)  # every request held
+        with _measuring():
+            answering = time.perf_counter()
+            control.send(("answer", None))
+            await group.done
+    finally:
+        group.close()
+    assert all(poll.answer() == answer for poll in group.polls)
+    return [poll.answered_at - answering for poll in group.polls]
+
+
+@contextlib.contextmanager
+def _bare_server_process() -> Iterator[tuple[int, Connection]]:
+    """The bare server's port and control connection."""
+    ours, theirs = multiprocessing.Pipe()
+    process = multiprocessing.get_context("spawn").Process(target=_bare_server, args=(theirs,))
+    process.start()
+    try:
+        yield ours.recv(), ours
+    finally:
+        process.kill()
+        process.join()
 
 
 @contextlib.contextmanager
@@ -219,20 +324,30 @@ def main() -> int:
             conn.execute(
                 "CREATE TABLE items (id serial PRIMARY KEY, name text, _change_selector text)"
             )
-        with changeserver(dsn, Path(state)) as (server_pid, port):
+        with (
+            changeserver(dsn, Path(state)) as (server_pid, port),
+            _bare_server_process() as (bare_port, bare_control),
+        ):
             since = httpx.get(f"http://127.0.0.1:{port}/changes?selector=lp").json()["lastSequence"]
             for clients in CLIENTS:
-                latencies, per_client, cpu_per_response, client_cpu, since = asyncio.run(
+                latencies, per_client, cpu_per_response, client_cpu, answer, since = asyncio.run(
                     _round(port, server_pid, dsn, clients, since)
                 )
                 cuts = statistics.quantiles(latencies, n=100)
+                bare = statistics.quantiles(
+                    asyncio.run(_bare_round(bare_port, bare_control, clients, answer)), n=100
+                )
                 name = "changeserver_longpoll"
                 figures += [
                     Figure(name, f"commit-to-response p50, {clients:,} clients",
-                           cuts[49] * 1000, "ms", higher_is_better=False),
+                           cuts[49] * 1000, "ms", baseline=bare[49] * 1000,
+                           baseline_name="bare server", higher_is_better=False),
                     Figure(name, f"commit-to-response p99, {clients:,} clients",
                            cuts[98] * 1000, "ms", baseline=P99_GOAL_MS[clients],
                            baseline_name="goal", higher_is_better=False),
+                    Figure(name, f"commit-to-response p99 vs a bare server, {clients:,} clients",
+                           cuts[98] * 1000, "ms", baseline=bare[98] * 1000,
+                           baseline_name="bare server", higher_is_better=False),
                     Figure(name, f"server CPU per woken response, {clients:,} clients",
                            cpu_per_response * 1e6, "µs", higher_is_better=False),
                     Figure(name, f"client CPU per response, {clients:,} clients",
