@@ -181,6 +181,18 @@ def _default_header_lines(server_state: ServerState) -> bytes:
     return rendered[1]
 
 
+# Responses ``respond`` wrote outside any task in this turn of each event loop, completed in
+# the next turn, before the tasks the same pass woke.
+_ANSWERED: dict[
+    asyncio.AbstractEventLoop, list[tuple[UpgradeIgnoringProtocol, RequestResponseCycle]]
+] = {}
+
+
+def _complete_answered(loop: asyncio.AbstractEventLoop) -> None:
+    for protocol, cycle in _ANSWERED.pop(loop):
+        protocol._complete(cycle)
+
+
 class _Responder:
     """A request's ``RESPOND``, holding its connection and cycle weakly. The scope holds it
     and the cycle holds the scope: a strong reference back made every request a reference
@@ -230,7 +242,7 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
     _draining = False
     _head_begun = False
     _lost = False
-    _closing_soon = False  # answered with ``connection: close``; closed once the pass is done
+    _closing_soon = False  # answered with ``connection: close``; closed once complete
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -340,11 +352,13 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
         """What uvicorn's ``send`` writes for a start and a final body, in one write and
         synchronously; False (nothing written) when the client left or a response began.
 
-        A response that ends its connection is written now and the connection closed soon
-        after, not in the same call: one commit's pass over thousands of long polls then
-        writes every answer before it spends a close on any (closing cost as much as
-        writing, so the last client waited twice as long). Nothing the client sends after
-        the answer is read."""
+        Called from the request's own task, the response is complete when this returns, as
+        uvicorn requires before the application returns. Called outside any task (one
+        commit's pass over thousands of long polls, whose tasks wait for it), the response
+        is completed after the pass, all together: the pass then spends on each waiter the
+        write alone, and a connection the answer ends is closed after every answer is
+        written (closing cost as much as writing, so the last client waited twice as long).
+        Nothing the client sends after the answer is read."""
         if cycle.disconnected or cycle.response_started or self.transport.is_closing():
             return False
         cycle.response_started = True
@@ -360,17 +374,25 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
                 )
             )
         )
-        cycle.response_complete = True
-        cycle.message_event.set()
-        if cycle.keep_alive:
-            cycle.on_response()
-        else:
+        if not cycle.keep_alive:
             self._closing_soon = True
-            self.loop.call_soon(self._close_answered, cycle)
+        if asyncio.current_task(self.loop) is not None:
+            self._complete(cycle)
+            return True
+        answered = _ANSWERED.get(self.loop)
+        if answered is None:
+            answered = _ANSWERED[self.loop] = []
+            self.loop.call_soon(_complete_answered, self.loop)
+        answered.append((self, cycle))
         return True
 
-    def _close_answered(self, cycle: RequestResponseCycle) -> None:
-        self._close()
+    def _complete(self, cycle: RequestResponseCycle) -> None:
+        """The response written by ``respond`` is over: what uvicorn's ``send`` does after
+        a final body."""
+        cycle.response_complete = True
+        cycle.message_event.set()
+        if not cycle.keep_alive:
+            self._close()
         cycle.on_response()
 
     def _within_header_limit(self, size: int) -> bool:

@@ -5,13 +5,13 @@ One extension transicator clients never send: ``GET /changes?table=<glob>`` (rep
 ``fnmatch`` globs of ``schema.table``) serves every change of the matching tables whatever
 its selector, and no scope or selector may be given with it. The bridge reads this way.
 
-Long polling: a request with nothing to return registers one callback under each
+Long polling: a request with nothing to return registers one waiter under each
 of its selectors; the replication thread, after each durable batch, wakes the
-callbacks of the selectors it wrote through ``loop.call_soon_threadsafe``. No
-polling loop, and an idle waiter costs a future, a callback and a few set entries.
+waiters of the selectors it wrote through ``loop.call_soon_threadsafe``. No
+polling loop, and an idle waiter costs a future, a small object and a few set entries.
 A woken waiter whose answer is ready writes it to its connection there and then
 (``http.RESPOND``): one commit's answer is rendered once per query and written to
-every waiting connection in one pass, before any request's task runs again.
+every waiting connection in one pass; only then are the requests' tasks woken.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -47,15 +47,22 @@ _MAX_ANSWERS = 10_000  # distinct queries remembered between two writes to the c
 ANY_SELECTOR = "*"  # the waiters of ``table`` queries: woken by every durable batch
 
 
-class Waiters:
-    """Long-poll waiters keyed by selector, woken from the replication thread.
+class Waiter(Protocol):
+    """A blocked request, woken once on the event loop when its selectors have news."""
 
-    A waiter is a callback, called once on the event loop when its selectors have news.
-    """
+    def answer(self) -> None:
+        """Write the answer to the connection now, if it is final."""
+
+    def release(self) -> None:
+        """Let the request's task go on (after every waiter woken with it has answered)."""
+
+
+class Waiters:
+    """Long-poll waiters keyed by selector, woken from the replication thread."""
 
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.by_selector: dict[str, set[Callable[[], None]]] = {}
+        self.by_selector: dict[str, set[Waiter]] = {}
         self.wakes = 0  # how many batches have woken waiters so far
         self.waiting = 0  # long polls registered now (one may wait on several selectors)
 
@@ -70,7 +77,7 @@ class Waiters:
     def _wake(self, selectors: set[str]) -> None:
         self.wakes += 1
         # A set: a long poll waiting on several of these selectors is woken (and counted) once.
-        woken: set[Callable[[], None]] = set()
+        woken: set[Waiter] = set()
         for selector in (*selectors, ANY_SELECTOR):
             woken |= self.by_selector.pop(selector, set())
         # The pass writes every answer at once (``http.Respond``); a full collection in the
@@ -79,8 +86,12 @@ class Waiters:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            for wake in woken:
-                wake()
+            # Every answer first: the last one written waits for the writes alone, not also
+            # for each request's wake-up (a task scheduled per waiter).
+            for waiter in woken:
+                waiter.answer()
+            for waiter in woken:
+                waiter.release()
         finally:
             if collecting:
                 gc.enable()
@@ -90,17 +101,17 @@ class Waiters:
         """Every waiter answers now (the server is stopping)."""
         self._wake(set(self.by_selector))
 
-    def register(self, selectors: list[str], wake: Callable[[], None]) -> None:
+    def register(self, selectors: list[str], waiter: Waiter) -> None:
         for selector in selectors:
-            self.by_selector.setdefault(selector, set()).add(wake)
+            self.by_selector.setdefault(selector, set()).add(waiter)
         self.waiting += 1
 
-    def unregister(self, selectors: list[str], wake: Callable[[], None]) -> None:
+    def unregister(self, selectors: list[str], waiter: Waiter) -> None:
         self.waiting -= 1
         for selector in selectors:
             waiting = self.by_selector.get(selector)
             if waiting is not None:
-                waiting.discard(wake)
+                waiting.discard(waiter)
                 if not waiting:
                     del self.by_selector[selector]
 
@@ -352,14 +363,9 @@ class ChangesEndpoint:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or http.draining.is_set():
                 return answer
-            # True once the wake has written the answer.
-            future: asyncio.Future[bool] = loop.create_future()
-
-            def wake(future: asyncio.Future[bool] = future) -> None:
-                if not future.done():
-                    future.set_result(respond is not None and self._respond(query, once, respond))
-
-            waiters.register(query.selectors, wake)
+            waiter = _LongPoll(self, query, once, respond, loop.create_future())
+            future = waiter.future
+            waiters.register(query.selectors, waiter)
             try:
                 # Ask again once registered: a batch made durable before is not missed.
                 if once and self.reader.version() != version:
@@ -375,7 +381,7 @@ class ChangesEndpoint:
                 finally:
                     timer.cancel()
             finally:
-                waiters.unregister(query.selectors, wake)
+                waiters.unregister(query.selectors, waiter)
             answer = found, _, _, _ = self._answer(query)
             if found or once:
                 return answer
@@ -390,6 +396,36 @@ class ChangesEndpoint:
         except BadRequest:
             return False  # the request's task answers the error
         return (found or once) and respond(200, head, body)
+
+
+class _LongPoll:
+    """A blocked ``/changes`` request as its selectors' waiter: its future is True once a
+    wake has written its answer, False when the request's task must answer itself."""
+
+    __slots__ = ("endpoint", "future", "once", "query", "respond", "written")
+
+    def __init__(
+        self,
+        endpoint: ChangesEndpoint,
+        query: Query,
+        once: bool,
+        respond: http.Respond | None,
+        future: asyncio.Future[bool],
+    ) -> None:
+        self.endpoint = endpoint
+        self.query = query
+        self.once = once
+        self.respond = respond
+        self.future = future
+        self.written = False
+
+    def answer(self) -> None:
+        if self.respond is not None and not self.future.done():
+            self.written = self.endpoint._respond(self.query, self.once, self.respond)
+
+    def release(self) -> None:
+        if not self.future.done():
+            self.future.set_result(self.written)
 
 
 def _too_old(since: Sequence, bounds: Bounds) -> bool:

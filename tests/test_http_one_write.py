@@ -1,6 +1,6 @@
 """``OneWriteResponse`` (``changebroker.http``'s ``RESPOND``): a whole answer in one write, the
-same answer a Starlette response gives, and a connection the answer ends is closed (after the
-write, on the next turn of the event loop), over plain HTTP and TLS alike."""
+same answer a Starlette response gives, and a connection the answer ends is closed after the
+write, over plain HTTP and TLS alike."""
 
 from __future__ import annotations
 
