@@ -253,9 +253,9 @@ def parse_query(request: Request) -> Query:
     return Query(selectors, since, limit, block, snapshot, media_type, tables)
 
 
-# An answer: (any changes?, body, its header lines (``http.header_lines``), media type),
+# An answer: (any changes?, body, response headers, the same as lines for ``http.RESPOND``),
 # shared by identical queries.
-Answer = tuple[bool, bytes, bytes, bytes]
+Answer = tuple[bool, bytes, list[tuple[bytes, bytes]], bytes]
 
 
 class ChangesEndpoint:
@@ -292,11 +292,10 @@ class ChangesEndpoint:
             return
         if answer is None:
             return  # written when the waiter was woken
-        _, body, head, media_type = answer
+        _, body, headers, head = answer
         if respond is not None and respond(200, head, body):
             return
-        headers = [(b"content-type", media_type), (b"content-length", b"%d" % len(body))]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.start", "status": 200, "headers": list(headers)})
         await send({"type": "http.response.body", "body": body})
 
     def _read(self, query: Query) -> tuple[Bounds, list[tuple[int, int, int, bytes]]]:
@@ -316,8 +315,8 @@ class ChangesEndpoint:
         return bounds, rows
 
     def _answer(self, query: Query, *, checked: bool = False) -> Answer:
-        """(any changes?, body, header lines, media type), shared by identical queries until
-        the change log changes.
+        """(any changes?, body, headers, header lines), shared by identical queries until the
+        change log changes.
 
         When a batch wakes thousands of waiters on one selector, they all ask the same
         question: the first reads and renders, the rest reuse its bytes. ``checked``: the
@@ -340,11 +339,13 @@ class ChangesEndpoint:
         if answer is None:
             bounds, rows = self._read(query)
             body = _render(query, bounds, rows, self.reader.relation)
-            media_type = query.media_type.encode()
-            head = b"content-type: %s\r\ncontent-length: %d\r\n" % (media_type, len(body))
+            headers = [
+                (b"content-type", query.media_type.encode()),
+                (b"content-length", str(len(body)).encode()),
+            ]
             # A ``table`` read that only moved past other tables' changes has news too.
             found = bool(rows) or (bool(query.tables) and bounds.last > query.since)
-            answer = self._answers[key] = (found, body, head, media_type)
+            answer = self._answers[key] = (found, body, headers, http.header_lines(headers))
         return answer
 
     async def _changes(self, query: Query, respond: http.Respond | None) -> Answer | None:
@@ -392,7 +393,7 @@ class ChangesEndpoint:
         checked = self._checked_wake == waiters.wakes
         self._checked_wake = waiters.wakes
         try:
-            found, body, head, _ = self._answer(query, checked=checked)
+            found, body, _, head = self._answer(query, checked=checked)
         except BadRequest:
             return False  # the request's task answers the error
         return (found or once) and respond(200, head, body)
