@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from json.encoder import encode_basestring_ascii as _string  # json.dumps's, ensure_ascii
 
-from changeserver import pgoutput
+from changeserver import pgoutput, sequence
 from changeserver import transicator_pb2 as pb
 from changeserver.pgoutput import Relation, Row
-from changeserver.sequence import Sequence
 
 # Postgres type OIDs that transicator's protobuf carries typed; everything else is a string.
 _BOOL, _BYTEA, _INT8, _INT2, _INT4, _OID, _FLOAT4, _FLOAT8 = 16, 17, 20, 21, 23, 26, 700, 701
@@ -50,12 +49,39 @@ def _json_value(value: str | None, oid: int) -> str:
     return _string(value)
 
 
+# The JSON before a column's value (its name) and after it (its type), made once: a response
+# of thousands of changes names the same few columns over and over. Bounded by the schemas
+# served; emptied if it ever grows past _MOST_FRAGMENTS (a schema renaming columns forever).
+_OPENINGS: dict[str, str] = {}
+_CLOSINGS: dict[int, str] = {}
+_MOST_FRAGMENTS = 65_536
+
+
+def _opening(name: str) -> str:
+    if len(_OPENINGS) >= _MOST_FRAGMENTS:
+        _OPENINGS.clear()
+    text = _OPENINGS[name] = _string(name) + ':{"value":'
+    return text
+
+
+def _closing(oid: int) -> str:
+    if len(_CLOSINGS) >= _MOST_FRAGMENTS:
+        _CLOSINGS.clear()
+    text = _CLOSINGS[oid] = f',"type":{oid}}}'
+    return text
+
+
 def _json_row(row: Row) -> str:
+    openings, closings = _OPENINGS, _CLOSINGS
     return (
         "{"
         + ",".join(
-            f'{_string(name)}:{{"value":{_json_value(value, oid)},"type":{oid}}}'
-            for name, value, oid in row
+            [
+                (openings.get(name) or _opening(name))
+                + _json_value(value, oid)
+                + (closings.get(oid) or _closing(oid))
+                for name, value, oid in row
+            ]
         )
         + "}"
     )
@@ -65,11 +91,13 @@ def to_json(lsn: int, idx: int, txid: int, data: bytes, relations: Relations) ->
     """The change as ``/changes`` serves it in JSON: the text ``json.dumps(change,
     separators=(",", ":"))`` gives (ASCII, json's own string escaping), written directly.
     Building a dict per change and row for the encoder cost 2.5x as much, and a response of
-    10,000 changes is mostly this."""
+    10,000 changes is mostly this (6.8 µs a change of four columns; 5.8 with each column's
+    name and type rendered once and the sequence without a ``Sequence``)."""
     operation, table, change_lsn, commit_time, new, old = _decode(data, relations)
     text = (
-        f'{{"operation":{operation},"table":{_string(table)},"sequence":"{Sequence(lsn, idx)}",'
-        f'"commitSequence":{lsn},"changeSequence":{change_lsn},"commitIndex":{idx},'
+        f'{{"operation":{operation},"table":{_string(table)},'
+        f'"sequence":"{sequence.text(lsn, idx)}","commitSequence":{lsn},'
+        f'"changeSequence":{change_lsn},"commitIndex":{idx},'
         f'"txid":{txid},"timestamp":{unix_us(commit_time) // 1_000_000}'
     )
     if new is not None:
@@ -110,7 +138,7 @@ def to_protobuf(lsn: int, idx: int, txid: int, data: bytes, relations: Relations
     return pb.ChangePb(
         operation=operation,
         table=table,
-        sequence=str(Sequence(lsn, idx)),
+        sequence=sequence.text(lsn, idx),
         commitSequence=lsn,
         changeSequence=change_lsn,
         commitIndex=idx,

@@ -12,13 +12,19 @@ from dataclasses import dataclass
 _PATTERN = re.compile(r"^([0-9a-fA-F]{1,8})\.([0-9a-fA-F]{1,8})\.([0-9a-fA-F]{1,8})$")
 
 
+def text(lsn: int, index: int) -> str:
+    """The sequence of ``lsn`` and ``index`` as text, without a :class:`Sequence` (a frozen
+    dataclass costs a microsecond to make, and every change served names its sequence)."""
+    return f"{lsn >> 32:x}.{lsn & 0xFFFFFFFF:x}.{index:x}"
+
+
 @dataclass(frozen=True, order=True)
 class Sequence:
     lsn: int
     index: int
 
     def __str__(self) -> str:
-        return f"{self.lsn >> 32:x}.{self.lsn & 0xFFFFFFFF:x}.{self.index:x}"
+        return text(self.lsn, self.index)
 
     @classmethod
     def parse(cls, text: str) -> Sequence:
