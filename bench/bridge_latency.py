@@ -13,8 +13,11 @@ on the local stack's Postgres and Kafka, in databases of the benchmark's own.
 * Sustained rate: a burst of 200,000 changes (transactions of 100 rows) committed inside
   Postgres as fast as it can; the rate is changes over the time from the burst's first commit
   to its last event being read, against Postgres's own commit rate of the burst (the same
-  run): a ratio of 1 means the bridge kept pace with Postgres. The bridge process's CPU time
-  per change over the burst goes with it: steadier than the rate on a shared machine.
+  run): a ratio of 1 means the bridge kept pace with Postgres. The bridge's and the
+  changeserver's CPU time per change over the burst go with it (steadier than the rate on a
+  shared machine), and the whole machine's: every process's, Postgres, Kafka and this
+  benchmark's consumer too. The machine's cores divided by that is the rate it could reach
+  with every core busy all along.
 
     .venv/bin/python -m bench bridge_latency
 """
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -32,13 +35,15 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
+import orjson
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
 
 from bench.report import Figure, report
-from bench.services import app_and_meta_databases, kafka_bootstrap, server_cpu
+from bench.services import app_and_meta_databases, kafka_bootstrap, machine_busy_cpu, server_cpu
 from changebroker import kafka
 from changebroker.stack.processes import answers, free_port, wait_until
 
@@ -63,6 +68,11 @@ BEGIN
   END LOOP;
 END $$;
 """
+
+
+class Pids(NamedTuple):
+    bridge: int
+    changeserver: int
 
 
 class Deliveries:
@@ -94,11 +104,12 @@ class Deliveries:
     def _run(self) -> None:
         while not self._stop.is_set():
             # consume() waits out its timeout unless the batch fills: keep it short, or the
-            # wait would count as delivery latency.
+            # wait would count as delivery latency. orjson: this consumer shares the cores
+            # with what it measures (json.loads took 6 µs of CPU per change of the burst).
             for message in self._consumer.consume(10_000, 0.002):
                 value = message.value()
                 if message.error() is None and value is not None:
-                    self.seen[json.loads(value)["data"]["id"]] = time.monotonic()
+                    self.seen[orjson.loads(value)["data"]["id"]] = time.monotonic()
 
     def close(self) -> None:
         self._stop.set()
@@ -109,9 +120,9 @@ class Deliveries:
 @contextlib.contextmanager
 def services(
     app_dsn: str, meta_dsn: str, bootstrap: str, state: Path, *bridge_args: str
-) -> Iterator[tuple[str, int]]:
+) -> Iterator[tuple[str, Pids]]:
     """changeserver, registry, broker and bridge (``bridge_args`` added) as processes;
-    yields the bridge's URL and process id."""
+    yields the bridge's URL and the process ids."""
     ports = {name: free_port() for name in ("cs", "csm", "registry", "broker", "bridge")}
     loopback = "http://127.0.0.1"
     commands = [
@@ -141,7 +152,7 @@ def services(
                     )
                 )
                 wait_until(functools.partial(answers, ready), timeout=120, what=args[0])
-            yield f"{loopback}:{ports['bridge']}", processes[-1].pid
+            yield f"{loopback}:{ports['bridge']}", Pids(processes[-1].pid, processes[0].pid)
             httpx.get(f"{loopback}:{ports['csm']}/markdown")  # the slot goes at shutdown
         finally:
             for process in reversed(processes):
@@ -157,13 +168,13 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             state = Path(tmp) / "bench"
             state.mkdir()
-            with services(app_dsn, meta_dsn, bootstrap, state) as (_, bridge_pid):
-                figures = _measure(app_dsn, meta_dsn, bootstrap, bridge_pid)
+            with services(app_dsn, meta_dsn, bootstrap, state) as (_, pids):
+                figures = _measure(app_dsn, meta_dsn, bootstrap, pids)
     report(figures)
     return 0
 
 
-def _measure(app_dsn: str, meta_dsn: str, bootstrap: str, bridge_pid: int) -> list[Figure]:
+def _measure(app_dsn: str, meta_dsn: str, bootstrap: str, pids: Pids) -> list[Figure]:
     with psycopg.connect(app_dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO items (id, name) VALUES (0, 'first')")  # creates the type
         event_type = "changebroker.public.items"
@@ -193,16 +204,19 @@ def _measure(app_dsn: str, meta_dsn: str, bootstrap: str, bridge_pid: int) -> li
             burst = BURST_TRANSACTIONS * BURST_ROWS
             final = first + burst
             conn.execute("SET synchronous_commit = off")
-            cpu_before = server_cpu(bridge_pid)
+            cpu_before = {pid: server_cpu(pid) for pid in pids}
+            machine_before = machine_busy_cpu()
             began = time.monotonic()
             conn.execute("CALL burst(%s, %s, %s)", (BURST_TRANSACTIONS, BURST_ROWS, first - 1))
             pg_done = time.monotonic()
             wait_until(lambda: final - 1 in deliveries.seen, timeout=600, what="the burst")
             delivered = deliveries.seen[final - 1]
-            cpu = server_cpu(bridge_pid) - cpu_before
+            cpu = {pid: server_cpu(pid) - before for pid, before in cpu_before.items()}
+            machine = machine_busy_cpu() - machine_before
         finally:
             deliveries.close()
     cut = [latencies[int(len(latencies) * q)] * 1000 for q in (0.5, 0.99)]
+    cores = os.cpu_count() or 1
     return [
         Figure(NAME, f"commit-to-delivery p50 at {steady_rate:,.0f} changes/s", cut[0], "ms",
                higher_is_better=False),
@@ -213,8 +227,16 @@ def _measure(app_dsn: str, meta_dsn: str, bootstrap: str, bridge_pid: int) -> li
                baseline_name="postgres commit rate"),
         Figure(NAME, "lag after the last commit", (delivered - pg_done) * 1000, "ms",
                higher_is_better=False),
-        Figure(NAME, "bridge CPU per change (burst)", cpu / burst * 1e6, "µs",
+        Figure(NAME, "bridge CPU per change (burst)", cpu[pids.bridge] / burst * 1e6, "µs",
                higher_is_better=False),
+        Figure(NAME, "changeserver CPU per change (burst)", cpu[pids.changeserver] / burst * 1e6,
+               "µs", higher_is_better=False),
+        Figure(NAME, "machine CPU per change, every process (burst)", machine / burst * 1e6, "µs",
+               higher_is_better=False),
+        Figure(NAME, "machine busy over the burst", machine / (delivered - began) / cores * 100,
+               "%", higher_is_better=False),
+        Figure(NAME, "rate with every core busy (cores / machine CPU per change)",
+               cores * burst / machine, "changes/s"),
     ]  # fmt: skip
 
 

@@ -135,8 +135,8 @@ def main() -> int:
             state = Path(tmp) / "bench"
             state.mkdir()
             args = ("--include", TABLE)
-            with services(app_dsn, meta_dsn, bootstrap, state, *args) as (bridge, pid):
-                figures = _measure(app_dsn, bridge, pid, copy_rate)
+            with services(app_dsn, meta_dsn, bootstrap, state, *args) as (bridge, pids):
+                figures = _measure(app_dsn, bridge, pids.bridge, copy_rate)
     report(figures)
     return 0
 

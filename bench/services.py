@@ -42,6 +42,14 @@ def server_cpu(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy_cpu() -> float:
+    """CPU seconds every core of the machine has spent busy so far (all processes, the
+    kernel's interrupt work too): what a benchmark of several processes shares out."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def local_stack() -> LocalStack:
     return stack_from_env()
 
