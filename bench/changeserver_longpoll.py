@@ -17,7 +17,9 @@ asyncio server in a process of its own that holds the same clients' requests
 and, when told, writes each the changeserver's own answer (the same bytes) in
 one pass and then closes them, with no HTTP parsing, routing or logging. It is
 what one process's answers cost on this machine whatever serves them: the
-kernel's loopback send is charged to the sender.
+kernel's loopback send is charged to the sender. Then two such servers in two
+processes, each holding half the clients and told to answer at once: what a
+process per core could do at best, where the clients share the same cores.
 
     .venv/bin/python -m bench changeserver_longpoll
 """
@@ -237,21 +239,31 @@ def _bare_server(control: Connection) -> None:
     asyncio.run(run())
 
 
-async def _bare_round(port: int, control: Connection, clients: int, answer: bytes) -> list[float]:
-    """Latencies of ``clients`` held by the bare server, each sent ``answer`` in one pass."""
-    group = _Group(port, "/changes?selector=lp&block=300", clients)
-    control.send(("expect", (clients, answer)))
+async def _bare_round(
+    servers: list[tuple[int, Connection]], clients: int, answer: bytes
+) -> list[float]:
+    """Latencies of ``clients`` held by the bare ``servers`` (port, control), an equal share
+    each, every one sent ``answer`` in one pass once all are told to answer."""
+    share = clients // len(servers)
+    groups = [_Group(port, "/changes?selector=lp&block=300", share) for port, _ in servers]
+    for _, control in servers:
+        control.send(("expect", (share, answer)))
     try:
-        await group.open()
-        await asyncio.to_thread(control.recv)  # every request held
+        for group in groups:
+            await group.open()
+        for _, control in servers:
+            await asyncio.to_thread(control.recv)  # every request held
         with _measuring():
             answering = time.perf_counter()
-            control.send(("answer", None))
-            await group.done
+            for _, control in servers:
+                control.send(("answer", None))
+            await asyncio.gather(*(group.done for group in groups))
     finally:
-        group.close()
-    assert all(poll.answer() == answer for poll in group.polls)
-    return [poll.answered_at - answering for poll in group.polls]
+        for group in groups:
+            group.close()
+    polls = [poll for group in groups for poll in group.polls]
+    assert all(poll.answer() == answer for poll in polls)
+    return [poll.answered_at - answering for poll in polls]
 
 
 @contextlib.contextmanager
@@ -326,7 +338,8 @@ def main() -> int:
             )
         with (
             changeserver(dsn, Path(state)) as (server_pid, port),
-            _bare_server_process() as (bare_port, bare_control),
+            _bare_server_process() as first_bare,
+            _bare_server_process() as second_bare,
         ):
             since = httpx.get(f"http://127.0.0.1:{port}/changes?selector=lp").json()["lastSequence"]
             for clients in CLIENTS:
@@ -335,7 +348,10 @@ def main() -> int:
                 )
                 cuts = statistics.quantiles(latencies, n=100)
                 bare = statistics.quantiles(
-                    asyncio.run(_bare_round(bare_port, bare_control, clients, answer)), n=100
+                    asyncio.run(_bare_round([first_bare], clients, answer)), n=100
+                )
+                bare_pair = statistics.quantiles(
+                    asyncio.run(_bare_round([first_bare, second_bare], clients, answer)), n=100
                 )
                 name = "changeserver_longpoll"
                 figures += [
@@ -348,6 +364,9 @@ def main() -> int:
                     Figure(name, f"commit-to-response p99 vs a bare server, {clients:,} clients",
                            cuts[98] * 1000, "ms", baseline=bare[98] * 1000,
                            baseline_name="bare server", higher_is_better=False),
+                    Figure(name, f"commit-to-response p99 vs two bare servers, {clients:,} clients",
+                           cuts[98] * 1000, "ms", baseline=bare_pair[98] * 1000,
+                           baseline_name="two bare servers, half each", higher_is_better=False),
                     Figure(name, f"server CPU per woken response, {clients:,} clients",
                            cpu_per_response * 1e6, "µs", higher_is_better=False),
                     Figure(name, f"client CPU per response, {clients:,} clients",
