@@ -49,42 +49,28 @@ def _json_value(value: str | None, oid: int) -> str:
     return _string(value)
 
 
-# The JSON before a column's value (its name) and after it (its type), made once: a response
-# of thousands of changes names the same few columns over and over. Bounded by the schemas
-# served; emptied if it ever grows past _MOST_FRAGMENTS (a schema renaming columns forever).
-_OPENINGS: dict[str, str] = {}
-_CLOSINGS: dict[int, str] = {}
-_MOST_FRAGMENTS = 65_536
+# The JSON around a column's value, before it (the name) and after it (the type), made once
+# per column: a response of thousands of changes names the same few columns over and over.
+# Bounded by the schemas served; emptied if it ever grows past _MOST_COLUMNS (a schema
+# renaming columns forever).
+_FRAMES: dict[tuple[str, int], tuple[str, str]] = {}
+_MOST_COLUMNS = 65_536
 
 
-def _opening(name: str) -> str:
-    if len(_OPENINGS) >= _MOST_FRAGMENTS:
-        _OPENINGS.clear()
-    text = _OPENINGS[name] = _string(name) + ':{"value":'
-    return text
-
-
-def _closing(oid: int) -> str:
-    if len(_CLOSINGS) >= _MOST_FRAGMENTS:
-        _CLOSINGS.clear()
-    text = _CLOSINGS[oid] = f',"type":{oid}}}'
-    return text
+def _frame(name: str, oid: int) -> tuple[str, str]:
+    if len(_FRAMES) >= _MOST_COLUMNS:
+        _FRAMES.clear()
+    frame = _FRAMES[name, oid] = (_string(name) + ':{"value":', f',"type":{oid}}}')
+    return frame
 
 
 def _json_row(row: Row) -> str:
-    openings, closings = _OPENINGS, _CLOSINGS
-    return (
-        "{"
-        + ",".join(
-            [
-                (openings.get(name) or _opening(name))
-                + _json_value(value, oid)
-                + (closings.get(oid) or _closing(oid))
-                for name, value, oid in row
-            ]
-        )
-        + "}"
-    )
+    frames = _FRAMES
+    parts = []
+    for name, value, oid in row:
+        before, after = frames.get((name, oid)) or _frame(name, oid)
+        parts.append(before + _json_value(value, oid) + after)
+    return "{" + ",".join(parts) + "}"
 
 
 def to_json(lsn: int, idx: int, txid: int, data: bytes, relations: Relations) -> str:
