@@ -31,7 +31,6 @@ import contextlib
 import gc
 import json
 import multiprocessing
-import os
 import statistics
 import sys
 import tempfile
@@ -44,7 +43,7 @@ import httpx
 import psycopg
 
 from bench.report import Figure, report
-from bench.services import changeserver, pg_server_dsn, rss_bytes
+from bench.services import changeserver, pg_server_dsn, rss_bytes, server_cpu
 from changebroker import pg
 
 CLIENTS = (1_000, 5_000, 10_000)
@@ -54,16 +53,11 @@ CONNECTING_AT_ONCE = 200  # below uvicorn's listen backlog
 ONE_AMONG_IDLE_SAMPLES = 10
 
 
-def _cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime
-
-
 def _settle(pid: int) -> None:
     """Until the server has gone idle: every request read and its waiter registered."""
-    previous = -1
-    while (ticks := _cpu_ticks(pid)) != previous:
-        previous = ticks
+    previous = -1.0
+    while (cpu := server_cpu(pid)) != previous:
+        previous = cpu
         time.sleep(0.5)
 
 
@@ -156,7 +150,7 @@ async def _round(
         await group.open()
         await asyncio.to_thread(_settle, pid)
         per_client = (rss_bytes(pid) - rss_before) / clients
-        ticks = _cpu_ticks(pid)
+        cpu = server_cpu(pid)
         with psycopg.connect(dsn) as conn, _measuring():
             conn.execute("INSERT INTO items (name, _change_selector) VALUES ('wake', 'lp')")
             client_cpu = time.process_time()
@@ -165,7 +159,7 @@ async def _round(
             await group.done
             client_per_response = (time.process_time() - client_cpu) / clients
         await asyncio.to_thread(_settle, pid)  # what the server does after the answers counts
-        cpu_per_response = (_cpu_ticks(pid) - ticks) / os.sysconf("SC_CLK_TCK") / clients
+        cpu_per_response = (server_cpu(pid) - cpu) / clients
     finally:
         group.close()
     latencies = [poll.answered_at - committing for poll in group.polls]
