@@ -13,7 +13,14 @@ from starlette.types import ASGIApp
 
 from broker.app import create_app
 from broker.authorization import Scopes
-from broker.settings import DEFAULT_PARTITIONS, MAX_PARTITIONS, Settings
+from broker.settings import (
+    DEFAULT_PARTITIONS,
+    MAX_COMMIT_TIMEOUT,
+    MAX_PARTITIONS,
+    STREAM_MEMORY_LIMIT,
+    SUBSCRIPTION_MAX_PARTITIONS,
+    Settings,
+)
 from changebroker import auth, config, http, logs, metrics
 from changebroker.stack.state import default_state_dir
 
@@ -43,6 +50,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=MAX_PARTITIONS,
         help="most partitions default_statistic may ask for",
+    )
+    option(
+        "--max-commit-timeout",
+        type=config.parse_duration,
+        default=MAX_COMMIT_TIMEOUT,
+        help="longest commit_timeout a subscription stream may ask for, and the one it gets"
+        " when it asks for none (Nakadi's nakadi.stream.max.commitTimeout)",
+    )
+    option(
+        "--stream-memory-limit",
+        type=int,
+        default=STREAM_MEMORY_LIMIT,
+        help="bytes of events a stream holds for batches not yet due; past it the largest"
+        " batch is sent early (Nakadi's maxStreamMemoryBytes)",
+    )
+    option(
+        "--subscription-max-partitions",
+        type=int,
+        default=SUBSCRIPTION_MAX_PARTITIONS,
+        help="most partitions the event types of one subscription may have together",
     )
     config.add_replication_options(parser)
     option(
@@ -84,6 +111,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not 1 <= args.default_partitions <= args.max_partitions:
         raise SystemExit("--default-partitions must be between 1 and --max-partitions")
+    if args.max_commit_timeout <= 0:
+        raise SystemExit("--max-commit-timeout must be more than 0 seconds")
+    if args.stream_memory_limit < 1 or args.subscription_max_partitions < 1:
+        raise SystemExit("--stream-memory-limit and --subscription-max-partitions must be >= 1")
     settings = config.from_args(
         Settings,
         args,

@@ -12,6 +12,12 @@ from changebroker.auth import AuthSettings
 DEFAULT_PARTITIONS = 1
 MAX_PARTITIONS = 32
 DEFAULT_RETENTION_MS = 345_600_000
+# Nakadi's defaults for consumption: the longest commit_timeout a stream may ask for (and the
+# one it gets unless it asks), the bytes a stream holds waiting for their batch before it sends
+# the largest one early, the partitions one subscription may span.
+MAX_COMMIT_TIMEOUT = 60.0
+STREAM_MEMORY_LIMIT = 50_000_000
+SUBSCRIPTION_MAX_PARTITIONS = 100
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,9 @@ class Settings:
     # The longest the per-subscription lag in /metrics may be old (read from Postgres and
     # Kafka in the background, never per scrape).
     lag_interval: float = 15.0
+    max_commit_timeout: float = MAX_COMMIT_TIMEOUT
+    stream_memory_limit: int = STREAM_MEMORY_LIMIT
+    subscription_max_partitions: int = SUBSCRIPTION_MAX_PARTITIONS
     auth: AuthSettings = field(default_factory=AuthSettings)
     scopes: Scopes = field(default_factory=Scopes)
 

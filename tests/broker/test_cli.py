@@ -1,12 +1,17 @@
-"""``changebroker broker`` with several worker processes: one broker to its clients."""
+"""``changebroker broker``: its flags, and several worker processes as one broker to its clients."""
 
 from __future__ import annotations
 
+import argparse
 import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 
+from broker import main
+from broker.settings import Settings
+from changebroker import config
 from changebroker.stack.run import broker_process
 from tests.broker.kafka_read import read_all, topic_of
 from tests.support.event_types import business_event_type
@@ -42,3 +47,24 @@ def test_workers_share_event_types_and_stop_on_sigterm(
             raise AssertionError("a worker still answers after SIGTERM")
         except httpx.ConnectError:
             pass
+
+
+def test_consumption_settings_are_flags_and_variables_with_nakadis_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nakadi's commit timeout (60 s), stream memory limit (50 MB) and partitions per
+    subscription (100) are the defaults; each has a flag and an environment variable."""
+
+    def settings(*flags: str) -> tuple[float, int, int]:
+        parser = argparse.ArgumentParser()
+        main.configure(parser)
+        args = parser.parse_args(["--pg-url", "postgresql://x", *flags])
+        made = config.from_args(Settings, args, pg_dsn=args.pg_url)
+        return made.max_commit_timeout, made.stream_memory_limit, made.subscription_max_partitions
+
+    assert settings() == (60.0, 50_000_000, 100)
+    assert settings("--max-commit-timeout", "10")[0] == 10.0
+    monkeypatch.setenv("CHANGEBROKER_BROKER_MAX_COMMIT_TIMEOUT", "5s")
+    monkeypatch.setenv("CHANGEBROKER_BROKER_STREAM_MEMORY_LIMIT", "10000")
+    monkeypatch.setenv("CHANGEBROKER_BROKER_SUBSCRIPTION_MAX_PARTITIONS", "30")
+    assert settings() == (5.0, 10_000, 30)
