@@ -2,22 +2,24 @@
 or administer this event type or subscription, now?
 
 Open streams ask again before each batch they send (``guarded``): a reader removed from an
-event type's or subscription's ``readers``, or a blocked application or event type, gets no
-further batch and its stream ends. An event type's ``authorization`` is read at most once a
-``AUTHORIZATION_TTL`` per process (and at once after this process changed it), so a change made
-through another broker process reaches open streams within that time.
+event type's or subscription's ``readers`` gets no further batch and its stream ends. A blocked
+application or event type ends a stream within the settings' refresh, whoever reads it: the
+streams ask ``consumption_blocked_check`` between their polls, batches or none. An event
+type's ``authorization`` is read at most once a ``AUTHORIZATION_TTL`` per process (and at once
+after this process changed it), so a change made through another broker process reaches open
+streams within that time.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
 from broker import authorization
-from broker.admin_settings import AdminSettings
+from broker.admin_settings import EVENT_TYPE_BLOCKED, AdminSettings
 from broker.authorization import Operation
 from changebroker.auth import Principal, audit
 
@@ -86,10 +88,9 @@ class Access:
         self, principal: Principal, name: str, section: Mapping[str, Any] | None
     ) -> None:
         """Writers of the event type, not blocked from producing."""
-        if principal.unrestricted:
-            return
         await self.admin.check_producer(principal, name)
-        await self.require(principal, section, "write", f"event type {name}")
+        if not principal.unrestricted:
+            await self.require(principal, section, "write", f"event type {name}")
 
     async def require_consume(
         self,
@@ -97,11 +98,14 @@ class Access:
         event_types: Sequence[str],
         subscription: Mapping[str, Any] | None = None,
         subscription_id: str | None = None,
+        *,
+        blocked_detail: str = EVENT_TYPE_BLOCKED,
     ) -> None:
-        """Readers of every event type (and of the subscription), not blocked from consuming."""
+        """Readers of every event type (and of the subscription), not blocked from consuming
+        (else 403 saying ``blocked_detail``)."""
+        await self.admin.check_consumer(principal, list(event_types), blocked_detail)
         if principal.unrestricted:
             return
-        await self.admin.check_consumer(principal, list(event_types))
         if subscription_id is not None:
             await self.require(principal, subscription, "read", f"subscription {subscription_id}")
         for name in event_types:
@@ -114,8 +118,6 @@ class Access:
         subscription_id: str | None,
     ) -> str | None:
         """Why ``principal`` may no longer read, or None."""
-        if await self.admin.consumer_blocked(principal, list(event_types)):
-            return "blocked from consuming"
         if await self.admin.is_admin(principal, "read"):
             return None
         if subscription_id is not None:
@@ -127,6 +129,21 @@ class Access:
             if not authorization.allowed(principal, section, "read"):
                 return f"no longer one of the readers of {name}"
         return None
+
+    def consumption_blocked_check(
+        self, principal: Principal, event_types: Sequence[str]
+    ) -> Callable[[], Awaitable[bool]]:
+        """What a stream asks between polls: is ``principal`` now blocked from consuming the
+        event types? The first yes is audited; the stream then ends."""
+        names = list(event_types)
+
+        async def blocked() -> bool:
+            if not await self.admin.consumer_blocked(principal, names):
+                return False
+            audit("stream closed", principal, ",".join(names), status=403, reason="blocked")
+            return True
+
+        return blocked
 
     def guarded(
         self,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,9 +28,13 @@ from broker import authorization
 from broker.authorization import Operation
 from broker.bodies import json_body
 from broker.errors import Unprocessable
-from changebroker.auth import Principal, audit, principal_of
+from changebroker.auth import Forbidden, Principal, audit, principal_of
 
 REFRESH = 1.0  # seconds a process trusts its copy of the settings
+
+# Nakadi's answers to a blocked consumer or producer (403).
+EVENT_TYPE_BLOCKED = "Application or event type is blocked"
+SUBSCRIPTION_BLOCKED = "Application or subscription is blocked"
 
 BLACKLIST_TYPES = ("CONSUMER_APP", "CONSUMER_ET", "PRODUCER_APP", "PRODUCER_ET")
 FEATURES = (
@@ -101,29 +104,29 @@ class AdminSettings:
 
     async def check_producer(self, principal: Principal, event_type: str) -> None:
         """403 when the application or the event type is blocked from publishing."""
-        await self._check(principal, event_type, "PRODUCER_APP", "PRODUCER_ET", "publish to")
+        if await self._blocked(principal, [event_type], "PRODUCER_APP", "PRODUCER_ET"):
+            _refuse_blocked(principal, f"publish to {event_type}", EVENT_TYPE_BLOCKED)
 
-    async def check_consumer(self, principal: Principal, event_types: list[str]) -> None:
-        """403 when the application or one of the event types is blocked from consuming."""
-        for event_type in event_types:
-            await self._check(principal, event_type, "CONSUMER_APP", "CONSUMER_ET", "consume")
+    async def check_consumer(
+        self, principal: Principal, event_types: list[str], detail: str = EVENT_TYPE_BLOCKED
+    ) -> None:
+        """403 (saying ``detail``) when the application or one of the event types is blocked
+        from consuming."""
+        if await self.consumer_blocked(principal, event_types):
+            _refuse_blocked(principal, f"consume {','.join(event_types)}", detail)
 
     async def consumer_blocked(self, principal: Principal, event_types: list[str]) -> bool:
-        snapshot = await self.current()
-        if not principal.unrestricted and snapshot.blocked("CONSUMER_APP", principal.sub):
-            return True
-        return any(snapshot.blocked("CONSUMER_ET", name) for name in event_types)
+        return await self._blocked(principal, event_types, "CONSUMER_APP", "CONSUMER_ET")
 
-    async def _check(
-        self, principal: Principal, event_type: str, app_kind: str, et_kind: str, verb: str
-    ) -> None:
+    async def _blocked(
+        self, principal: Principal, event_types: list[str], app_kind: str, et_kind: str
+    ) -> bool:
+        """An event type's block holds for every caller, authenticated or not; an
+        application's for the application a token names (with authentication off none does)."""
         snapshot = await self.current()
-        if snapshot.blocked(et_kind, event_type):
-            authorization.refuse(principal, f"{verb} {event_type}", "event type is blocked")
-        if snapshot.blocked(app_kind, principal.sub):
-            authorization.refuse(
-                principal, f"{verb} {event_type}", f"application {principal.sub} is blocked"
-            )
+        if any(snapshot.blocked(et_kind, name) for name in event_types):
+            return True
+        return not principal.unrestricted and snapshot.blocked(app_kind, principal.sub)
 
     # -- the /settings endpoints ---------------------------------------------------------
 
@@ -144,7 +147,7 @@ class AdminSettings:
     async def post_admins(self, request: Request) -> Response:
         principal = await self._admin(request, "admin")
         body = await _json(request)
-        invalid = _admin_authorization_error(body)
+        invalid = authorization.section_problem(body, ("admins", "readers", "writers"))
         if invalid:
             raise Unprocessable(invalid)
         async with self.pool.connection() as conn:
@@ -235,23 +238,13 @@ class AdminSettings:
         ]
 
 
+def _refuse_blocked(principal: Principal, action: str, detail: str) -> None:
+    audit("refused", principal, action, status=403, reason="blocked")
+    raise Forbidden(detail)
+
+
 async def _json(request: Request) -> dict[str, Any]:
     body = await json_body(request)
     if not isinstance(body, dict):
         raise Unprocessable("the body must be a JSON object")
     return body
-
-
-def _admin_authorization_error(body: Mapping[str, Any]) -> str | None:
-    for name in ("admins", "readers", "writers"):
-        attributes = body.get(name)
-        if not isinstance(attributes, list) or not attributes:
-            return f"{name} must be a non-empty list of attributes: not enough administrators"
-        for attribute in attributes:
-            if not (
-                isinstance(attribute, dict)
-                and isinstance(attribute.get("data_type"), str)
-                and isinstance(attribute.get("value"), str)
-            ):
-                return f"{name} items are objects with string data_type and value"
-    return None

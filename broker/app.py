@@ -61,9 +61,7 @@ def create_app(settings: Settings) -> ASGIApp:
     producer = KafkaProducer(settings.kafka_bootstrap)
     publisher = Publisher(store, producer, access)
     watermarks = Watermarks(settings.kafka_bootstrap)
-    subscriptions = SubscriptionService(
-        store, settings.pg_dsn, settings.kafka_bootstrap, watermarks, access
-    )
+    subscriptions = SubscriptionService(store, settings, watermarks, access)
     lag = SubscriptionLag(store, settings.kafka_bootstrap)
     lag_refresh = service_metrics.Interval(settings.lag_interval, lag.refresh)
 
@@ -107,7 +105,13 @@ def create_app(settings: Settings) -> ASGIApp:
         Route("/registry/partition-strategies", partition_strategies, methods=["GET"]),
         *event_type_api.routes(),
         # Streams, partitions and cursor operations: broker/streams/api.py.
-        *streams.routes(StoreResolver(store), settings.kafka_bootstrap, watermarks, access),
+        *streams.routes(
+            StoreResolver(store),
+            settings.kafka_bootstrap,
+            watermarks,
+            access,
+            settings.stream_memory_limit,
+        ),
         # Subscriptions, their streams, commits and stats: broker/subscriptions/.
         *subscriptions.routes(),
         *admin.routes(),

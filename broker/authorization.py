@@ -84,6 +84,25 @@ def attribute_query(text: str) -> Principal:
     return Principal(value, data_type)
 
 
+def section_problem(section: object, names: Sequence[str]) -> str | None:
+    """Why ``section`` is not an ``authorization`` object whose lists ``names`` each hold at
+    least one attribute, or None; as Nakadi words it."""
+    if not isinstance(section, Mapping):
+        return 'Field "authorization" must be an object'
+    for name in names:
+        attributes = section.get(name)
+        if not isinstance(attributes, list) or not attributes:
+            return f'Field "authorization.{name}" must contain at least one attribute'
+        for attribute in attributes:
+            if not (
+                isinstance(attribute, Mapping)
+                and isinstance(attribute.get("data_type"), str)
+                and isinstance(attribute.get("value"), str)
+            ):
+                return f'Field "authorization.{name}" items must have string data_type and value'
+    return None
+
+
 def lists(authorization: Mapping[str, Any] | None, operation: Operation, who: Principal) -> bool:
     """Does the section's list for ``operation`` name ``who``, by name or by a wildcard? (A
     resource without a section lists nobody: the listings' filters ask who is named.)"""

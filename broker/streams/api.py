@@ -135,6 +135,7 @@ class Reading:
     kafka_bootstrap: str
     watermarks: Watermarks
     access: Access
+    memory_limit: int
 
     async def _readable(self, request: Request) -> EventTypeTopic:
         """The event type the path names (else 404), if the caller may read it (else 403)."""
@@ -174,7 +175,15 @@ class Reading:
                 if cursors
                 else {p: mark.newest_position for p, mark in marks.items()}
             )
-        stream = EventStream(self.kafka_bootstrap, topic.topic, positions, limits, topic.timeline)
+        stream = EventStream(
+            self.kafka_bootstrap,
+            topic.topic,
+            positions,
+            limits,
+            topic.timeline,
+            memory_limit=self.memory_limit,
+            blocked=self.access.consumption_blocked_check(principal, [name]),
+        )
         batches = self.access.guarded(stream.batches(), principal, [name])
         return _StreamResponse(stream, batches, _wants_gzip(request))
 
@@ -290,10 +299,15 @@ def _kafka_unavailable_is_503(endpoint: Endpoint) -> Endpoint:
 
 
 def routes(
-    resolve: TopicResolver, kafka_bootstrap: str, watermarks: Watermarks, access: Access
+    resolve: TopicResolver,
+    kafka_bootstrap: str,
+    watermarks: Watermarks,
+    access: Access,
+    memory_limit: int,
 ) -> list[BaseRoute]:
-    """The reading endpoints; ``watermarks`` is the app's, closed by its lifespan."""
-    reading = Reading(resolve, kafka_bootstrap, watermarks, access)
+    """The reading endpoints; ``watermarks`` is the app's, closed by its lifespan;
+    ``memory_limit``: the bytes a stream holds for batches not yet due."""
+    reading = Reading(resolve, kafka_bootstrap, watermarks, access, memory_limit)
     endpoints: list[tuple[str, Endpoint, str]] = [
         ("/event-types/{name}/events", reading.stream, "GET"),
         ("/event-types/{name}/partitions", reading.partitions, "GET"),

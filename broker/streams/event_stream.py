@@ -9,21 +9,28 @@ Each line is ``{"cursor":{"partition":"0","offset":"001-0001-..."},"events":[...
 events are the bytes stored in Kafka spliced in as they are (published JSON is
 stored compact and valid, so nothing is parsed or re-serialised on this path).
 A keep-alive is the same line without ``events``, cursor unchanged.
+
+When a stream ends at its ``stream_timeout``, every partition whose batch is due sends it (a
+keep-alive when it is empty), then every other partition with events waiting sends them, in
+partition order, as Nakadi does. The events waiting for their batch are bounded in bytes (the
+broker's ``--stream-memory-limit``): past it the partition holding the most sends early.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from broker.errors import Unprocessable
+from broker.settings import STREAM_MEMORY_LIMIT
 from broker.streams.cursors import format_offset
 from broker.streams.watermarks import consumer_config
 from changebroker import http
@@ -92,8 +99,12 @@ def _integer(query: Mapping[str, str], name: str, default: int) -> int:
     return int(value)
 
 
-def parse_limits(query: Mapping[str, str]) -> StreamLimits:
-    """The stream's query parameters with Nakadi's defaults and its consistency rules."""
+def parse_limits(query: Mapping[str, str], *, subscription: bool = False) -> StreamLimits:
+    """The stream's query parameters with Nakadi's defaults and its consistency rules.
+
+    A ``subscription`` stream may end before its first batch is due: it sends what waits when
+    its stream_timeout comes (Nakadi refuses that only on the low-level stream).
+    """
     batch_limit = _integer(query, "batch_limit", 1)
     if batch_limit < 1:
         raise LimitError("batch_limit can't be lower than 1")
@@ -104,7 +115,7 @@ def parse_limits(query: Mapping[str, str]) -> StreamLimits:
     stream_timeout = _number(query, "stream_timeout", 0)
     if stream_timeout == 0 or stream_timeout > MAX_STREAM_TIMEOUT:
         stream_timeout = DEFAULT_STREAM_TIMEOUT
-    elif stream_timeout < flush:
+    elif stream_timeout < flush and not subscription:
         raise LimitError("stream_timeout can't be lower than batch_flush_timeout")
     keep_alive_limit = _integer(query, "stream_keep_alive_limit", 0)
     return StreamLimits(batch_limit, stream_limit, flush, stream_timeout, keep_alive_limit)
@@ -120,35 +131,84 @@ class PartitionBatch:
     flush_at: float
     keep_alives: int = 0
     pending: list[bytes] = field(default_factory=list)
+    pending_bytes: int = 0
+    # The offset of the last event sent: where a batch that only says something stands.
+    sent: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sent = self.last_offset
 
     def cursor_end(self) -> bytes:
         """What closes the cursor after its offset (subscriptions add event_type and a token)."""
         return b'"}'
 
-    def line(self) -> bytes:
-        """The next batch (or keep-alive when nothing waits); resets the flush timer's state."""
+    def line(self, info: str | None = None) -> bytes:
+        """The next batch (or keep-alive when nothing waits), with ``info.debug`` when given;
+        resets the flush timer's state."""
         offset = format_offset(self.last_offset, self.timeline).encode()
+        end = _end(info)
         if not self.pending:
             self.keep_alives += 1
-            return self.prefix + offset + self.cursor_end() + b"}\n"
+            return self.prefix + offset + self.cursor_end() + end
         self.keep_alives = 0
+        self.sent = self.last_offset
         events = b",".join(self.pending)
         self.pending = []
-        return self.prefix + offset + self.cursor_end() + b',"events":[' + events + b"]}\n"
+        self.pending_bytes = 0
+        return self.prefix + offset + self.cursor_end() + b',"events":[' + events + b"]" + end
+
+    def info_line(self, info: str) -> bytes:
+        """A batch without events at the last sent cursor that only says ``info``."""
+        offset = format_offset(self.sent, self.timeline).encode()
+        return self.prefix + offset + self.cursor_end() + _end(info)
+
+
+def _end(info: str | None) -> bytes:
+    """What closes a batch line: its ``info`` object when there is one, and the newline."""
+    if info is None:
+        return b"}\n"
+    return b',"info":' + json.dumps({"debug": info}).encode() + b"}\n"
 
 
 PartitionKey = tuple[str, int]
 
 
 class Batcher:
-    """Nakadi's batching over a set of partitions: batch_limit, flush timeouts, stream_limit
-    and the keep-alive limit. Low-level and subscription streams both feed it polled messages.
+    """Nakadi's batching over a set of partitions: batch_limit, flush timeouts, stream_limit,
+    the keep-alive limit and the memory limit. Low-level and subscription streams both feed it
+    polled messages.
+
+    ``overflow_info``: what a batch sent early for the memory limit says (subscriptions);
+    ``first_info``: what the stream's first line says unless it says something of its own.
     """
 
-    def __init__(self, limits: StreamLimits) -> None:
+    def __init__(
+        self,
+        limits: StreamLimits,
+        memory_limit: int = STREAM_MEMORY_LIMIT,
+        *,
+        overflow_info: str | None = None,
+        first_info: str | None = None,
+    ) -> None:
         self.limits = limits
+        self.memory_limit = memory_limit
+        self.overflow_info = overflow_info
+        self.first_info = first_info
         self.partitions: dict[PartitionKey, PartitionBatch] = {}
         self.accepted = 0
+        self.pending_bytes = 0  # of every partition's pending events
+
+    def emit(self, state: PartitionBatch, info: str | None = None) -> bytes:
+        """The partition's next line (see :meth:`PartitionBatch.line`)."""
+        self.pending_bytes -= state.pending_bytes
+        line = state.line(info or self.first_info)
+        self.first_info = None
+        return line
+
+    def info_line(self, state: PartitionBatch, info: str) -> bytes:
+        """A line without events that only says ``info`` (see :meth:`PartitionBatch.info_line`)."""
+        self.first_info = None
+        return state.info_line(info)
 
     def take(self, messages: list[Message], allowed: int | None = None) -> tuple[list[bytes], bool]:
         """Lines of the batches these messages fill; True once stream_limit is reached.
@@ -160,6 +220,15 @@ class Batcher:
         limits = self.limits
         out: list[bytes] = []
         full_at = limits.batch_limit if allowed is None else min(limits.batch_limit, allowed)
+
+        def send(state: PartitionBatch, info: str | None = None) -> None:
+            nonlocal allowed, full_at
+            if allowed is not None:
+                allowed -= len(state.pending)
+                full_at = max(min(limits.batch_limit, allowed), 1)
+            out.append(self.emit(state, info))
+            state.flush_at = time.monotonic() + limits.batch_flush_timeout
+
         for message in messages:
             error = message.error()
             if error is not None:
@@ -168,28 +237,31 @@ class Batcher:
             if state is None:
                 # Fetched before its partition was given up (subscription rebalance): not ours.
                 continue
-            state.pending.append(message.value())  # type: ignore[arg-type]
+            value: bytes = message.value()  # type: ignore[assignment]
+            state.pending.append(value)
+            state.pending_bytes += len(value)
+            self.pending_bytes += len(value)
             state.last_offset = message.offset()  # type: ignore[assignment]
             self.accepted += 1
             if len(state.pending) >= full_at:
-                if allowed is not None:
-                    allowed -= len(state.pending)
-                    full_at = max(min(limits.batch_limit, allowed), 1)
-                out.append(state.line())
-                state.flush_at = time.monotonic() + limits.batch_flush_timeout
+                send(state)
+            while self.pending_bytes > self.memory_limit:
+                heaviest = max(self.partitions.values(), key=lambda s: s.pending_bytes)
+                send(heaviest, self.overflow_info)
             if limits.stream_limit and self.accepted >= limits.stream_limit:
                 return out, True
         return out, False
 
     def due(self, now: float, stream_over: bool) -> list[bytes]:
-        """Batches whose flush timeout passed (keep-alives if empty); at the end, all that waits."""
+        """Batches whose flush timeout passed (keep-alives if empty); when the stream is over,
+        then every other batch with events waiting."""
         out: list[bytes] = []
         for state in self.partitions.values():
-            if state.pending and stream_over:
-                out.append(state.line())
-            elif now >= state.flush_at and not stream_over:
-                out.append(state.line())
+            if now >= state.flush_at:
+                out.append(self.emit(state))
                 state.flush_at = now + self.limits.batch_flush_timeout
+        if stream_over:
+            out += [self.emit(s) for s in self.partitions.values() if s.pending]
         return out
 
     def next_flush(self, bound: float) -> float:
@@ -229,12 +301,19 @@ class EventStream:
         positions: Mapping[int, int],
         limits: StreamLimits,
         timeline: int = 1,
+        *,
+        memory_limit: int = STREAM_MEMORY_LIMIT,
+        blocked: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
+        """``blocked``: asked before every poll; once it says so, the stream ends (Nakadi ends
+        the stream of a consumer the blacklist blocks)."""
         self._bootstrap = bootstrap
         self._topic = topic
         self._positions = dict(positions)
         self._limits = limits
         self._timeline = timeline
+        self._memory_limit = memory_limit
+        self._blocked = blocked
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"stream-{topic}")
         self._consumer: Consumer | None = None
         self._closed = False
@@ -276,8 +355,8 @@ class EventStream:
             await loop.run_in_executor(self._executor, self._open)
             started = time.monotonic()
             ends_at = started + limits.stream_timeout
-            batcher = Batcher(limits)
-            for p, last in self._positions.items():
+            batcher = Batcher(limits, self._memory_limit)
+            for p, last in sorted(self._positions.items()):
                 batcher.partitions[(self._topic, p)] = PartitionBatch(
                     b'{"cursor":{"partition":"' + str(p).encode() + b'","offset":"',
                     last,
@@ -285,6 +364,8 @@ class EventStream:
                     started + limits.batch_flush_timeout,
                 )
             while True:
+                if self._blocked is not None and await self._blocked():
+                    return
                 now = time.monotonic()
                 wait = min(max(batcher.next_flush(ends_at) - now, 0.0), MAX_POLL_SECONDS)
                 messages = await loop.run_in_executor(self._executor, self._poll, wait)

@@ -93,27 +93,31 @@ class SubscriptionApi:
         if not storable([owner, reader, *event_types]):
             raise BadRequest("owning_application, event_type and reader must not contain NUL")
         named = None if reader is None else authorization.attribute_query(reader)
-        found, more = await self._subscriptions.page(owner, event_types, limit, offset, named)
+        found = await self._subscriptions.page(owner, event_types, limit, offset, named)
         items = [s.body() for s in found]
-        if query.get("show_status", "false").lower() == "true":
+        show_status = query.get("show_status", "false").lower() == "true"
+        if show_status:
             for item, subscription in zip(items, found, strict=True):
                 item["status"] = await self._status(subscription)
-        filters: list[tuple[str, str]] = []
-        if owner is not None:
-            filters.append(("owning_application", owner))
+        # Nakadi's link: its parameters in its order, ":" of a reader left as it is.
+        filters: list[tuple[str, str]] = [("event_type", name) for name in event_types]
         if reader is not None:
             filters.append(("reader", reader))
-        filters += [("event_type", name) for name in event_types]
+        if owner is not None:
+            filters.append(("owning_application", owner))
+        if show_status:
+            filters.append(("show_status", "true"))
 
         def link(at: int) -> dict[str, str]:
             params = [*filters, ("offset", str(at)), ("limit", str(limit))]
-            return {"href": f"/subscriptions?{urlencode(params)}"}
+            return {"href": f"/subscriptions?{urlencode(params, safe=':')}"}
 
         links: dict[str, Any] = {}
         if offset > 0:
             links["prev"] = link(max(offset - limit, 0))
-        if more:
-            links["next"] = link(offset + limit)
+        # As Nakadi: a full page has a next one, which may be empty.
+        if len(found) >= limit:
+            links["next"] = link(offset + len(found))
         return JSONResponse({"items": items, "_links": links})
 
     async def get(self, request: Request) -> Response:
@@ -127,11 +131,11 @@ class SubscriptionApi:
         subscription_id = request.path_params["id"]
         await self._administered(request)
         body = await bodies.json_body(request)
-        if not await self._subscriptions.update_authorization(subscription_id, body):
+        if not await self._subscriptions.update(subscription_id, body):
             raise SubscriptionNotFound(subscription_id)
         # Streams of readers this change removed end at their next batch.
         self._access.forget_subscription(subscription_id)
-        audit("subscription authorization changed", principal_of(request), subscription_id)
+        audit("subscription changed", principal_of(request), subscription_id)
         return Response(status_code=204)
 
     async def delete(self, request: Request) -> Response:

@@ -28,7 +28,10 @@ PartitionKey = tuple[str, int]  # (topic, partition), as Kafka messages name it
 
 
 class ReadAhead:
-    def __init__(self) -> None:
+    def __init__(self, memory_limit: int = READ_AHEAD_BYTES) -> None:
+        """``memory_limit``: the stream's bytes for events it holds; what is read ahead keeps
+        within it too."""
+        self._most_bytes = min(READ_AHEAD_BYTES, memory_limit)
         self._partitions: dict[PartitionKey, deque[Message]] = {}
         self._failed: list[Message] = []
         # Partitions whose flush timeout passed while they had events here that could not be
@@ -40,7 +43,7 @@ class ReadAhead:
 
     def room(self, most_events: int) -> int:
         """How many more events may be read now: ``most_events`` at most, none once full."""
-        if self.bytes >= READ_AHEAD_BYTES:
+        if self.bytes >= self._most_bytes:
             return 0
         return max(most_events - self.count, 0)
 
@@ -66,6 +69,7 @@ class ReadAhead:
         batch_limit: int,
         now: float,
         full: bool,
+        ending: bool = False,
     ) -> list[Message]:
         """What the batcher may be given now, taking partitions in turns.
 
@@ -75,7 +79,8 @@ class ReadAhead:
         (its flush timeout passed), so a busy partition never holds a quiet one back; then the
         events that complete batches; and when no batch could be completed while what was
         read already fills the allowance (or the read-ahead is ``full``), whatever fits:
-        waiting could only delay it to the flush timeout.
+        waiting could only delay it to the flush timeout. When the stream is ``ending``,
+        whatever fits in any case.
         """
         out, self._failed = self._failed, []
         keys = [key for key, waiting in self._partitions.items() if waiting and key in batches]
@@ -105,7 +110,7 @@ class ReadAhead:
                     break
                 give(key, needed)
                 pending[key] = 0
-        if not out and (full or self.count >= budget):
+        if ending or (not out and (full or self.count >= budget)):
             for key in turns:
                 if budget > 0:
                     give(key, budget)

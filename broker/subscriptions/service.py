@@ -8,6 +8,7 @@ from starlette.routing import BaseRoute
 
 from broker.access import Access
 from broker.event_types.store import Store, StoreResolver
+from broker.settings import Settings
 from broker.streams.watermarks import Watermarks
 from broker.subscriptions.api import SubscriptionApi
 from broker.subscriptions.coordination import Coordinator
@@ -19,12 +20,20 @@ class SubscriptionService:
     """Everything under ``/subscriptions`` for one app, and its notification listener."""
 
     def __init__(
-        self, store: Store, pg_dsn: str, bootstrap: str, watermarks: Watermarks, access: Access
+        self, store: Store, settings: Settings, watermarks: Watermarks, access: Access
     ) -> None:
-        self.subscriptions = Subscriptions(store, StoreResolver(store), watermarks)
-        self.coordinator = Coordinator(pg_dsn, store.pool, lambda: close_expired(store))
+        self.subscriptions = Subscriptions(
+            store, StoreResolver(store), watermarks, settings.subscription_max_partitions
+        )
+        self.coordinator = Coordinator(settings.pg_dsn, store.pool, lambda: close_expired(store))
         self.streams = SubscriptionStreams(
-            self.subscriptions, self.coordinator, bootstrap, watermarks, access
+            self.subscriptions,
+            self.coordinator,
+            settings.kafka_bootstrap,
+            watermarks,
+            access,
+            settings.max_commit_timeout,
+            settings.stream_memory_limit,
         )
         self.api = SubscriptionApi(self.subscriptions, self.streams.status, access)
 

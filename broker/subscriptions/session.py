@@ -19,7 +19,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +53,6 @@ from changebroker.numerals import whole_number
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_UNCOMMITTED = 10
-MAX_COMMIT_TIMEOUT = 60.0
 # Streams notice notifications between polls: this bounds how late a rebalance is seen.
 SUBSCRIPTION_POLL_SECONDS = 0.1
 _DRAIN_CHECK_SECONDS = 1.0  # longest wait for a commit before looking at ``http.draining``
@@ -64,13 +63,17 @@ class StreamParams:
     limits: StreamLimits
     max_uncommitted: int
     commit_timeout: float
-    requested: frozenset[PartitionKey]
+    # Partitions requested directly, in the order asked, each once.
+    requested: tuple[PartitionKey, ...]
 
 
-def parse_params(values: Mapping[str, Any]) -> StreamParams:
-    """Query parameters (GET) or the body (POST): Nakadi's defaults and its rules (422)."""
+def parse_params(values: Mapping[str, Any], max_commit_timeout: float) -> StreamParams:
+    """Query parameters (GET) or the body (POST): Nakadi's defaults and its rules (422).
+
+    ``commit_timeout`` may be up to ``max_commit_timeout``, which is also what 0 or none means.
+    """
     texts = {k: str(v) for k, v in values.items() if v is not None and k != "partitions"}
-    limits = parse_limits(texts)
+    limits = parse_limits(texts, subscription=True)
     raw_max = texts.get("max_uncommitted_events", str(DEFAULT_MAX_UNCOMMITTED))
     if not whole_number(raw_max) or int(raw_max) < 1:
         raise LimitError("max_uncommitted_events must be a whole number of at least 1")
@@ -78,9 +81,11 @@ def parse_params(values: Mapping[str, Any]) -> StreamParams:
         commit_timeout = float(texts.get("commit_timeout", "0"))
     except ValueError:
         raise LimitError("commit_timeout must be a number of seconds") from None
-    if not 0 <= commit_timeout <= MAX_COMMIT_TIMEOUT:
-        raise LimitError("commit_timeout must be between 0 and 60 seconds")
-    requested: set[PartitionKey] = set()
+    if commit_timeout > max_commit_timeout:
+        raise LimitError(f"commit_timeout can not be more than {max_commit_timeout:g}")
+    if not commit_timeout >= 0:
+        raise LimitError("commit_timeout can not be less than 0")
+    requested: list[PartitionKey] = []
     partitions = values.get("partitions") or []
     if not isinstance(partitions, list):
         raise LimitError("partitions must be an array of {event_type, partition}")
@@ -91,10 +96,11 @@ def parse_params(values: Mapping[str, Any]) -> StreamParams:
             or not whole_number(str(item.get("partition", "")))
         ):
             raise LimitError(f"each partition needs event_type and partition, got {item!r}")
-        requested.add((item["event_type"], int(item["partition"])))
-    # Nakadi: 0 is the maximum, 60 s.
+        requested.append((item["event_type"], int(item["partition"])))
+    if len(set(requested)) < len(requested):
+        raise LimitError("Duplicated partition specified")
     return StreamParams(
-        limits, int(raw_max), commit_timeout or MAX_COMMIT_TIMEOUT, frozenset(requested)
+        limits, int(raw_max), commit_timeout or max_commit_timeout, tuple(requested)
     )
 
 
@@ -103,7 +109,6 @@ class _Batch(PartitionBatch):
     """A subscription partition's batches: cursors carry the event type and a cursor token."""
 
     event_type_json: bytes = b""
-    sent: int = -1  # the offset of the last event sent
 
     def cursor_end(self) -> bytes:
         return (
@@ -114,19 +119,14 @@ class _Batch(PartitionBatch):
             + b'"}'
         )
 
-    def line(self) -> bytes:
-        if self.pending:
-            self.sent = self.last_offset
-        return super().line()
-
-
-def _with_info(line: bytes, debug: str) -> bytes:
-    """The line (one JSON object and its newline) with ``info.debug`` added."""
-    return line[:-2] + b',"info":' + json.dumps({"debug": debug}).encode() + b"}\n"
-
 
 class SessionEnded(Exception):
-    """The session was closed by someone else (a cursor reset, the subscription deleted)."""
+    """The session was closed by someone else (a cursor reset, the subscription deleted);
+    ``debug``: what the stream's last batch says, if anything."""
+
+    def __init__(self, debug: str | None = None) -> None:
+        super().__init__(debug)
+        self.debug = debug
 
 
 class Session:
@@ -146,7 +146,12 @@ class Session:
         params: StreamParams,
         topics: Mapping[str, EventTypeTopic],
         changed: asyncio.Event,
+        *,
+        memory_limit: int,
+        blocked: Callable[[], Awaitable[bool]],
     ) -> None:
+        """``memory_limit``: the bytes of events held for batches not yet due; ``blocked``:
+        asked on every turn of the stream, which ends once it says so."""
         self._store = store
         self._bootstrap = bootstrap
         self._local_sessions = local_sessions
@@ -155,8 +160,14 @@ class Session:
         self._params = params
         self._topics = dict(topics)
         self._changed = changed
-        self._batcher = Batcher(params.limits)
-        self._ahead = ReadAhead()
+        self._blocked = blocked
+        self._batcher = Batcher(
+            params.limits,
+            memory_limit,
+            overflow_info="Stream parameters are causing overflow",
+            first_info="Stream started",
+        )
+        self._ahead = ReadAhead(memory_limit)
         self._streaming: dict[PartitionKey, _Batch] = {}
         # Partitions given up but still held: the offset last sent, until it is committed.
         self._releasing: dict[PartitionKey, int] = {}
@@ -220,19 +231,29 @@ class Session:
         async with self._store.pool.connection() as conn:
             # The session and our partitions in one round trip: every commit causes one.
             cur = await conn.execute(
-                "SELECT s.open, p.event_type, p.partition, p.committed, p.owner::text,"
-                " p.next_owner::text, p.release_offset,"
+                "SELECT s.open, s.resetting, p.event_type, p.partition, p.committed,"
+                " p.owner::text, p.next_owner::text, p.release_offset,"
                 " greatest(extract(epoch FROM p.release_deadline - now()), 0)"
-                " FROM (SELECT closed_at IS NULL AS open FROM broker_subscription_sessions"
-                " WHERE stream_id = %s) s"
+                " FROM (SELECT closed_at IS NULL AS open,"
+                " (SELECT coalesce(reset_until > now(), false) FROM broker_subscriptions"
+                " WHERE id = %s) AS resetting"
+                " FROM broker_subscription_sessions WHERE stream_id = %s) s"
                 " LEFT JOIN broker_subscription_partitions p ON p.subscription_id = %s"
                 " AND (p.owner = %s OR p.next_owner = %s)",
-                (self.stream_id, self.subscription_id, self.stream_id, self.stream_id),
+                (
+                    self.subscription_id,
+                    self.stream_id,
+                    self.subscription_id,
+                    self.stream_id,
+                    self.stream_id,
+                ),
             )
             found = await cur.fetchall()
-        if not found or not found[0][0]:
+        if not found:
             raise SessionEnded()
-        rows = [row[1:] for row in found if row[1] is not None]
+        if not found[0][0]:
+            raise SessionEnded("Resetting subscription cursors" if found[0][1] else None)
+        rows = [row[2:] for row in found if row[2] is not None]
         me = self.stream_id
         owned: set[PartitionKey] = set()
         add: list[TopicPartition] = []
@@ -276,16 +297,19 @@ class Session:
         if advanced:
             self._uncommitted_since = time.monotonic()
 
-    def _start(self, key: PartitionKey, committed: int) -> None:
-        topic = self._topics[key[0]]
-        batch = _Batch(
+    def _new_batch(self, key: PartitionKey, sent: int) -> _Batch:
+        """The batches of a partition whose last event sent is ``sent``."""
+        return _Batch(
             b'{"cursor":{"partition":"' + str(key[1]).encode() + b'","offset":"',
-            committed,
-            topic.timeline,
+            sent,
+            self._topics[key[0]].timeline,
             time.monotonic() + self._params.limits.batch_flush_timeout,
             event_type_json=json.dumps(key[0])[1:-1].encode(),
-            sent=committed,
         )
+
+    def _start(self, key: PartitionKey, committed: int) -> None:
+        topic = self._topics[key[0]]
+        batch = self._new_batch(key, committed)
         self._streaming[key] = batch
         self._batcher.partitions[(topic.topic, key[1])] = batch
         self._ahead.drop((topic.topic, key[1]))
@@ -297,7 +321,7 @@ class Session:
         del self._batcher.partitions[topic_key]
         self._ahead.drop(topic_key)
         if batch.pending:
-            out.append(batch.line())
+            out.append(self._batcher.emit(batch))
         self._releasing[key] = batch.sent
 
     async def _hand_over(
@@ -354,7 +378,6 @@ class Session:
         await self._kafka(self._open)
         started = time.monotonic()
         ends_at = started + limits.stream_timeout
-        debug = "Stream started"
         self._changed.set()
         while True:
             out: list[bytes] = []
@@ -365,9 +388,14 @@ class Session:
                 if self._takeover_at is not None and time.monotonic() >= self._takeover_at:
                     await self._take_over()
                     continue
-            except SessionEnded:
+            except SessionEnded as ended:
+                if ended.debug is not None:
+                    out += self._last_words(ended.debug)
                 if out:
                     yield b"".join(out)
+                return
+            if await self._blocked():
+                yield b"".join(out + self._last_words("Consumption is blocked"))
                 return
             now = time.monotonic()
             uncommitted = self._uncommitted()
@@ -381,6 +409,7 @@ class Session:
                     "subscription stream closed: commit timeout",
                     extra=logs.fields(stream_id=self.stream_id),
                 )
+                yield b"".join(out + self._last_words("Commit timeout reached"))
                 return
             # Nakadi sends at most max_uncommitted_events - uncommitted, in batches of
             # min(batch_limit, that). The batcher is given no more than that less what already
@@ -413,8 +442,15 @@ class Session:
             taken, limit_reached = self._batcher.take(messages, allowance)
             out += taken
             now = time.monotonic()
+            timed_out = now >= ends_at
+            if timed_out and not limit_reached:
+                # Nakadi sends everything it holds (that it may send) when the stream times
+                # out: what was read ahead too, not only what waits for its batch.
+                allowance = self._params.max_uncommitted - self._uncommitted()
+                rest = self._from_ahead(allowance, most, ending=True)
+                out += self._batcher.take(rest, allowance)[0]
             # Asked to stop: what is batched goes out, then the stream ends whole.
-            over = limit_reached or now >= ends_at or http.draining.is_set()
+            over = limit_reached or timed_out or http.draining.is_set()
             # What waits fills the allowance, spread over partitions none of which has a full
             # batch: the batcher gets nothing more before a commit, so it goes now, not at the
             # flush timeout.
@@ -422,15 +458,28 @@ class Session:
             stuck = 0 < waiting >= self._params.max_uncommitted - self._uncommitted()
             self._ahead.note_overdue(self._batcher.partitions, now)
             out += self._batcher.due(now, over or stuck)
+            if timed_out:
+                out += self._last_words("Stream timeout reached")
             if out:
-                if debug:
-                    out[0] = _with_info(out[0], debug)
-                    debug = ""
                 if any(b'"events"' in line for line in out):
                     self._last_sent_at = now
                 yield b"".join(out)
             if over or self._batcher.keep_alive_limit_reached():
                 return
+
+    def _last_words(self, debug: str) -> list[bytes]:
+        """The stream's last batch, saying why it ends: no events, at the cursor last sent of
+        its first partition (nothing when it has none), as Nakadi ends a subscription stream."""
+        keys = sorted(self._streaming) or sorted(self._releasing)
+        if not keys:
+            return []
+        key = keys[0]
+        batch = (
+            self._streaming[key]
+            if key in self._streaming
+            else self._new_batch(key, self._releasing[key])
+        )
+        return [self._batcher.info_line(batch, debug)]
 
     def _ahead_most(self) -> int:
         """Events read ahead at most: the allowance and a batch for every partition, or more
@@ -446,13 +495,14 @@ class Session:
             polled = await self._kafka(self._poll, wait, min(room, MESSAGES_PER_POLL))
             self._ahead.add(polled, self._batcher.partitions)
 
-    def _from_ahead(self, allowance: int, most: int) -> list[Any]:
+    def _from_ahead(self, allowance: int, most: int, *, ending: bool = False) -> list[Any]:
         return self._ahead.take(
             self._batcher.partitions,
             allowance=allowance,
             batch_limit=self._params.limits.batch_limit,
             now=time.monotonic(),
             full=not self._ahead.room(most),
+            ending=ending,
         )
 
     async def close(self) -> None:

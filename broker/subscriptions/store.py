@@ -18,7 +18,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -27,6 +27,8 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from broker.annotations import Kind, annotations_problem
+from broker.authorization import section_problem
 from broker.errors import BrokerError, Conflict, SubscriptionNotFound
 from broker.event_types.store import Store, _utc
 from broker.event_types.topics import EventTypeTopic, TopicResolver
@@ -42,8 +44,6 @@ READ_FROM = ("begin", "end", "cursors")
 DEFAULT_CONSUMER_GROUP = "default"
 DEFAULT_PAGE = 20
 MAX_PAGE = 1000
-# Nakadi: a subscription spans at most this many partitions (its streams' maximum).
-MAX_PARTITIONS = 100
 # How long ended sessions stay, for whoever looks at them by hand.
 SESSION_RETENTION_SECONDS = 3600.0
 
@@ -74,29 +74,32 @@ class Subscription:
     read_from: str
     initial_cursors: list[dict[str, str]] | None
     authorization: dict[str, Any] | None
+    annotations: dict[str, str] | None
+    labels: dict[str, str] | None
     created_at: datetime
     updated_at: datetime
 
     def body(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": self.id,
+        """As Nakadi writes a Subscription: its fields in its order, the ones never set as
+        ``[]`` (initial_cursors) or ``null`` (authorization, annotations, labels)."""
+        return {
             "owning_application": self.owning_application,
             "event_types": self.event_types,
             "consumer_group": self.consumer_group,
             "read_from": self.read_from,
+            "initial_cursors": self.initial_cursors or [],
+            "authorization": self.authorization,
+            "annotations": self.annotations,
+            "labels": self.labels,
+            "id": self.id,
             "created_at": _utc(self.created_at),
             "updated_at": _utc(self.updated_at),
         }
-        if self.initial_cursors is not None:
-            out["initial_cursors"] = self.initial_cursors
-        if self.authorization is not None:
-            out["authorization"] = self.authorization
-        return out
 
 
 _COLUMNS = (
     "id::text, owning_application, event_types, consumer_group, read_from, initial_cursors,"
-    " authz AS authorization, created_at, updated_at"
+    " authz AS authorization, annotations, labels, created_at, updated_at"
 )
 
 
@@ -109,6 +112,8 @@ def _subscription(row: Mapping[str, Any]) -> Subscription:
         row["read_from"],
         row["initial_cursors"],
         row["authorization"],
+        row["annotations"],
+        row["labels"],
         row["created_at"],
         row["updated_at"],
     )
@@ -147,6 +152,8 @@ class Subscriptions:
     store: Store
     resolve: TopicResolver
     watermarks: Watermarks
+    # The most partitions the event types of one subscription may have together.
+    max_partitions: int
     # As last read by ``get``: commits decide on these and check them under the lock.
     _remembered: dict[str, Subscription] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -294,9 +301,11 @@ class Subscriptions:
         names = sorted(set(event_types))
         topics = await self.topics(names)
         total = sum(t.partitions for t in topics.values())
-        if total > MAX_PARTITIONS:
+        if total > self.max_partitions:
             raise SubscriptionError(
-                422, f"the event types have {total} partitions; a subscription spans at most 100"
+                422,
+                f"total partition count for subscription is {total}, but the maximum partition"
+                f" count is {self.max_partitions}",
             )
         initial_cursors = body.get("initial_cursors")
         if read_from == "cursors":
@@ -313,12 +322,12 @@ class Subscriptions:
             # As Nakadi: read only for read_from cursors, otherwise kept as sent (Java clients
             # send [] with begin and end).
             raise SubscriptionError(422, "initial_cursors must be an array of cursors")
-        authorization = body.get("authorization")
+        authorization, annotations, labels = _described(body)
         async with self.store.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
                 "INSERT INTO broker_subscriptions (id, owning_application, event_types,"
-                " consumer_group, read_from, initial_cursors, authz)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s)"
+                " consumer_group, read_from, initial_cursors, authz, annotations, labels)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT (owning_application, event_types, consumer_group) DO NOTHING"
                 f" RETURNING {_COLUMNS}",
                 (
@@ -328,7 +337,9 @@ class Subscriptions:
                     group,
                     read_from,
                     None if initial_cursors is None else Jsonb(initial_cursors),
-                    None if authorization is None else Jsonb(authorization),
+                    _jsonb(authorization),
+                    _jsonb(annotations),
+                    _jsonb(labels),
                 ),
             )
             row = await cur.fetchone()
@@ -350,9 +361,9 @@ class Subscriptions:
         limit: int,
         offset: int,
         reader: Principal | None = None,
-    ) -> tuple[list[Subscription], bool]:
-        """Newest first; and whether there is a next page. ``reader``: only subscriptions whose
-        readers name it, by name or by a wildcard."""
+    ) -> list[Subscription]:
+        """Newest first, ``limit`` at most. ``reader``: only subscriptions whose readers name
+        it, by name or by a wildcard."""
         conditions: list[str] = ["true"]
         params: list[object] = []
         if reader is not None:
@@ -371,10 +382,10 @@ class Subscriptions:
             await cur.execute(
                 f"SELECT {_COLUMNS} FROM broker_subscriptions WHERE {' AND '.join(conditions)}"
                 " ORDER BY created_at DESC, id LIMIT %s OFFSET %s",
-                (*params, limit + 1, offset),
+                (*params, limit, offset),
             )
             rows = await cur.fetchall()
-        return [_subscription(r) for r in rows[:limit]], len(rows) > limit
+        return [_subscription(r) for r in rows]
 
     async def delete(self, subscription_id: str) -> bool:
         if not valid_id(subscription_id):
@@ -388,8 +399,9 @@ class Subscriptions:
                 await conn.execute(*notify_sql(subscription_id))
             return cur.rowcount > 0
 
-    async def update_authorization(self, subscription_id: str, body: object) -> bool:
-        """PUT changes only ``authorization`` (the rest is immutable); False when not found."""
+    async def update(self, subscription_id: str, body: object) -> bool:
+        """PUT changes ``authorization``, and ``annotations`` and ``labels`` when it sends them
+        (the rest is immutable); False when not found."""
         current = await self.get(subscription_id)
         if current is None:
             return False
@@ -407,15 +419,17 @@ class Subscriptions:
             or sorted(set(event_types)) != current.event_types
         ):
             raise SubscriptionError(422, "event_types can't be changed; only authorization can")
-        authorization = body.get("authorization")
+        authorization, annotations, labels = _described(body)
         if current.authorization and not authorization:
             raise SubscriptionError(
                 422, "authorization cannot be removed once set; change its lists instead"
             )
         async with self.store.pool.connection() as conn:
             await conn.execute(
-                "UPDATE broker_subscriptions SET authz = %s, updated_at = now() WHERE id = %s",
-                (None if authorization is None else Jsonb(authorization), subscription_id),
+                "UPDATE broker_subscriptions SET authz = %s,"
+                " annotations = coalesce(%s, annotations), labels = coalesce(%s, labels),"
+                " updated_at = now() WHERE id = %s",
+                (_jsonb(authorization), _jsonb(annotations), _jsonb(labels), subscription_id),
             )
         return True
 
@@ -423,20 +437,19 @@ class Subscriptions:
         self,
         subscription: Subscription,
         stream_id: str,
-        requested: frozenset[PartitionKey],
+        requested: Sequence[PartitionKey],
         commit_timeout: float,
     ) -> None:
         """Record a new stream's session and rebalance the partitions to include it.
 
-        Refused while a reset runs (409), when every partition has a stream already (409), or
-        when ``requested`` names partitions that are not the subscription's (422) or another
-        stream asked for (409).
+        Refused, as Nakadi checks in this order, when ``requested`` names partitions that are
+        not the subscription's (422); when it requests none and the partitions nobody requested
+        directly all have a balanced stream already (409); when another stream requested one
+        of them directly (409); while a reset runs (409).
         """
         async with locked(self.store, subscription.id) as (conn, row):
             if row is None:
                 raise SubscriptionError(404, f"Subscription {subscription.id} does not exist")
-            if row["resetting"]:
-                raise SubscriptionError(409, "Cursors reset is in progress for this subscription")
             await self.initialise(conn, subscription)
             cur = await conn.execute(
                 "SELECT event_type, partition FROM broker_subscription_partitions"
@@ -444,28 +457,37 @@ class Subscriptions:
                 (subscription.id,),
             )
             keys = {(e, p) for e, p in await cur.fetchall()}
-            foreign = sorted(requested - keys)
+            foreign = [key for key in requested if key not in keys]
             if foreign:
                 raise SubscriptionError(
-                    422, f"partitions {foreign} do not belong to this subscription"
+                    422,
+                    "Wrong partitions specified - some partitions don't belong to subscription: "
+                    + partition_names(foreign),
                 )
             cur = await conn.execute(
                 "SELECT requested FROM broker_subscription_sessions"
                 " WHERE subscription_id = %s AND closed_at IS NULL AND alive_until > now()",
                 (subscription.id,),
             )
-            live = [r[0] for r in await cur.fetchall()]
-            if len(live) >= len(keys):
+            live = [{(e, int(p)) for e, p in r[0]} for r in await cur.fetchall()]
+            taken = set().union(*live)
+            balanced = sum(1 for asked in live if not asked)
+            if not requested and balanced >= len(keys) - len(taken):
                 raise SubscriptionError(
                     409,
-                    f"No free slots for streaming available: {len(live)} streams read all"
-                    f" {len(keys)} partitions of this subscription",
+                    f"No free slots for streaming available for subscription {subscription.id}."
+                    f" Total slots: {len(keys)}",
                 )
-            taken = {(e, int(p)) for requested in live for e, p in requested}
-            clash = sorted(requested & taken)
+            clash = [key for key in requested if key in taken]
             if clash:
                 raise SubscriptionError(
-                    409, f"partitions {clash} are already requested directly by another stream"
+                    409,
+                    "The following partitions are already requested by other stream(s) of this"
+                    " subscription: " + partition_names(clash, ","),
+                )
+            if row["resetting"]:
+                raise SubscriptionError(
+                    409, "Resetting subscription cursors request is still in progress"
                 )
             await conn.execute(
                 "INSERT INTO broker_subscription_sessions"
@@ -633,6 +655,32 @@ class Subscriptions:
                 (subscription_id,),
             )
             return await cur.fetchall()
+
+
+def _described(body: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """The body's ``authorization``, ``annotations`` and ``labels``, checked (422)."""
+    authorization = body.get("authorization")
+    if authorization is not None:
+        invalid = section_problem(authorization, ("admins", "readers"))
+        if invalid is not None:
+            raise SubscriptionError(422, invalid)
+    kinds: tuple[Kind, ...] = ("annotations", "labels")
+    for kind in kinds:
+        invalid = annotations_problem(kind, body.get(kind))
+        if invalid is not None:
+            raise SubscriptionError(422, invalid)
+    return authorization, body.get("annotations"), body.get("labels")
+
+
+def _jsonb(value: object) -> Jsonb | None:
+    return None if value is None else Jsonb(value)
+
+
+def partition_names(keys: Iterable[PartitionKey], separator: str = ", ") -> str:
+    """Partitions as Nakadi names them in its problems (each of its problems has its own
+    ``separator``)."""
+    names = (f"EventTypePartition{{eventType='{e}', partition='{p}'}}" for e, p in keys)
+    return separator.join(names)
 
 
 def unknown_session(stream_id: str) -> SubscriptionError:

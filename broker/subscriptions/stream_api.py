@@ -29,6 +29,7 @@ from starlette.routing import BaseRoute, Route
 
 from broker import bodies, metrics
 from broker.access import Access
+from broker.admin_settings import SUBSCRIPTION_BLOCKED
 from broker.errors import BadRequest, SubscriptionNotFound
 from broker.event_types.store import Store
 from broker.streams.api import BatchStreamResponse, _wants_gzip
@@ -36,12 +37,9 @@ from broker.streams.cursors import OffsetFormatError, format_offset, parse_offse
 from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS
 from broker.streams.watermarks import Watermarks, consumer_config
 from broker.subscriptions.coordination import Coordinator
-from broker.subscriptions.session import (
-    MAX_COMMIT_TIMEOUT,
-    Session,
-    parse_params,
-)
+from broker.subscriptions.session import Session, parse_params
 from broker.subscriptions.store import (
+    PartitionKey,
     Subscription,
     SubscriptionChanged,
     SubscriptionError,
@@ -56,8 +54,6 @@ from changebroker.numerals import whole_number
 log = logging.getLogger(__name__)
 
 STREAM_ID_HEADER = "X-Nakadi-StreamId"
-# How long a cursor reset waits for the streams it closed to end.
-RESET_WAIT_SECONDS = MAX_COMMIT_TIMEOUT
 TIME_LAG_READ_SECONDS = 5.0
 
 
@@ -91,6 +87,10 @@ class SubscriptionStreams:
     bootstrap: str
     watermarks: Watermarks
     access: Access
+    # The longest commit_timeout a stream may have; also how long a cursor reset waits for
+    # the streams it closed to end.
+    max_commit_timeout: float
+    memory_limit: int
 
     @property
     def store(self) -> Store:
@@ -116,7 +116,7 @@ class SubscriptionStreams:
             if not isinstance(body, dict):
                 raise BadRequest("the body must be an object of stream parameters")
             values.update(body)
-        params = parse_params(values)
+        params = parse_params(values, self.max_commit_timeout)
         topics = await self.subscriptions.topics(subscription.event_types)
         stream_id = str(uuid.uuid4())
         waiter = contextlib.ExitStack()
@@ -143,6 +143,8 @@ class SubscriptionStreams:
             params,
             topics,
             changed,
+            memory_limit=self.memory_limit,
+            blocked=self.access.consumption_blocked_check(principal, subscription.event_types),
         )
         lines = self.access.guarded(
             session.lines(), principal, subscription.event_types, subscription.id
@@ -169,6 +171,7 @@ class SubscriptionStreams:
             subscription.event_types,
             subscription.authorization,
             subscription.id,
+            blocked_detail=SUBSCRIPTION_BLOCKED,
         )
         stream_id = request.headers.get(STREAM_ID_HEADER)
         if not stream_id:
@@ -177,7 +180,9 @@ class SubscriptionStreams:
         items = _cursor_items(body, subscription, with_token=True)
         if not valid_id(stream_id):
             raise unknown_session(stream_id)
-        cursors = [((i["event_type"], int(i["partition"])), _kafka_offset(i)) for i in items]
+        cursors = [
+            ((i["event_type"], int(i["partition"])), await self._committed_offset(i)) for i in items
+        ]
         try:
             results = await self.subscriptions.commit(
                 subscription.id, stream_id, cursors, checked=subscription if checked else None
@@ -198,8 +203,26 @@ class SubscriptionStreams:
             }
         )
 
+    async def _committed_offset(self, item: Mapping[str, str]) -> int:
+        """The Kafka offset a cursor to commit names; ``BEGIN`` is before the oldest event the
+        partition holds (a partition that is not the subscription's is refused later)."""
+        try:
+            offset = parse_offset(item["offset"])
+        except OffsetFormatError:
+            raise SubscriptionError(422, f"invalid offset {item['offset']!r} in a commit") from None
+        if offset.kafka_offset is not None:
+            return offset.kafka_offset
+        topic = (await self.subscriptions.topics([item["event_type"]]))[item["event_type"]]
+        partition = int(item["partition"])
+        if partition >= topic.partitions:
+            return -1
+        return (await self.watermarks.of(topic.topic, [partition]))[partition].oldest_position
+
     async def cursors(self, request: Request) -> Response:
         subscription = await self._subscription(request)
+        await self.access.admin.check_consumer(
+            principal_of(request), subscription.event_types, SUBSCRIPTION_BLOCKED
+        )
         rows = await self.subscriptions.committed(subscription.id)
         timelines = await self.subscriptions.existing_topics(subscription.event_types)
         return JSONResponse(
@@ -221,6 +244,9 @@ class SubscriptionStreams:
         """PATCH cursors: streams are closed, offsets set, new streams get 409 until they ended."""
         subscription = await self._subscription(request)
         principal = principal_of(request)
+        await self.access.admin.check_consumer(
+            principal, subscription.event_types, SUBSCRIPTION_BLOCKED
+        )
         await self.access.require(
             principal, subscription.authorization, "admin", f"subscription {subscription.id}"
         )
@@ -229,7 +255,9 @@ class SubscriptionStreams:
         topics = await self.subscriptions.topics(subscription.event_types)
         positions = await self.subscriptions.start_positions(topics, items)
         with self.coordinator.waiter(subscription.id) as changed:
-            closed = await self.subscriptions.reset(subscription, positions, RESET_WAIT_SECONDS)
+            closed = await self.subscriptions.reset(
+                subscription, positions, self.max_commit_timeout
+            )
             log.info(
                 "subscription cursors reset",
                 extra=logs.fields(subscription_id=subscription.id, streams_closed=len(closed)),
@@ -245,7 +273,7 @@ class SubscriptionStreams:
         A stream that ends notifies; a process that died stops renewing its sessions, so
         the wait also ends when the last of them would have had to be renewed.
         """
-        deadline = time.monotonic() + RESET_WAIT_SECONDS
+        deadline = time.monotonic() + self.max_commit_timeout
         while stream_ids and time.monotonic() < deadline:
             changed.clear()
             alive = await self.subscriptions.seconds_alive(stream_ids)
@@ -255,8 +283,14 @@ class SubscriptionStreams:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), max(wait, 0.0))
 
-    async def status(self, subscription: Subscription) -> list[dict[str, Any]]:
-        """Each event type's partitions: state, stream and assignment type (no Kafka needed)."""
+    async def status(
+        self,
+        subscription: Subscription,
+        lags: Mapping[PartitionKey, Mapping[str, int]] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Each event type's partitions: state, stream and assignment type (no Kafka needed),
+        with the ``lags`` fields of each partition when given; in Nakadi's field order, which
+        clients compare as text. An unassigned partition's stream is ``""``."""
         found = await self.subscriptions.partition_rows(subscription.id)
         rows = {(r["event_type"], r["partition"]): r for r in found}
         topics = await self.subscriptions.existing_topics(subscription.event_types)
@@ -265,12 +299,18 @@ class SubscriptionStreams:
             partitions = []
             for p in range(topic.partitions):
                 row = rows.get((name, p))
-                item: dict[str, Any] = {"partition": str(p), "state": "unassigned"}
+                state = "unassigned"
                 if row is not None and row["next_owner"] is not None:
-                    item["state"] = "reassigning"
+                    state = "reassigning"
                 elif row is not None and row["live"]:
-                    item["state"] = "assigned"
-                if item["state"] != "unassigned" and row is not None:
+                    state = "assigned"
+                item: dict[str, Any] = {
+                    "partition": str(p),
+                    "state": state,
+                    **(lags or {}).get((name, p), {}),
+                    "stream_id": "",
+                }
+                if state != "unassigned" and row is not None:
                     item["stream_id"] = row["owner"] or row["next_owner"]
                     item["assignment_type"] = row["assignment_type"]
                 partitions.append(item)
@@ -279,30 +319,27 @@ class SubscriptionStreams:
 
     async def stats(self, request: Request) -> Response:
         subscription = await self._subscription(request)
-        items = await self.status(subscription)
+        time_lag = request.query_params.get("show_time_lag", "false").lower() == "true"
         committed = {
             (r["event_type"], r["partition"]): r["committed"]
             for r in await self.subscriptions.partition_rows(subscription.id)
         }
-        if not committed:
-            return JSONResponse({"items": items})
+        # Unconsumed events once the subscription has cursors (it streamed or was reset).
+        lags: dict[PartitionKey, dict[str, int]] = {}
         topics = await self.subscriptions.existing_topics(subscription.event_types)
-        time_lag = request.query_params.get("show_time_lag", "false").lower() == "true"
-        for item in items:
-            topic = topics[item["event_type"]]
+        for name, topic in topics.items() if committed else ():
             marks = await self.watermarks.of(topic.topic, range(topic.partitions))
             behind: dict[int, int] = {}
-            for partition in item["partitions"]:
-                p = int(partition["partition"])
-                position = committed[(item["event_type"], p)]
-                partition["unconsumed_events"] = max(marks[p].newest_position - position, 0)
-                if partition["unconsumed_events"]:
+            for p in range(topic.partitions):
+                position = committed[(name, p)]
+                lags[(name, p)] = {"unconsumed_events": max(marks[p].newest_position - position, 0)}
+                if lags[(name, p)]["unconsumed_events"]:
                     behind[p] = position + 1
             if time_lag:
                 ages = await asyncio.to_thread(_ages, self.bootstrap, topic.topic, behind)
-                for partition in item["partitions"]:
-                    partition["consumer_lag_seconds"] = ages.get(int(partition["partition"]), 0)
-        return JSONResponse({"items": items})
+                for p in range(topic.partitions):
+                    lags[(name, p)]["consumer_lag_seconds"] = ages.get(p, 0)
+        return JSONResponse({"items": await self.status(subscription, lags)})
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -314,12 +351,13 @@ class SubscriptionStreams:
         ]
 
 
-def _ages(bootstrap: str, topic: str, oldest: Mapping[int, int]) -> dict[int, float]:
-    """Seconds since the oldest unconsumed event of each partition was stored (blocking)."""
+def _ages(bootstrap: str, topic: str, oldest: Mapping[int, int]) -> dict[int, int]:
+    """Whole seconds since the oldest unconsumed event of each partition was stored (blocking);
+    whole as Nakadi's (a Java client reading a fraction failed with a ClassCastException)."""
     if not oldest:
         return {}
     consumer = Consumer(consumer_config(bootstrap) | STREAM_CONSUMER_SETTINGS)
-    ages: dict[int, float] = {}
+    ages: dict[int, int] = {}
     try:
         consumer.assign([TopicPartition(topic, p, offset) for p, offset in oldest.items()])
         deadline = time.monotonic() + TIME_LAG_READ_SECONDS
@@ -330,7 +368,7 @@ def _ages(bootstrap: str, topic: str, oldest: Mapping[int, int]) -> dict[int, fl
             partition = message.partition()
             if partition is not None and partition in oldest and partition not in ages:
                 _, stored_ms = message.timestamp()
-                ages[partition] = max(time.time() - stored_ms / 1000, 0.0)
+                ages[partition] = max(int(time.time() - stored_ms / 1000), 0)
                 consumer.incremental_unassign([TopicPartition(topic, partition)])
     finally:
         consumer.close()
@@ -360,13 +398,3 @@ def _cursor_items(
         if not whole_number(item["partition"]):
             raise SubscriptionError(422, f"partition {item['partition']!r} is not a partition")
     return items
-
-
-def _kafka_offset(item: Mapping[str, str]) -> int:
-    try:
-        offset = parse_offset(item["offset"])
-    except OffsetFormatError:
-        offset = None
-    if offset is None or offset.kafka_offset is None:
-        raise SubscriptionError(422, f"invalid offset {item['offset']!r} in a commit")
-    return offset.kafka_offset

@@ -1,7 +1,8 @@
 """One broker (app + metadata database) per test module: tests use unique event type names.
 
 ``broker_url`` is the base URL of a broker served in a thread; ``make_event_type``
-creates an event type through the API and returns its name.
+creates an event type through the API and returns its name; ``nakadi_test_profile`` is a client
+of a second broker on the same database with the settings of Nakadi's acceptance-test profile.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from broker.app import create_app
 from broker.settings import Settings
 from changebroker import pg
 from changebroker.stack.run import serve_in_thread
+from tests.support.brokers import broker_client
 from tests.support.event_types import business_event_type
 
 
@@ -51,3 +53,21 @@ def make_event_type(client: httpx.Client, unique_name: Callable[[str], str]) -> 
         return name
 
     return make
+
+
+@pytest.fixture(scope="module")
+def nakadi_test_profile(
+    broker_dsn: str, kafka_bootstrap: str, broker_url: str
+) -> Iterator[httpx.Client]:
+    """A broker on the module's database (``broker_url`` migrated it) with the settings of
+    Nakadi's acceptance-test profile: commit timeout 5 s, 10,000 bytes of events per stream, 30
+    partitions per subscription."""
+    settings = Settings(
+        pg_dsn=broker_dsn,
+        kafka_bootstrap=kafka_bootstrap,
+        max_commit_timeout=5.0,
+        stream_memory_limit=10_000,
+        subscription_max_partitions=30,
+    )
+    with broker_client(settings) as client:
+        yield client

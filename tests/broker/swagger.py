@@ -32,10 +32,18 @@ def _as_meant(node: Any) -> Any:
     return node
 
 
+# Optional objects Nakadi writes as ``null`` when they were never set (Jackson's default), which
+# the spec's types do not admit: (definition, property).
+_WRITTEN_AS_NULL = [("Subscription", "authorization")]
+
+
 @functools.cache
 def spec() -> dict[str, Any]:
     """The whole Nakadi spec as meant (see ``_as_meant``), for schemathesis too."""
     loaded: dict[str, Any] = _as_meant(yaml.safe_load(SPEC.read_text()))
+    for definition, name in _WRITTEN_AS_NULL:
+        properties = loaded["definitions"][definition]["properties"]
+        properties[name] = {"anyOf": [properties[name], {"type": "null"}]}
     return loaded
 
 

@@ -18,10 +18,9 @@ import httpx
 import psycopg
 import pytest
 
-from broker.app import create_app
 from broker.settings import Settings
 from changebroker.stack.processes import wait_until
-from changebroker.stack.run import broker_process, serve_in_thread
+from changebroker.stack.run import broker_process
 from tests.broker.stream_support import order, partitioned_type, publish
 from tests.broker.subscription_support import (
     Stream,
@@ -35,6 +34,7 @@ from tests.broker.subscription_support import (
     wait_until_gone,
 )
 from tests.broker.swagger import assert_problem, validate
+from tests.support.brokers import broker_client
 
 FAST: dict[str, Any] = {"batch_flush_timeout": 0.2}
 
@@ -43,8 +43,8 @@ FAST: dict[str, Any] = {"batch_flush_timeout": 0.2}
 def other(broker_dsn: str, kafka_bootstrap: str, broker_url: str) -> Iterator[httpx.Client]:
     """A second broker process on the first one's database (``broker_url`` migrated it)."""
     settings = Settings(pg_dsn=broker_dsn, kafka_bootstrap=kafka_bootstrap, max_partitions=12)
-    with serve_in_thread(create_app(settings)) as url, httpx.Client(base_url=url, timeout=60) as c:
-        yield c
+    with broker_client(settings) as client:
+        yield client
 
 
 def test_the_manuals_flow_create_stream_commit_cursors_stats_delete(
@@ -423,7 +423,9 @@ def test_new_streams_get_409_while_a_reset_waits_for_the_streams_it_closed(
             reset = pool.submit(httpx.patch, url, json=items, timeout=60)
             wait_until(lambda: resetting() or reset.done(), timeout=30, what="the reset to start")
             assert not reset.done(), reset.result().text
-            assert_problem(Stream(client, sid, **FAST).response, 409, "reset")
+            assert_problem(
+                Stream(client, sid, **FAST).response, 409, "Resetting subscription cursors"
+            )
             assert reset.result().status_code == 204
         assert not resetting()
     after = Stream(client, sid, **FAST)

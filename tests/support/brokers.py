@@ -1,0 +1,23 @@
+"""A broker app served in a thread for a test, with the settings it needs."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import httpx
+
+from broker.app import create_app
+from broker.settings import Settings
+from changebroker.stack.run import serve_in_thread
+
+
+@contextlib.contextmanager
+def broker_client(settings: Settings) -> Iterator[httpx.Client]:
+    """A client of a broker serving with ``settings`` (a second one on a database another
+    broker migrated, or one whose settings differ)."""
+    with (
+        serve_in_thread(create_app(settings)) as url,
+        httpx.Client(base_url=url, timeout=60) as client,
+    ):
+        yield client
