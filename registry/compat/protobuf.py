@@ -477,14 +477,14 @@ def _enum(old: Enum, new: Enum, category: Category) -> Found:
                     ),
                     Breaks.LATER,
                 )
-        elif json and not set(new.names_by_number[number]) <= set(names):
+        elif json and not set(names) <= set(new.names_by_number[number]):
             yield (
                 Violation(
                     path,
                     Rule.ENUM_VALUE_SAME_NAME,
                     f"enum value {number} of {old.name} was renamed from {', '.join(names)} to"
                     f" {', '.join(new.names_by_number[number])}; JSON carries the name: keep"
-                    " the old one (an alias needs `option allow_alias = true;`)",
+                    " the old name (a new one can be an alias: `option allow_alias = true;`)",
                 ),
                 Breaks.BOTH,
             )
@@ -501,8 +501,8 @@ def _json_format(path: str, kind: str, rule: Rule, now: str) -> tuple[Violation,
         Violation(
             path,
             rule,
-            f"the {kind}'s JSON support fell from ALLOW to {now} (proto2 syntax or"
-            " deprecated_legacy_json_field_conflicts): keep proto3 and drop that option",
+            f"the {kind}'s JSON support fell from ALLOW to {now} (the file moved to proto2):"
+            ' keep syntax = "proto3"',
         ),
         Breaks.BOTH,
     )

@@ -46,7 +46,7 @@ class Message:
     reserved_ranges: tuple[tuple[int, int], ...]  # inclusive
     reserved_names: frozenset[str]
     map_entry: bool
-    json_format: str  # "ALLOW", or "LEGACY_BEST_EFFORT" (proto2, legacy field conflicts)
+    json_format: str  # "ALLOW", or "LEGACY_BEST_EFFORT" (proto2)
 
 
 @dataclass(frozen=True)
@@ -110,8 +110,9 @@ def _path(kind: str, full_name: str, proto: descriptor_pb2.FileDescriptorProto) 
     return f"#/{kind}/{full_name.removeprefix(package)}"
 
 
-def _json_format(syntax: str, legacy_conflicts: bool) -> str:
-    return "LEGACY_BEST_EFFORT" if syntax == "proto2" or legacy_conflicts else "ALLOW"
+def _json_format(syntax: str) -> str:
+    """The JSON support Buf resolves (the json_format feature): full in proto3 alone."""
+    return "ALLOW" if syntax == "proto3" else "LEGACY_BEST_EFFORT"
 
 
 def _add_enum(
@@ -132,7 +133,7 @@ def _add_enum(
         {value.name: value.number for value in enum.value},
         tuple((r.start, r.end) for r in enum.reserved_range),
         frozenset(enum.reserved_name),
-        _json_format(proto.syntax, enum.options.deprecated_legacy_json_field_conflicts),
+        _json_format(proto.syntax),
     )
 
 
@@ -158,7 +159,7 @@ def _add_message(
         tuple((r.start, r.end - 1) for r in message.reserved_range),  # end is exclusive here
         frozenset(message.reserved_name),
         message.options.map_entry,
-        _json_format(proto.syntax, message.options.deprecated_legacy_json_field_conflicts),
+        _json_format(proto.syntax),
     )
     for nested in message.nested_type:
         _add_message(messages, enums, nested, f"{full_name}.", proto)
