@@ -99,7 +99,11 @@ def test_registry_agrees_with_buf_or_the_wire_shows_why(
     assert len(PAIRS) >= 300
     reference = buf_rules(PAIRS, category.value)
     with ThreadPoolExecutor(4) as pool:
-        ours = list(pool.map(lambda item: _registry_rules(http, *item, category), enumerate(PAIRS)))
+        ours = list(
+            pool.map(
+                lambda item: _registry_rules(http, item[0], item[1], category), enumerate(PAIRS)
+            )
+        )
     assert any(reference) and not all(reference)  # Buf found breaks, and compatible pairs
     unexplained, explained = [], 0
     for index, pair in enumerate(PAIRS):
