@@ -87,10 +87,10 @@ def evolution(old: Any, new: Any, category: Category) -> list[tuple[Violation, B
     before, after = load(old), load(new)
     found = list(_file(before, after))
     for name, message in before.messages.items():
-        if name in after.messages:
+        if name in after.messages and after.messages[name] != message:  # unchanged: no finding
             found += _message(message, after.messages[name], before, after, category)
     for name, values in before.enums.items():
-        if name in after.enums:
+        if name in after.enums and after.enums[name] != values:
             found += _enum(values, after.enums[name], category)
     return found
 
@@ -120,6 +120,8 @@ def _message(
         path = f"{old.path}/fields/{number}"
         if number not in new.fields:
             yield from _deleted_field(field, path, new, json)
+            continue
+        if new.fields[number] == field:  # the same field: no finding (enums are compared apart)
             continue
         yield from _field(field, new.fields[number], path, old, new, before, after, json)
     yield from _required_fields(old, new)
