@@ -18,7 +18,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from registry.compat.model import Mode, Violation
+from registry.compat.model import Mode, SchemaError, Violation
 from registry.compat.protobuf_model import (
     EXPLICIT,
     IMPLICIT,
@@ -72,6 +72,11 @@ def protobuf_check(
     against = history if mode.transitive else history[-1:]
     found: list[Violation] = []
     for label, old in reversed(against):  # newest first: the likeliest culprit leads
+        try:
+            load(old)
+        except SchemaError:
+            found.append(_stored_unchecked(label))
+            continue
         for violation, breaks in evolution(old, new, Category(category)):
             if breaks in counted:
                 who = (
@@ -79,6 +84,15 @@ def protobuf_check(
                 )
                 found.append(dataclasses.replace(violation, message=f"{violation.message} ({who})"))
     return found
+
+
+def _stored_unchecked(label: str) -> Violation:
+    return Violation(
+        "#",
+        Rule.SCHEMA_INVALID,
+        f"{label} was stored before PB definitions were compiled, so nothing can be promised"
+        " about it; set the subject's compatibility to NONE to register past it",
+    )
 
 
 def evolution(old: Any, new: Any, category: Category) -> list[tuple[Violation, Breaks]]:

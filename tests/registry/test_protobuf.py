@@ -239,3 +239,10 @@ def test_a_deleted_field_counts_in_every_mode() -> None:
             "FIELD_NO_DELETE_UNLESS_NAME_RESERVED",
         }
         assert protobuf_check(mode, kept, [("v1", old)], "WIRE_JSON") == []
+
+
+def test_a_version_stored_before_pb_was_compiled_is_named_not_a_500() -> None:
+    """Before PB had rules its definitions were kept as sent (mode NONE)."""
+    new = proto_definition(ORDER)
+    [violation] = protobuf_check(Mode.BACKWARD, new, [("version 1", "message A {}")], "WIRE")
+    assert violation.rule.value == "schema-invalid" and "version 1" in violation.message
