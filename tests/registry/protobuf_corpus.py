@@ -4,6 +4,7 @@ proto2): fields and enum values added, deleted, renamed, renumbered and reserved
 moves, nested types, maps, reserved ranges, defaults, required fields, packages.
 
 A text's ``{package}`` is filled in per pair, so that many pairs can live in one Buf module.
+``message_class`` gives the classes a version generates, to show a difference on the wire.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import Message
+
 from registry.compat.model import SchemaError
-from registry.compat.protobuf_source import proto_definition
+from registry.compat.protobuf_source import encoded_descriptor, file_descriptor, proto_definition
 
 
 @dataclass(frozen=True)
@@ -323,3 +327,16 @@ def corpus(seed: int = 51, mixed: int = 60) -> list[Pair]:
         pairs.append(Pair(f"{first} + {second}", PROTO3, new))
         mixed -= 1
     return pairs
+
+
+def message_class(text: str, name: str) -> type[Message]:
+    """The class protoc's generated code would give ``name``, from the same descriptor."""
+    pool = descriptor_pool.DescriptorPool()
+    proto = file_descriptor(encoded_descriptor(proto_definition(text)))
+    for dependency in proto.dependency:
+        well_known = descriptor_pool.Default().FindFileByName(dependency)
+        imported = descriptor_pb2.FileDescriptorProto()
+        well_known.CopyToProto(imported)
+        pool.Add(imported)
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{proto.package}.{name}"))

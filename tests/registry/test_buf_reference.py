@@ -16,28 +16,13 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import DecodeError
 
 from registry.compat.protobuf import Category
-from registry.compat.protobuf_source import encoded_descriptor, file_descriptor, proto_definition
 from tests.registry.buf_reference import buf_rules, package
-from tests.registry.protobuf_corpus import Pair, corpus
+from tests.registry.protobuf_corpus import Pair, corpus, message_class
 
 PAIRS = corpus()
-
-
-def message_class(text: str, name: str) -> type[Message]:
-    """The class protoc's generated code would give ``name``, from the same descriptor."""
-    pool = descriptor_pool.DescriptorPool()
-    proto = file_descriptor(encoded_descriptor(proto_definition(text)))
-    for dependency in proto.dependency:
-        well_known = descriptor_pool.Default().FindFileByName(dependency)
-        imported = descriptor_pb2.FileDescriptorProto()
-        well_known.CopyToProto(imported)
-        pool.Add(imported)
-    pool.Add(proto)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{proto.package}.{name}"))
 
 
 def _string_to_bytes(old: str, new: str) -> None:

@@ -15,8 +15,7 @@ from google.protobuf.message import DecodeError, EncodeError
 from registry.compat.model import Mode
 from registry.compat.protobuf import protobuf_check
 from registry.compat.protobuf_source import proto_definition
-from tests.registry.protobuf_corpus import PROTO2, PROTO3, corpus
-from tests.registry.test_buf_reference import message_class
+from tests.registry.protobuf_corpus import PROTO2, PROTO3, corpus, message_class
 
 ORDER = PROTO3.replace("{package}", "shop")
 ACCOUNT = PROTO2.replace("{package}", "bank")
