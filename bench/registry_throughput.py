@@ -13,7 +13,10 @@
   connections, of the same definition again and again (the registry keeps its verdict)
   and of a new definition each time;
 * lookups by id, and checks of a new definition each time, again from a registry with a
-  worker process per core (from more connections: each stays with the worker that took it).
+  worker process per core (from more connections: each stays with the worker that took it);
+* Protobuf (PB) checks against 25 versions (BACKWARD_TRANSITIVE, Buf's WIRE_JSON rules), in
+  process and through ``POST /compatibility`` with a new definition each time, vs protoc
+  compiling the same definition (the least a registry does with a .proto it is sent).
 
 Each HTTP figure also has the registry's CPU time per operation, steadier than
 rates on a shared machine.
@@ -47,6 +50,8 @@ from bench.services import pg_server_dsn, server_cpu
 from changebroker import pg
 from changebroker.stack.processes import answers, free_port, wait_until
 from registry.compat import Mode, check, share_subtrees
+from registry.compat.protobuf import protobuf_check
+from registry.compat.protobuf_source import proto_definition
 
 CLIENTS = 4
 REGISTRATIONS = 400
@@ -162,6 +167,7 @@ def main() -> int:
                 figures += registration(clients, connections, url, pid)
                 figures += lookups(clients, connections, url, pid)
                 figures += compatibility_endpoint(clients, url, pid)
+                figures += protobuf_compatibility(clients[0], url, pid)
             finally:
                 for client in clients:
                     client.close()
@@ -385,3 +391,68 @@ def compatibility() -> list[Figure]:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+PB_SUBJECT = "bench-pb"
+PB_PATH = f"/compatibility/subjects/{PB_SUBJECT}/versions/latest"
+
+
+def pb_version(index: int, option: str = "") -> str:
+    """Version ``index`` of an order in proto3: each adds a field (compatible both ways)."""
+    notes = "".join(f"  string note_{n} = {20 + n};\n" for n in range(index))
+    return (
+        f'syntax = "proto3";\npackage bench;\nimport "google/protobuf/timestamp.proto";\n{option}'
+        "message Order {\n  string order_id = 1;\n  double amount = 2;\n  Currency currency = 3;\n"
+        "  repeated Item items = 4;\n  google.protobuf.Timestamp placed_at = 5;\n"
+        "  map<string, string> labels = 6;\n  oneof payment { string card = 7; bytes token = 8; }\n"
+        f"{notes}  message Item {{ string sku = 1; int32 quantity = 2; }}\n}}\n"
+        "enum Currency { CURRENCY_UNKNOWN = 0; EUR = 1; USD = 2; GBP = 3; }\n"
+    )
+
+
+def _fresh_pb(index: int) -> str:
+    """The next version, a definition of its own each time (an option's value differs)."""
+    return pb_version(HISTORY, f'option java_package = "bench.v{index}";\n')
+
+
+def protobuf_compatibility(client: httpx.Client, url: str, pid: int) -> list[Figure]:
+    """PB checks against HISTORY versions, in process and over HTTP (a new definition each
+    time: protoc compiles it, then the check), against protoc compiling the same definition."""
+    meta = {"tenant": "", "namespace": "", "status": "released", "format": "PB"}
+    client.post(f"/subjects/{PB_SUBJECT}", json=meta).raise_for_status()
+    for version in range(HISTORY):
+        body = {"serialization": "pb", "schemaDefinition": pb_version(version)}
+        client.post(f"/subjects/{PB_SUBJECT}/versions", json=body).raise_for_status()
+    config = {"compatibility": "BACKWARD_TRANSITIVE"}
+    client.put(f"/config/{PB_SUBJECT}", json=config).raise_for_status()
+    history = [(f"version {v + 1}", proto_definition(pb_version(v))) for v in range(HISTORY)]
+    new = proto_definition(pb_version(HISTORY))
+
+    def ours(i: int) -> None:
+        if protobuf_check(Mode.BACKWARD_TRANSITIVE, new, history, "WIRE_JSON"):
+            raise AssertionError("the bench's PB history is meant to be compatible")
+
+    def compiled(i: int) -> None:
+        proto_definition(_fresh_pb(1_000_000 + i))
+
+    base_rate, _ = timed(compiled, COMPAT_CHECKS, 1)
+    ours_rate, _ = timed(ours, COMPAT_CHECKS, 1)
+    fresh = itertools.count()
+
+    def request() -> bytes:
+        body = json.dumps({"schema": _fresh_pb(next(fresh))}).encode()
+        return services.http_request("POST", PB_PATH, body, JSON)
+
+    answer = client.post(PB_PATH, json={"schema": _fresh_pb(-1)})
+    if not answer.json()["isCompatible"]:
+        raise AssertionError(f"the bench's PB history is meant to be compatible: {answer.text}")
+    rate, p99, cpu = _fleet(url, pid, request)
+    name, raw = "registry_throughput", "protoc compile"
+    in_process = f"PB BACKWARD_TRANSITIVE check vs {HISTORY} versions"
+    metric = f"PB POST /compatibility vs {HISTORY} versions (HTTP), a new definition each time"
+    return [
+        Figure(name, in_process, ours_rate, "checks/s", base_rate, raw),
+        Figure(name, metric, rate, "checks/s", base_rate, raw),
+        Figure(name, f"{metric} p99", p99, "ms"),
+        cpu_figure(f"{metric}, server CPU per check", cpu),
+    ]

@@ -16,6 +16,7 @@ from registry import errors
 from registry.compat import SchemaError
 from registry.compat.avro import parse as parse_avro
 from registry.compat.json_schema import validator_class
+from registry.compat.protobuf_source import proto_definition
 from registry.errors import RegistryError
 
 # docs/specs/openschema-spec-cn.txt, 5.1: the format enumeration, spelled as the spec spells it.
@@ -27,7 +28,7 @@ _SERIALIZATION_FORMATS = {
     "user-defined": "USER-DEFINED",
 }
 
-EngineFormat = Literal["JSON", "AVRO"]
+EngineFormat = Literal["JSON", "AVRO", "PB"]
 
 
 def normalize_format(value: Any) -> str:
@@ -54,6 +55,8 @@ def engine_format(fmt: str | None) -> EngineFormat | None:
         return "JSON"
     if fmt == "AVRO":
         return "AVRO"
+    if fmt == "PB":
+        return "PB"
     return None
 
 
@@ -107,6 +110,13 @@ def _decoded(fmt: str | None, raw: Any) -> Any:
         return value
     if fmt == "AVRO":
         return _decode(raw) if isinstance(raw, str) and raw.strip()[:1] in '{["' else raw
+    if fmt == "PB":  # compiled here: what is compared, and kept, is its descriptor
+        try:
+            return proto_definition(raw)
+        except SchemaError as error:
+            raise RegistryError(
+                errors.INVALID_INPUT, f"invalid .proto definition: {error}"
+            ) from None
     return raw
 
 

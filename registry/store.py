@@ -28,6 +28,7 @@ from changebroker.notified import NotifiedCache
 from changebroker.numerals import whole_number
 from registry import errors, metrics
 from registry.compat import Mode, Violation, check_labelled, share_subtrees
+from registry.compat.protobuf import Category, protobuf_check
 from registry.compat.rules import Rule
 from registry.definitions import (
     Definition,
@@ -47,7 +48,7 @@ CHANGES_CHANNEL = "registry_changed"
 
 SUBJECT_COLUMNS = (
     "id, tenant, namespace, subject, app, description, status, compatibility, coordinate,"
-    " format, created_time, last_modified_time"
+    " format, protobuf_category, created_time, last_modified_time"
 )
 # Subject metadata a client may set (docs/specs/openschema-spec-cn.txt, 7.2.5), besides tenant
 # and namespace.
@@ -65,6 +66,16 @@ class SubjectKey:
     subject: str
     tenant: str | None = None
     namespace: str | None = None
+
+
+def parse_category(value: Any) -> Category:
+    try:
+        return Category(str(value).upper())
+    except ValueError:
+        raise RegistryError(
+            errors.INVALID_INPUT,
+            f"protobufCategory {value!r} is not one of {', '.join(c.value for c in Category)}",
+        ) from None
 
 
 def parse_mode(value: Any) -> Mode:
@@ -95,7 +106,7 @@ def _timestamp(value: datetime.datetime) -> str:
 
 
 def subject_json(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {
+    body = {
         "subject": row["subject"],
         "namespace": row["namespace"],
         "tenant": row["tenant"],
@@ -108,6 +119,9 @@ def subject_json(row: Mapping[str, Any]) -> dict[str, Any]:
         "createdTime": _timestamp(row["created_time"]),
         "lastModifiedTime": _timestamp(row["last_modified_time"]),
     }
+    if row["format"] == "PB":  # Buf's category its versions are checked with
+        body["protobufCategory"] = row["protobuf_category"]
+    return body
 
 
 def schema_json(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -368,7 +382,9 @@ class Store:
                 raise _version_missing(key, version)
             remaining = [h for h in await _history(conn, subject["id"]) if h[0] != row["version"]]
             mode = Mode(subject["compatibility"])
-            found = _history_violations(mode, remaining, subject["format"])
+            found = _history_violations(
+                mode, remaining, subject["format"], subject["protobuf_category"]
+            )
             if found:
                 raise errors.incompatible(
                     found,
@@ -390,7 +406,7 @@ class Store:
         # (clients check a schema again before registering it, and on every build).
         generation = self.cache.generation
         cache_key = ("compatibility", key, version)
-        kept: tuple[Mode, str | None, list[tuple[int, Any]]] | None = self.cache.get(cache_key)
+        kept: tuple[Mode, str | None, str, list[tuple[int, Any]]] | None = self.cache.get(cache_key)
         if kept is None:
             async with self.pool.connection() as conn:
                 subject = await _get(conn, key)
@@ -399,15 +415,15 @@ class Store:
                     raise _version_missing(key, version)
                 history = await _history(conn, subject["id"], until=row["version"])
             fmt = subject["format"] or format_of_serialization(row["serialization"])
-            kept = (Mode(subject["compatibility"]), fmt, history)
+            kept = (Mode(subject["compatibility"]), fmt, subject["protobuf_category"], history)
             size = sum(len(canonical(definition)) for _, definition in history)
             self.cache.put(cache_key, kept, size, generation)
-        mode, fmt, history = kept
+        mode, fmt, category, history = kept
         parsed = parse_definition(fmt, definition)
         verdict_key = ("verdict", key, version, parsed.canonical)
         verdict: tuple[Violation, ...] | None = self.cache.get(verdict_key)
         if verdict is None:
-            verdict = tuple(_violations(mode, parsed.value, history, fmt))
+            verdict = tuple(_violations(mode, parsed.value, history, fmt, category))
             size = len(parsed.canonical) + sum(len(v.message) for v in verdict)
             self.cache.put(verdict_key, verdict, size, generation)
         return list(verdict)
@@ -442,6 +458,8 @@ async def put_subject_in(db: Db, key: SubjectKey, body: Mapping[str, Any]) -> Di
         del changes["compatibility"]  # null: keep the current mode (BACKWARD when new)
     if changes.get("format") is not None:
         changes["format"] = normalize_format(changes["format"])
+    if body.get("protobufCategory") is not None:
+        changes["protobuf_category"] = parse_category(body["protobufCategory"]).value
     await db.execute(
         "INSERT INTO registry_subjects (tenant, namespace, subject, status) VALUES"
         " (%s, %s, %s, %s) ON CONFLICT (tenant, namespace, subject) DO NOTHING",
@@ -452,6 +470,12 @@ async def put_subject_in(db: Db, key: SubjectKey, body: Mapping[str, Any]) -> Di
         raise RegistryError(errors.INVALID_INPUT, "status is required (e.g. released)")
     if "compatibility" in changes and changes["compatibility"] != row["compatibility"]:
         await _check_history(db, row, Mode(changes["compatibility"]), "the new mode")
+    if changes.get("protobuf_category", row["protobuf_category"]) != row["protobuf_category"]:
+        category = changes["protobuf_category"]
+        mode = Mode(changes.get("compatibility") or row["compatibility"])
+        await _check_history(
+            db, {**row, "protobuf_category": category}, mode, f"{category} rules in"
+        )
     if "format" in changes and changes["format"] != row["format"]:
         await _check_format_change(db, row, changes["format"])
     if not changes:
@@ -511,6 +535,7 @@ _INSERT_IF_UNCHANGED = """
 WITH subject AS (
     SELECT id FROM registry_subjects
     WHERE id = %(subject)s AND compatibility = %(mode)s AND format IS NOT DISTINCT FROM %(format)s
+        AND protobuf_category = %(category)s
     FOR UPDATE
 )
 INSERT INTO registry_schemas
@@ -651,7 +676,9 @@ async def check_registrations(
         if definition.canonical in accepted:
             outcomes.append(None)
             continue
-        violations = _violations(mode, definition.value, history, found.format)
+        violations = _violations(
+            mode, definition.value, history, found.format, subject["protobuf_category"]
+        )
         if violations:
             outcomes.append(
                 errors.incompatible(
@@ -713,6 +740,7 @@ async def insert_if_unchanged(
             "subject": subject["id"],
             "mode": subject["compatibility"],
             "format": subject["format"],
+            "category": subject["protobuf_category"],
             "after": checked[0].version - 1 or None,
             "versions": [version.version for version in checked],
             "names": [p.name for p in parsed],
@@ -823,7 +851,9 @@ async def _history(
 
 
 async def _check_history(db: Db, subject: Mapping[str, Any], mode: Mode, what: str) -> None:
-    found = _history_violations(mode, await _history(db, subject["id"]), subject["format"])
+    found = _history_violations(
+        mode, await _history(db, subject["id"]), subject["format"], subject["protobuf_category"]
+    )
     if found:
         raise errors.incompatible(
             found, f"the versions of {subject['subject']!r} already break {what} {mode.value}"
@@ -839,7 +869,7 @@ def _version_missing(key: SubjectKey, version: int | None) -> RegistryError:
 
 
 def _violations(
-    mode: Mode, new: Any, history: Sequence[tuple[int, Any]], fmt: str | None
+    mode: Mode, new: Any, history: Sequence[tuple[int, Any]], fmt: str | None, category: str
 ) -> list[Violation]:
     if mode is Mode.NONE or not history:
         return []
@@ -853,11 +883,14 @@ def _violations(
                 " compatibility to NONE to register new versions",
             )
         ]
-    return check_labelled(mode, new, [(f"version {v}", d) for v, d in history], checked)
+    labelled = [(f"version {v}", d) for v, d in history]
+    if checked == "PB":
+        return protobuf_check(mode, new, labelled, category)
+    return check_labelled(mode, new, labelled, checked)
 
 
 def _history_violations(
-    mode: Mode, history: Sequence[tuple[int, Any]], fmt: str | None
+    mode: Mode, history: Sequence[tuple[int, Any]], fmt: str | None, category: str
 ) -> list[Violation]:
     """Each version against the ones before it, as if registered in order under ``mode``."""
     found: list[Violation] = []
@@ -865,6 +898,6 @@ def _history_violations(
         version, definition = history[index]
         found += [
             Violation(v.path, v.rule, f"version {version}: {v.message}")
-            for v in _violations(mode, definition, history[:index], fmt)
+            for v in _violations(mode, definition, history[:index], fmt, category)
         ]
     return found

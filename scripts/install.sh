@@ -3,7 +3,8 @@
 # Java (a JDK with --test), Maven, PostgreSQL and HAProxy from Debian (when absent; Chromium
 # and promtool too with --test), the virtual environment at .venv with the project in it, and the Kafka / Spark-connector jars from
 # Maven Central into .state/cache, with a class archive of Spark's driver there
-# (replay/class_archive.py). `--test` adds the test and lint tools.
+# (replay/class_archive.py). `--test` adds the test and lint tools, and Buf's CLI (built with
+# Go) for the registry's Protobuf reference test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,6 +55,13 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 echo "installing changebroker${extras} into .venv"
 .venv/bin/python -m pip install -q -e ".${extras}"
+
+if [[ -n "$extras" ]]; then
+  # The registry's Protobuf verdicts are held against Buf's own CLI, built once from its Go
+  # module (a few minutes; needs Go 1.26) into .state/cache.
+  echo "building Buf's CLI for the registry's reference test (cached in .state/cache)"
+  .venv/bin/python -m tests.registry.buf_reference
+fi
 
 echo "resolving the Kafka and Spark-connector jars (cached in .state/cache)"
 .venv/bin/python - <<'PY'

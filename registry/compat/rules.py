@@ -53,11 +53,31 @@ class Rule(enum.StrEnum):
     FIXED_SIZE_CHANGED = "fixed-size-changed"
     FIELD_AMBIGUOUS = "field-ambiguous"
     FIELD_WITHOUT_DEFAULT = "field-without-default"
+    # Protobuf: Buf's rule ids, of its WIRE and WIRE_JSON categories
+    FILE_SAME_PACKAGE = "FILE_SAME_PACKAGE"
+    FIELD_NO_DELETE_UNLESS_NUMBER_RESERVED = "FIELD_NO_DELETE_UNLESS_NUMBER_RESERVED"
+    FIELD_NO_DELETE_UNLESS_NAME_RESERVED = "FIELD_NO_DELETE_UNLESS_NAME_RESERVED"
+    FIELD_WIRE_COMPATIBLE_TYPE = "FIELD_WIRE_COMPATIBLE_TYPE"
+    FIELD_WIRE_JSON_COMPATIBLE_TYPE = "FIELD_WIRE_JSON_COMPATIBLE_TYPE"
+    FIELD_WIRE_COMPATIBLE_CARDINALITY = "FIELD_WIRE_COMPATIBLE_CARDINALITY"
+    FIELD_WIRE_JSON_COMPATIBLE_CARDINALITY = "FIELD_WIRE_JSON_COMPATIBLE_CARDINALITY"
+    FIELD_SAME_ONEOF = "FIELD_SAME_ONEOF"
+    FIELD_SAME_DEFAULT = "FIELD_SAME_DEFAULT"
+    FIELD_SAME_NAME = "FIELD_SAME_NAME"
+    FIELD_SAME_JSON_NAME = "FIELD_SAME_JSON_NAME"
+    MESSAGE_SAME_REQUIRED_FIELDS = "MESSAGE_SAME_REQUIRED_FIELDS"
+    MESSAGE_SAME_JSON_FORMAT = "MESSAGE_SAME_JSON_FORMAT"
+    RESERVED_MESSAGE_NO_DELETE = "RESERVED_MESSAGE_NO_DELETE"
+    ENUM_VALUE_NO_DELETE_UNLESS_NUMBER_RESERVED = "ENUM_VALUE_NO_DELETE_UNLESS_NUMBER_RESERVED"
+    ENUM_VALUE_NO_DELETE_UNLESS_NAME_RESERVED = "ENUM_VALUE_NO_DELETE_UNLESS_NAME_RESERVED"
+    ENUM_VALUE_SAME_NAME = "ENUM_VALUE_SAME_NAME"
+    ENUM_SAME_JSON_FORMAT = "ENUM_SAME_JSON_FORMAT"
+    RESERVED_ENUM_NO_DELETE = "RESERVED_ENUM_NO_DELETE"
 
 
 @dataclass(frozen=True)
 class RuleInfo:
-    formats: str  # which checker reports it: "JSON Schema", "Avro" or "any"
+    formats: str  # which checker reports it: "JSON Schema", "Avro", "Protobuf" or "any"
     description: str  # what the reader cannot read, in one line
 
 
@@ -159,5 +179,57 @@ RULES: dict[Rule, RuleInfo] = {
     ),
     Rule.FIELD_WITHOUT_DEFAULT: RuleInfo(
         "Avro", "a reader field is missing from the writer and has no default"
+    ),
+    Rule.FILE_SAME_PACKAGE: RuleInfo(
+        "Protobuf", "the package changed, and with it every type's full name"
+    ),
+    Rule.FIELD_NO_DELETE_UNLESS_NUMBER_RESERVED: RuleInfo(
+        "Protobuf", "a field was deleted without reserving its number"
+    ),
+    Rule.FIELD_NO_DELETE_UNLESS_NAME_RESERVED: RuleInfo(
+        "Protobuf", "a field was deleted without reserving its name (WIRE_JSON)"
+    ),
+    Rule.FIELD_WIRE_COMPATIBLE_TYPE: RuleInfo(
+        "Protobuf", "a field's type changed to one the binary encoding does not read alike"
+    ),
+    Rule.FIELD_WIRE_JSON_COMPATIBLE_TYPE: RuleInfo(
+        "Protobuf",
+        "a field's type changed to one the binary or JSON encoding does not read alike (WIRE_JSON)",
+    ),
+    Rule.FIELD_WIRE_COMPATIBLE_CARDINALITY: RuleInfo(
+        "Protobuf", "a field became repeated, required or optional where it was not"
+    ),
+    Rule.FIELD_WIRE_JSON_COMPATIBLE_CARDINALITY: RuleInfo(
+        "Protobuf",
+        "as `FIELD_WIRE_COMPATIBLE_CARDINALITY`, and a map and a repeated field differ too"
+        " (WIRE_JSON)",
+    ),
+    Rule.FIELD_SAME_ONEOF: RuleInfo("Protobuf", "a field moved into, out of or between oneofs"),
+    Rule.FIELD_SAME_DEFAULT: RuleInfo(
+        "Protobuf", "a field's default (what a reader sees when it is absent) changed"
+    ),
+    Rule.FIELD_SAME_NAME: RuleInfo("Protobuf", "a field was renamed (WIRE_JSON)"),
+    Rule.FIELD_SAME_JSON_NAME: RuleInfo("Protobuf", "a field's JSON name changed (WIRE_JSON)"),
+    Rule.MESSAGE_SAME_REQUIRED_FIELDS: RuleInfo(
+        "Protobuf", "a proto2 `required` field was added or removed"
+    ),
+    Rule.MESSAGE_SAME_JSON_FORMAT: RuleInfo(
+        "Protobuf", "a message's JSON support fell from full to best-effort (WIRE_JSON)"
+    ),
+    Rule.RESERVED_MESSAGE_NO_DELETE: RuleInfo(
+        "Protobuf", "a message's reserved number or name was released"
+    ),
+    Rule.ENUM_VALUE_NO_DELETE_UNLESS_NUMBER_RESERVED: RuleInfo(
+        "Protobuf", "an enum value was deleted without reserving its number"
+    ),
+    Rule.ENUM_VALUE_NO_DELETE_UNLESS_NAME_RESERVED: RuleInfo(
+        "Protobuf", "an enum value was deleted without reserving its name (WIRE_JSON)"
+    ),
+    Rule.ENUM_VALUE_SAME_NAME: RuleInfo("Protobuf", "an enum number's name changed (WIRE_JSON)"),
+    Rule.ENUM_SAME_JSON_FORMAT: RuleInfo(
+        "Protobuf", "an enum's JSON support fell from full to best-effort (WIRE_JSON)"
+    ),
+    Rule.RESERVED_ENUM_NO_DELETE: RuleInfo(
+        "Protobuf", "an enum's reserved number or name was released"
     ),
 }

@@ -347,9 +347,9 @@ def test_avro_subject(client: httpx.Client, subject: str) -> None:
 
 def test_formats_without_rules_need_mode_none(client: httpx.Client, subject: str) -> None:
     url = f"/subjects/{subject}/versions"
-    proto = {"serialization": "PB", "schemaDefinition": "message A { string id = 1; }"}
-    assert client.post(url, json=proto).is_success
-    changed = {**proto, "schemaDefinition": "message A { string id = 1; int32 n = 2; }"}
+    own = {"serialization": "user-defined", "schemaDefinition": "struct A { id: text }"}
+    assert client.post(url, json=own).is_success
+    changed = {**own, "schemaDefinition": "struct A { id: text, n: int }"}
     body = error(client.post(url, json=changed), 409, 40901)
     assert body["violations"][0]["rule"] == "format-not-checkable"
     assert client.put(f"/config/{subject}", json={"compatibility": "NONE"}).is_success

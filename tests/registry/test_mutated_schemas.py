@@ -14,7 +14,8 @@ import pytest
 
 from registry.compat import Mode, check
 from registry.compat.json_schema import validator_class
-from registry.definitions import EngineFormat, _metaschema_accepts, parse_definition
+from registry.compat.modes import Format
+from registry.definitions import _metaschema_accepts, parse_definition
 from registry.errors import RegistryError
 from tests.registry import avro_corpus, json_corpus
 
@@ -25,7 +26,7 @@ ODD_VALUES: list[Any] = [
 KEYS = ["default", "aliases", "namespace", "order", "symbols", "size", "items", "values"]
 KEYS += ["fields", "type", "name", "$schema", "$ref", "enum", "const", "required", "pattern"]
 KEYS += ["multipleOf", "properties", "additionalProperties", "prefixItems", "minimum"]
-SCHEMAS: list[tuple[EngineFormat, Any]] = [("AVRO", p.old) for p in avro_corpus.corpus()]
+SCHEMAS: list[tuple[Format, Any]] = [("AVRO", p.old) for p in avro_corpus.corpus()]
 JSON_SCHEMAS = [p.writer for p in json_corpus.corpus() if isinstance(p.writer, dict)]
 SCHEMAS += [("JSON", schema) for schema in JSON_SCHEMAS]
 ROUNDS = 10

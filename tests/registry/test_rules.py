@@ -7,13 +7,13 @@ import re
 from changebroker.stack.state import REPO_ROOT
 from registry.compat import RULES, Rule
 
-ROW = re.compile(r"^\| `([a-z-]+)` \| ([^|]+) \| (.+) \|$")
+ROW = re.compile(r"^\| `([A-Za-z_-]+)` \| ([^|]+) \| (.+) \|$")
 
 
 def test_every_rule_is_described() -> None:
     assert set(RULES) == set(Rule)
     for rule, info in RULES.items():
-        assert info.formats in ("any", "JSON Schema", "Avro"), rule
+        assert info.formats in ("any", "JSON Schema", "Avro", "Protobuf"), rule
         assert info.description and not info.description.endswith("."), rule
 
 

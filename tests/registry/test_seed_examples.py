@@ -2,7 +2,9 @@
 
 Where an example contradicts itself (the subject-update example posts to
 ``test-value`` with ``"subject": "test-topic"`` in the body) the URL names the
-subject; times are the server's own.
+subject; times are the server's own. The registration example's ``PB`` definition is a
+JSON list of fields, which no Protocol Buffers compiler takes: the replay sends the same
+fields as the .proto text a ``PB`` definition is (registry/README.md, "Protocol Buffers").
 """
 
 from __future__ import annotations
@@ -27,11 +29,18 @@ SUBJECT_UPDATE = {
     "compatibility": "NONE",
     "status": "deprecated",
 }
+
+
+def payment(amount_type: str) -> str:
+    """7.2.6's fields, id (string) and amount, as a .proto file."""
+    return (
+        'syntax = "proto3";\nmessage Payment {\n  string id = 1;\n'
+        f"  {amount_type} amount = 2;\n}}\n"
+    )
+
+
 # 7.2.6 request
-REGISTRATION = {
-    "serialization": "PB",
-    "schemaDefinition": [{"name": "id", "type": "string"}, {"name": "amount", "type": "double"}],
-}
+REGISTRATION = {"serialization": "PB", "schemaDefinition": payment("double")}
 TIMESTAMP = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}$"
 
 
@@ -77,7 +86,8 @@ def test_replay(client: httpx.Client) -> None:
 
     # 7.2.2 the subject's definition
     subject = ok(client.get("/subjects/test-value"))
-    assert subject == {**created, "format": "PB"}  # the first schema's serialization
+    # The first schema's serialization, and the Buf category PB versions are checked with.
+    assert subject == {**created, "format": "PB", "protobufCategory": "WIRE_JSON"}
 
     # 7.2.3 -> { "version": [1, 2, 3, 4] }
     assert ok(client.get("/subjects/test-value/versions")) == {"version": [1]}
@@ -87,11 +97,11 @@ def test_replay(client: httpx.Client) -> None:
     assert by_version == {**subject, "schema": {"version": 1, "id": schema_id, **REGISTRATION}}
     assert ok(client.get("/subjects/test-value/versions/latest/schema")) == by_version
 
-    # 7.3.1 -> {"isCompatible": true} (the spec's body, with its quotes escaped)
+    # 7.3.1 -> {"isCompatible": true} (mode NONE; the spec's body, a JSON Schema, is no .proto)
     answer = ok(
         client.post(
             "/compatibility/subjects/test-value/versions/latest",
-            content=b'{"schema": "{\\"type\\": \\"string\\"}"}',
+            json={"schema": payment("float")},
         )
     )
     assert answer["isCompatible"] is True
@@ -109,11 +119,11 @@ def test_replay(client: httpx.Client) -> None:
 def test_delete_subject_answers_every_version(client: httpx.Client) -> None:
     # 7.2.7 -> { "version": [1, 2, 3, 4] }
     client.post("/subjects/test-delete", json={**SUBJECT_UPDATE, "subject": "test-delete"})
-    for amount_type in ("double", "float", "int", "long"):
-        fields = [{"name": "id", "type": "string"}, {"name": "amount", "type": amount_type}]
+    for amount_type in ("double", "float", "int32", "int64"):
         ok(
             client.post(
-                "/subjects/test-delete/versions", json={**REGISTRATION, "schemaDefinition": fields}
+                "/subjects/test-delete/versions",
+                json={**REGISTRATION, "schemaDefinition": payment(amount_type)},
             )
         )
     assert ok(client.delete("/subjects/test-delete")) == {"version": [1, 2, 3, 4]}

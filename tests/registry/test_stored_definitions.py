@@ -58,7 +58,7 @@ def test_zero_bytes_in_a_default_round_trip(client: httpx.Client, subject: str) 
 
 
 def test_unchecked_formats_keep_any_text(client: httpx.Client, subject: str) -> None:
-    body = {"serialization": "PB", "schemaDefinition": "message A {\u0000 bytes b = 1; }"}
+    body = {"serialization": "user-defined", "schemaDefinition": "struct A {\u0000 b: bytes }"}
     registered = register(client, subject, body)
     assert registered.status_code == 200, registered.text
     schema = client.get(f"/schemas/{registered.json()['id']}").json()
@@ -68,7 +68,10 @@ def test_unchecked_formats_keep_any_text(client: httpx.Client, subject: str) -> 
 @pytest.mark.parametrize(
     "body, said",
     [
-        ({"serialization": "PB", "schemaDefinition": "a", "comment": "x\u0000"}, "U+0000"),
+        (
+            {"serialization": "user-defined", "schemaDefinition": "a", "comment": "x\u0000"},
+            "U+0000",
+        ),
         ({"serialization": "json", "schemaDefinition": {"title": "\ud800"}}, "surrogate"),
     ],
 )
