@@ -105,6 +105,11 @@ class Topics:
         futures = self._admin.incremental_alter_configs([resource])
         await self._wait(futures[resource], f"set retention of {topic}")
 
+    def cluster_metadata(self, timeout: float) -> None:
+        """Blocks until the cluster answers a metadata request; ``KafkaException`` after
+        ``timeout`` seconds without an answer."""
+        self._admin.list_topics(timeout=timeout)
+
     @staticmethod
     async def _wait(future: Any, what: str) -> None:
         try:
