@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
+from broker import bodies
 from broker.access import Access
 from broker.admin_settings import AdminSettings, initial_admins
 from broker.errors import BrokerError
@@ -124,7 +125,7 @@ def create_app(settings: Settings) -> ASGIApp:
     )
     app.state.admin = admin
     return auth.AuthMiddleware(
-        app,
+        bodies.EncodedOnlyOnPost(app),
         settings.auth.authenticator(),
         _refused,
         # Load balancers probe /health without credentials.
