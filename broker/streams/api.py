@@ -263,7 +263,9 @@ class Reading:
         with cursor_errors_as(Unprocessable):
             shifted = []
             for item in items:
+                # Nakadi's shift is a Java long: absent or null, it is 0.
                 by = item.get("shift") if isinstance(item, dict) else None
+                by = 0 if by is None else by
                 if not isinstance(by, int) or isinstance(by, bool):
                     raise CursorError(f"each cursor needs a whole number shift, got {item!r}")
                 shifted.append((parse_cursor(item, topic), by))
