@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+# Nakadi's words when a PUT would drop an event type's or a subscription's authorization.
+AUTHORIZATION_KEPT = "Changing authorization object to `null` is not possible due to existing one"
+
 
 class BrokerError(Exception):
     """A request the broker does not serve, and the Problem that says why."""

@@ -18,7 +18,7 @@ from typing import Any
 import jsonschema
 from jsonschema.validators import Draft4Validator
 
-from broker.errors import Unprocessable
+from broker.errors import AUTHORIZATION_KEPT, Unprocessable
 from broker.event_types import effective_schema
 from registry.compat.nakadi import unsupported_keywords
 
@@ -130,7 +130,7 @@ def validate_update(body: Any, current: Mapping[str, Any]) -> dict[str, Any]:
     if out["default_statistic"] is None:
         del out["default_statistic"]
     if current.get("authorization") and not out.get("authorization"):
-        raise InvalidEventType("authorization cannot be removed once set; change its lists instead")
+        raise InvalidEventType(AUTHORIZATION_KEPT)
     if old_strategy == "hash" and out.get("partition_key_fields") != current.get(
         "partition_key_fields"
     ):

@@ -154,7 +154,9 @@ class Reading:
 
     async def stream(self, request: Request) -> Response:
         name = request.path_params["name"]
-        topic = await self._topic(name)
+        topic = await self.resolve(name)
+        if topic is None:
+            raise NotFound("topic not found")  # Nakadi's words for the stream
         principal = principal_of(request)
         await self.access.require_consume(principal, [name])
         limits = parse_limits(request.query_params)
@@ -203,7 +205,7 @@ class Reading:
         name, partition_text = request.path_params["name"], request.path_params["partition"]
         topic = await self._readable(request)
         if not whole_number(partition_text) or int(partition_text) >= topic.partitions:
-            raise NotFound(f"partition {partition_text} not found in {name}")
+            raise NotFound("partition not found")
         partition = int(partition_text)
         mark = (await self.watermarks.of(topic.topic, [partition]))[partition]
         consumed_offset = request.query_params.get("consumed_offset")

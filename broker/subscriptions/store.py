@@ -27,7 +27,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from broker.errors import BrokerError, Conflict, SubscriptionNotFound
+from broker.errors import AUTHORIZATION_KEPT, BrokerError, Conflict, SubscriptionNotFound
 from broker.event_types.store import Store, _utc
 from broker.event_types.topics import EventTypeTopic, TopicResolver
 from broker.streams.cursors import Cursor, CursorError, parse_cursor, position
@@ -300,14 +300,14 @@ class Subscriptions:
             )
         initial_cursors = body.get("initial_cursors")
         if read_from == "cursors":
-            if not isinstance(initial_cursors, list):
-                raise SubscriptionError(
-                    422, "initial_cursors is required when read_from is cursors"
-                )
-            covered = await self.start_positions(topics, initial_cursors)
+            # Nakadi reads a missing initial_cursors as [], which covers no partition.
+            cursors = [] if initial_cursors is None else initial_cursors
+            if not isinstance(cursors, list):
+                raise SubscriptionError(422, "initial_cursors must be an array of cursors")
+            covered = await self.start_positions(topics, cursors)
             if len(covered) != total:
                 raise SubscriptionError(
-                    422, "initial_cursors must cover every partition of the subscription"
+                    422, "initial_cursors should contain cursors for all partitions of subscription"
                 )
         elif initial_cursors is not None and not isinstance(initial_cursors, list):
             # As Nakadi: read only for read_from cursors, otherwise kept as sent (Java clients
@@ -409,9 +409,7 @@ class Subscriptions:
             raise SubscriptionError(422, "event_types can't be changed; only authorization can")
         authorization = body.get("authorization")
         if current.authorization and not authorization:
-            raise SubscriptionError(
-                422, "authorization cannot be removed once set; change its lists instead"
-            )
+            raise SubscriptionError(422, AUTHORIZATION_KEPT)
         async with self.store.pool.connection() as conn:
             await conn.execute(
                 "UPDATE broker_subscriptions SET authz = %s, updated_at = now() WHERE id = %s",
