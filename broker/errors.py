@@ -51,6 +51,10 @@ class PreconditionFailed(BrokerError, status=412): ...
 class Unprocessable(BrokerError, status=422): ...
 
 
+class FeatureNotAvailable(BrokerError, status=501):
+    """Switched off by a feature (``/settings/features``), as Nakadi answers it."""
+
+
 class Unavailable(BrokerError, status=503): ...
 
 

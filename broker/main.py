@@ -13,7 +13,13 @@ from starlette.types import ASGIApp
 
 from broker.app import create_app
 from broker.authorization import Scopes
-from broker.settings import DEFAULT_PARTITIONS, MAX_PARTITIONS, Settings
+from broker.settings import (
+    DEFAULT_PARTITIONS,
+    DELETABLE_SUBSCRIPTION_CONSUMER_GROUP,
+    DELETABLE_SUBSCRIPTION_OWNING_APPLICATION,
+    MAX_PARTITIONS,
+    Settings,
+)
 from changebroker import auth, config, http, logs, metrics
 from changebroker.stack.state import default_state_dir
 
@@ -78,6 +84,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=config.parse_duration,
         default=15.0,
         help="longest the per-subscription lag in /metrics may be old",
+    )
+    option(
+        "--deletable-subscription-owning-application",
+        default=DELETABLE_SUBSCRIPTION_OWNING_APPLICATION,
+        help="with --deletable-subscription-consumer-group: subscriptions of this application"
+        " and consumer group do not keep an event type from being deleted (they go with it)",
+    )
+    option(
+        "--deletable-subscription-consumer-group",
+        default=DELETABLE_SUBSCRIPTION_CONSUMER_GROUP,
+        help="see --deletable-subscription-owning-application",
     )
 
 

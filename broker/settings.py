@@ -12,6 +12,10 @@ from changebroker.auth import AuthSettings
 DEFAULT_PARTITIONS = 1
 MAX_PARTITIONS = 32
 DEFAULT_RETENTION_MS = 345_600_000
+# Nakadi's nakadi.eventType.deletableSubscription: subscriptions of this application and
+# consumer group (its archiver's) do not keep an event type from being deleted.
+DELETABLE_SUBSCRIPTION_OWNING_APPLICATION = "nakadi_archiver"
+DELETABLE_SUBSCRIPTION_CONSUMER_GROUP = "nakadi_to_s3"
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,8 @@ class Settings:
     # The longest the per-subscription lag in /metrics may be old (read from Postgres and
     # Kafka in the background, never per scrape).
     lag_interval: float = 15.0
+    deletable_subscription_owning_application: str = DELETABLE_SUBSCRIPTION_OWNING_APPLICATION
+    deletable_subscription_consumer_group: str = DELETABLE_SUBSCRIPTION_CONSUMER_GROUP
     auth: AuthSettings = field(default_factory=AuthSettings)
     scopes: Scopes = field(default_factory=Scopes)
 

@@ -20,11 +20,19 @@ from starlette.routing import BaseRoute, Route
 
 from broker import authorization
 from broker.access import Access
+from broker.admin_settings import Feature
 from broker.bodies import json_body
-from broker.errors import BadRequest, Conflict, EventTypeNotFound, NotFound, Unavailable
+from broker.errors import (
+    BadRequest,
+    Conflict,
+    EventTypeNotFound,
+    FeatureNotAvailable,
+    NotFound,
+    Unavailable,
+)
 from broker.event_types import rules
 from broker.event_types.rules import InvalidEventType
-from broker.event_types.store import AlreadyExists, Store
+from broker.event_types.store import AlreadyExists, Store, SubscriptionKey
 from broker.event_types.topics import EventTypeTopic, TopicError, Topics, topic_config, topic_name
 from broker.settings import Settings
 from changebroker import logs
@@ -105,12 +113,12 @@ class EventTypeApi:
 
     async def create(self, request: Request) -> Response:
         principal = principal_of(request)
-        if await self.access.admin.feature("DISABLE_EVENT_TYPE_CREATION") and not (
-            await self.access.admin.is_admin(principal)
-        ):
-            raise Unavailable("creating event types is disabled by the administrators")
+        admin = self.access.admin
+        if await admin.feature(Feature.DISABLE_EVENT_TYPE_CREATION):
+            raise FeatureNotAvailable("Event Type creation is disabled")
         body = await json_body(request)
         event_type = rules.validate_new(body)
+        await admin.check_writable()
         name = event_type["name"]
         partitions = rules.partition_count(
             event_type,
@@ -140,6 +148,7 @@ class EventTypeApi:
         name = request.path_params["name"]
         principal = principal_of(request)
         body = await json_body(request)
+        await self.access.admin.check_writable()
         try:
             async with self.store.locked(name) as locked:
                 if locked is None:
@@ -191,6 +200,8 @@ class EventTypeApi:
     async def delete(self, request: Request) -> Response:
         name = request.path_params["name"]
         principal = principal_of(request)
+        admin = self.access.admin
+        await admin.check_writable()
         try:
             async with self.store.locked(name) as locked:
                 if locked is None:
@@ -201,12 +212,19 @@ class EventTypeApi:
                     "admin",
                     f"event type {name}",
                 )
-                if await self.access.admin.feature(
-                    "DISABLE_EVENT_TYPE_DELETION"
-                ) and not await self.access.admin.is_admin(principal):
+                if await admin.feature(
+                    Feature.DISABLE_EVENT_TYPE_DELETION
+                ) and not await admin.is_admin(principal):
                     authorization.refuse(
                         principal, f"delete event type {name}", "deletion is disabled"
                     )
+                readers = await locked.subscriptions()
+                if not (
+                    await admin.feature(Feature.DELETE_EVENT_TYPE_WITH_SUBSCRIPTIONS)
+                    or all(self._deletable(reader) for reader in readers)
+                ):
+                    raise Conflict(f"Can't remove event type {name}, as it has subscriptions")
+                # Its subscriptions go with it (their streams end), as Nakadi deletes them.
                 await locked.delete()
                 # Raised inside the transaction: a failed topic deletion keeps the event type.
                 await self.topics.delete(locked.current.topic)
@@ -216,6 +234,13 @@ class EventTypeApi:
         log.info("event type deleted", extra=logs.fields(event_type=name))
         audit("event type deleted", principal, name)
         return Response(status_code=200)
+
+    def _deletable(self, reader: SubscriptionKey) -> bool:
+        """A subscription that does not keep its event type alive (Nakadi's archiver's)."""
+        return (reader.owning_application, reader.consumer_group) == (
+            self.settings.deletable_subscription_owning_application,
+            self.settings.deletable_subscription_consumer_group,
+        )
 
     async def schemas(self, request: Request) -> Response:
         name = request.path_params["name"]

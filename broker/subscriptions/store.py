@@ -18,7 +18,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -33,6 +33,7 @@ from broker.event_types.topics import EventTypeTopic, TopicResolver
 from broker.streams.cursors import Cursor, CursorError, parse_cursor, position
 from broker.streams.watermarks import Watermarks
 from broker.subscriptions import coordination, rebalance
+from broker.subscriptions.coordination import notify_sql
 from changebroker import logs
 from changebroker.auth import Principal
 
@@ -112,11 +113,6 @@ def _subscription(row: Mapping[str, Any]) -> Subscription:
         row["created_at"],
         row["updated_at"],
     )
-
-
-def notify_sql(subscription_id: str) -> tuple[str, tuple[str, str]]:
-    """The statement that wakes every stream of the subscription, in every broker process."""
-    return "SELECT pg_notify(%s, %s)", (coordination.CHANNEL, subscription_id)
 
 
 def storable(value: object) -> bool:
@@ -269,8 +265,12 @@ class Subscriptions:
             "UPDATE broker_subscriptions SET initialised = true WHERE id = %s", (subscription.id,)
         )
 
-    async def create(self, body: object) -> tuple[Subscription, bool]:
-        """The subscription and whether it is new (201) or existed with the same key (200)."""
+    async def create(
+        self, body: object, may_create: Callable[[], Awaitable[None]]
+    ) -> tuple[Subscription, bool]:
+        """The subscription and whether it is new (201) or existed with the same key (200).
+        ``may_create`` raises when a new one may not be made now; one that exists is still
+        answered, as Nakadi does (clients create their subscription at every start)."""
         if not isinstance(body, dict):
             raise SubscriptionError(400, "the body must be a Subscription object")
         if not storable(body):
@@ -314,6 +314,11 @@ class Subscriptions:
             # send [] with begin and end).
             raise SubscriptionError(422, "initial_cursors must be an array of cursors")
         authorization = body.get("authorization")
+        key = (owner, names, group)
+        existing = await self._with_key(*key)
+        if existing is not None:
+            return existing, False
+        await may_create()
         async with self.store.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
                 "INSERT INTO broker_subscriptions (id, owning_application, event_types,"
@@ -332,16 +337,23 @@ class Subscriptions:
                 ),
             )
             row = await cur.fetchone()
-            if row is not None:
-                return _subscription(row), True
+        if row is not None:
+            return _subscription(row), True
+        existing = await self._with_key(*key)
+        assert existing is not None, "ON CONFLICT saw the row, so it exists"
+        return existing, False
+
+    async def _with_key(
+        self, owner: str, event_types: list[str], group: str
+    ) -> Subscription | None:
+        async with self.store.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
                 f"SELECT {_COLUMNS} FROM broker_subscriptions"
                 " WHERE owning_application = %s AND event_types = %s AND consumer_group = %s",
-                (owner, names, group),
+                (owner, event_types, group),
             )
-            existing = await cur.fetchone()
-        assert existing is not None, "ON CONFLICT saw the row, so it exists"
-        return _subscription(existing), False
+            row = await cur.fetchone()
+        return None if row is None else _subscription(row)
 
     async def page(
         self,
