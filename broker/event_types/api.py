@@ -161,12 +161,10 @@ class EventTypeApi:
                 updated = rules.validate_update(body, current.body)
                 new_version = self._next_version(current.body, updated)
                 await locked.update(updated, new_version)
-                new_retention = _retention(updated)
-                if new_retention != _retention(current.body):
-                    # Raised inside the transaction: a refused retention change stores nothing.
-                    await self.topics.set_retention(
-                        current.topic, new_retention or self.settings.default_retention_ms
-                    )
+                config = topic_config(updated, self.settings.default_retention_ms)
+                if config != topic_config(current.body, self.settings.default_retention_ms):
+                    # Raised inside the transaction: a refused topic change stores nothing.
+                    await self.topics.set_config(current.topic, config)
         except TopicError as exc:
             raise Unavailable(f"{exc}; nothing was changed, try again") from None
         # Streams of readers this change removed end at their next batch.
@@ -252,7 +250,8 @@ class EventTypeApi:
         items, total = await self.store.schemas(name, limit, offset)
         base = f"/event-types/{name}/schemas"
         links: dict[str, Any] = {}
-        if offset > 0:
+        # As Nakadi: a page past the last version links nowhere, not even back.
+        if offset > 0 and items:
             links["prev"] = {"href": f"{base}?offset={max(0, offset - limit)}&limit={limit}"}
         if offset + limit < total:
             links["next"] = {"href": f"{base}?offset={offset + limit}&limit={limit}"}
@@ -272,11 +271,6 @@ class EventTypeApi:
         if await self.store.revision(name) is None:
             raise EventTypeNotFound(name)
         raise NotFound(f'EventType "{name}" has no schema version "{version}"')
-
-
-def _retention(event_type: dict[str, Any]) -> int | None:
-    retention = (event_type.get("options") or {}).get("retention_time")
-    return int(retention) if retention is not None else None
 
 
 def _int_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:

@@ -23,14 +23,18 @@ from broker.event_types import effective_schema
 from registry.compat.nakadi import unsupported_keywords
 
 NAME = re.compile(r"[a-zA-Z][-0-9a-zA-Z_]*(\.[0-9a-zA-Z][-0-9a-zA-Z_]*)*")
-# Topic names derive from event type names; Kafka allows 249 characters.
+# Nakadi's limit, and the broker's: topic names derive from event type names and Kafka allows
+# 249 characters (docs/nakadi-differences.md).
+NAKADI_MAX_NAME_LENGTH = 255
 MAX_NAME_LENGTH = 200
 
 CATEGORIES = ("undefined", "data", "business")
 PARTITION_STRATEGIES = ("random", "hash", "user_defined")
 ENRICHMENT_STRATEGIES = ("metadata_enrichment",)
 COMPATIBILITY_MODES = ("compatible", "forward", "none")
-CLEANUP_POLICIES = ("delete", "compact")
+CLEANUP_POLICIES = ("delete", "compact", "compact_and_delete")
+# The one change of cleanup_policy Nakadi allows: a deleted topic becomes compacted too.
+CLEANUP_POLICY_CHANGES = {("delete", "compact_and_delete")}
 AUDIENCES = (
     "component-internal",
     "business-unit-internal",
@@ -42,6 +46,26 @@ STATISTIC_FIELDS = ("messages_per_minute", "message_size", "read_parallelism", "
 # Only stricter: none -> forward -> compatible (manual, "Changing compatibility modes").
 MODE_UPGRADES = {("none", "forward"), ("forward", "compatible")}
 READ_ONLY = ("created_at", "updated_at")
+# Fields a PUT leaves as they are when it omits them or sends null, as Nakadi does.
+KEPT_WHEN_ABSENT = ("annotations", "labels")
+OWNER_SELECTOR_TYPES = ("path", "static", "metadata")
+# Nakadi's annotation and label keys: an optional DNS-style prefix and "/", then a name; each
+# rule with Nakadi's words (its AnnotationKey and LabelKey constraints).
+KEY_RULES = (
+    (
+        re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[^/]*"),
+        "Key name should be an optional lowercase domain name with path",
+    ),
+    (re.compile(r"([-.a-z0-9]{0,253}/)?[^/]*"), "Key prefix cannot be more than 253 characters."),
+    (re.compile(r"([-.a-z0-9]+/)?[^/]{0,63}"), "Key name cannot be more than 63 characters."),
+    (
+        re.compile(r"([^/]+/)?[a-zA-Z0-9]([a-zA-Z0-9_.-]*[a-zA-Z0-9])?"),
+        "Key name should start and end with a letter or a digit",
+    ),
+)
+MAX_ANNOTATION_VALUE = 1000
+MAX_LABEL_VALUE = 63
+LABEL_VALUE = re.compile(r"([a-zA-Z0-9]([a-zA-Z0-9_.-]*[a-zA-Z0-9])?)?")
 
 
 class InvalidEventType(Unprocessable):
@@ -62,6 +86,8 @@ def validate_new(body: Any) -> dict[str, Any]:
     _choice(out, "compatibility_mode", COMPATIBILITY_MODES, "forward")
     _choice(out, "partition_strategy", PARTITION_STRATEGIES, "random")
     _choice(out, "cleanup_policy", CLEANUP_POLICIES, "delete")
+    _annotations(out)
+    _owner_selector(out)
     _enrichment(out, category)
     try:
         schema = _schema(out)
@@ -85,10 +111,12 @@ def validate_new(body: Any) -> dict[str, Any]:
         raise InvalidEventType(
             f"events cannot be validated against schema.schema ({exc}): flatten deep nesting"
         ) from None
-    if out["cleanup_policy"] == "compact" and category == "undefined":
+    if effective_schema.compacted(out["cleanup_policy"]) and category == "undefined":
+        # Nakadi's words; compaction keeps the last event per metadata.partition_compaction_key,
+        # which 'undefined' events have no place for.
         raise InvalidEventType(
-            "cleanup_policy 'compact' needs metadata.partition_compaction_key, which 'undefined'"
-            " events have no place for: use category business or data, or cleanup_policy delete"
+            "cleanup_policy 'compact' and 'compact_and_delete' is not available for 'undefined'"
+            " event type category"
         )
     return out
 
@@ -112,9 +140,22 @@ def validate_update(body: Any, current: Mapping[str, Any]) -> dict[str, Any]:
             "changing partition_strategy is only allowed if the original strategy was 'random'"
         )
     out = validate_new({**body, "name": current["name"]} if isinstance(body, Mapping) else body)
-    for field in ("category", "cleanup_policy"):
-        if out[field] != current[field]:
-            raise InvalidEventType(f"{field} cannot change (it is {current[field]!r})")
+    if out["category"] != current["category"]:
+        raise InvalidEventType(f"category cannot change (it is {current['category']!r})")
+    policies = (current["cleanup_policy"], out["cleanup_policy"])
+    if policies[0] != policies[1] and policies not in CLEANUP_POLICY_CHANGES:
+        raise InvalidEventType(
+            f"Invalid cleanup_policy change: {policies[0].upper()} cannot be changed to"
+            f" {policies[1].upper()}"
+        )
+    for field in KEPT_WHEN_ABSENT:
+        if out.get(field) is None and current.get(field) is not None:
+            out[field] = current[field]
+    if (out.get("options") or {}).get("retention_time") is None:
+        # Nakadi keeps the options (the retention) a PUT leaves out or sends as null.
+        out.pop("options", None)
+        if current.get("options") is not None:
+            out["options"] = current["options"]
     old_mode, new_mode = current["compatibility_mode"], out["compatibility_mode"]
     if old_mode != new_mode and (old_mode, new_mode) not in MODE_UPGRADES:
         raise InvalidEventType(
@@ -148,13 +189,24 @@ def partition_count(event_type: Mapping[str, Any], *, default: int, maximum: int
 
 
 def _name(name: Any) -> None:
-    if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise InvalidEventType(
+    """Every rule the name breaks, as Nakadi lists them."""
+    if not isinstance(name, str):
+        raise InvalidEventType(f"name must be a string, not {json.dumps(name)}")
+    broken = []
+    if not NAME.fullmatch(name):
+        broken.append(
             f"name {name!r} does not match {NAME.pattern}: start with a letter, then letters,"
             " digits, '-' or '_', dot-separated (e.g. 'acme-team.price-change')"
         )
-    if len(name) > MAX_NAME_LENGTH:
-        raise InvalidEventType(f"name is longer than {MAX_NAME_LENGTH} characters")
+    if len(name) > NAKADI_MAX_NAME_LENGTH:
+        broken.append(f"the length of the name must be >= 1 and <= {NAKADI_MAX_NAME_LENGTH}")
+    elif len(name) > MAX_NAME_LENGTH:
+        broken.append(
+            f"the length of the name must be <= {MAX_NAME_LENGTH}: the Kafka topic is named"
+            " after it"
+        )
+    if broken:
+        raise InvalidEventType("; ".join(broken))
 
 
 def _string(body: Mapping[str, Any], field: str) -> None:
@@ -169,6 +221,57 @@ def _choice(body: dict[str, Any], field: str, allowed: tuple[str, ...], default:
     if value not in allowed:
         raise InvalidEventType(f"{field} {value!r} is not one of: {', '.join(allowed)}")
     return str(value)
+
+
+def _annotations(body: dict[str, Any]) -> None:
+    """``annotations`` and ``labels``: string maps whose keys and values follow Nakadi's rules,
+    every broken rule listed in Nakadi's words (``Field "annotations[]" Key cannot be empty``)."""
+    broken = []
+    for field in KEPT_WHEN_ABSENT:
+        entries = _object(body, field, "an object of strings")
+        for key, value in (entries or {}).items():
+            if key == "":
+                broken.append(f'Field "{field}[]" Key cannot be empty')
+            broken += [
+                f'Field "{field}[]" {words}' for rule, words in KEY_RULES if not rule.fullmatch(key)
+            ]
+            where = f'Field "{field}[{key}]"'
+            if not isinstance(value, str):
+                broken.append(f"{where} must be a string")
+                continue
+            longest = MAX_ANNOTATION_VALUE if field == "annotations" else MAX_LABEL_VALUE
+            if len(value) > longest:
+                broken.append(f"{where} size must be between 0 and {longest}")
+            if field == "labels" and not LABEL_VALUE.fullmatch(value):
+                broken.append(f"{where} Should contain only allowed symbols")
+    if broken:
+        raise InvalidEventType("\n".join(broken))
+
+
+def _owner_selector(body: dict[str, Any]) -> None:
+    """``event_owner_selector``: where an event's owner is read (a ``path`` in the event, a
+    ``static`` value, or the publisher's ``metadata``), type written lower-case as Nakadi does."""
+    selector = _object(body, "event_owner_selector", "an object with type, name and value")
+    if selector is None:
+        return
+    kind = selector.get("type")
+    if not isinstance(kind, str) or kind.lower() not in OWNER_SELECTOR_TYPES:
+        raise InvalidEventType(
+            f"event_owner_selector.type {kind!r} is not one of: {', '.join(OWNER_SELECTOR_TYPES)}"
+        )
+    if not isinstance(selector.get("name"), str) or not selector["name"]:
+        raise InvalidEventType(
+            'Field "event_owner_selector.name" the length of the name must be >= 1'
+        )
+    value = selector.get("value")
+    if kind.lower() == "metadata":
+        if value is not None:
+            raise InvalidEventType(
+                "event_owner_selector specifying value for type 'metadata' is not supported"
+            )
+    elif not isinstance(value, str):
+        raise InvalidEventType(f"event_owner_selector.value is required for type {kind!r}")
+    body["event_owner_selector"] = {**selector, "type": kind.lower()}
 
 
 def _enrichment(body: dict[str, Any], category: str) -> None:
