@@ -214,7 +214,10 @@ class EventTypeApi:
                     Feature.DISABLE_EVENT_TYPE_DELETION
                 ) and not await admin.is_admin(principal):
                     authorization.refuse(
-                        principal, f"delete event type {name}", "deletion is disabled"
+                        principal,
+                        f"delete event type {name}",
+                        "deletion is disabled",
+                        detail="Event Type deletion is disabled",
                     )
                 readers = await locked.subscriptions()
                 if not (
