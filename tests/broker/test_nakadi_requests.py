@@ -164,7 +164,8 @@ def test_read_from_cursors_without_initial_cursors_is_422_in_nakadis_words(
     """SubscriptionAT.testSubscriptionWithReadFromCursorsWithoutInitialCursors (its body has
     ``"initial_cursors": []``; Nakadi reads a missing one as that too)."""
     body = {"owning_application": "x", "event_types": [make_event_type()], "read_from": "cursors"}
-    for initial_cursors in ({"initial_cursors": []}, {}):
+    sent: list[dict[str, list[object]]] = [{"initial_cursors": []}, {}]
+    for initial_cursors in sent:
         response = client.post("/subscriptions", json={**body, **initial_cursors})
         assert response.json() == {
             "title": "Unprocessable Entity",
