@@ -3,6 +3,7 @@ test (zalando/nakadi ``acceptance-test/``, named per test) and expects its answe
 
 from __future__ import annotations
 
+import argparse
 import json
 import uuid
 from collections.abc import Callable
@@ -10,9 +11,15 @@ from typing import Any
 
 import httpx
 import psycopg
+import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from changebroker import kafka
+from broker import main
+from broker.app import create_app
+from broker.settings import Settings
+from changebroker import config, kafka
+from changebroker.auth import AuthSettings
+from changebroker.stack.run import serve_in_thread
 from tests.broker.subscription_support import create
 from tests.broker.swagger import assert_problem, validate
 from tests.support.event_types import business_event_type
@@ -216,3 +223,31 @@ def test_subscriptions_of_nakadis_archiver_do_not_keep_an_event_type(
     assert client.delete(f"/event-types/{name}").status_code == 200
     assert_problem(client.get(f"/event-types/{name}"), 404)
     assert_problem(client.get(f"/subscriptions/{archived['id']}"), 404)
+
+
+def test_the_deletable_subscriptions_are_a_setting(
+    broker_dsn: str, kafka_bootstrap: str, unique_name, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nakadi's nakadi.eventType.deletableSubscription, as flags or their environment."""
+    monkeypatch.setenv("CHANGEBROKER_BROKER_DELETABLE_SUBSCRIPTION_OWNING_APPLICATION", "archiver")
+    parser = argparse.ArgumentParser()
+    main.configure(parser)
+    args = parser.parse_args(
+        ["--pg-url", broker_dsn, "--deletable-subscription-consumer-group", "to-s3"]
+    )
+    settings = config.from_args(
+        Settings, args, pg_dsn=broker_dsn, kafka_bootstrap=kafka_bootstrap, auth=AuthSettings()
+    )
+    assert settings.deletable_subscription_owning_application == "archiver"
+    assert settings.deletable_subscription_consumer_group == "to-s3"
+    with (
+        serve_in_thread(create_app(settings)) as url,
+        httpx.Client(base_url=url, timeout=60) as http,
+    ):
+        kept, gone = unique_name("kept"), unique_name("gone")
+        for name in (kept, gone):
+            assert http.post("/event-types", json=business_event_type(name)).status_code == 201
+        create(http, [kept], owning_application="nakadi_archiver", consumer_group="nakadi_to_s3")
+        assert_problem(http.delete(f"/event-types/{kept}"), 409)
+        create(http, [gone], owning_application="archiver", consumer_group="to-s3")
+        assert http.delete(f"/event-types/{gone}").status_code == 200
