@@ -9,11 +9,17 @@ from collections.abc import Callable
 
 import httpx
 
+from broker.app import create_app
+from broker.settings import Settings
+from changebroker import pg
+from changebroker.stack.run import serve_in_thread
 from tests.broker.stream_support import order, publish
 from tests.broker.subscription_support import Stream, create
 from tests.broker.swagger import assert_problem
 from tests.support.event_types import business_event_type
 
+# The broker's migrations before feature names were lower-case (sql/broker/008).
+FEATURES_UPPER_CASE_UNTIL = 7
 NAKADIS_HONOURED = [
     "disable_event_type_creation",
     "disable_event_type_deletion",
@@ -142,3 +148,27 @@ def test_delete_event_type_with_subscriptions(
     stream.until_end()
     assert time.monotonic() - deleted < 30, "the stream ran on to its stream_timeout"
     assert client.get(f"/event-types/{other}").status_code == 200
+
+
+def test_features_stored_upper_case_by_an_earlier_broker_are_read_lower_case(
+    pg_server_dsn: str, kafka_bootstrap: str
+) -> None:
+    with pg.scratch_database(pg_server_dsn, "t_features") as dsn:
+        pg.migrate(dsn, "registry")
+        pg.migrate(dsn, "broker", until=FEATURES_UPPER_CASE_UNTIL)
+        with pg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO broker_features (feature, enabled)"
+                " VALUES ('DISABLE_SUBSCRIPTION_CREATION', true)"
+            )
+        settings = Settings(pg_dsn=dsn, kafka_bootstrap=kafka_bootstrap)
+        with (
+            serve_in_thread(create_app(settings)) as url,
+            httpx.Client(base_url=url, timeout=60) as http,
+        ):
+            assert features(http)["disable_subscription_creation"] is True
+            switch(http, "disable_subscription_creation", False)
+            assert features(http)["disable_subscription_creation"] is False
+        with pg.connect(dsn) as conn:
+            rows = conn.execute("SELECT feature, enabled FROM broker_features").fetchall()
+        assert rows == [("disable_subscription_creation", False)]
