@@ -9,13 +9,20 @@ streams close within a second.
 Administrators are an AdminAuthorization: ``readers`` may read the settings, ``writers`` change
 the blacklist and features, ``admins`` change the administrators; every one of them passes the
 per-resource checks of event types and subscriptions.
+
+Features are Nakadi's, those the broker honours (:class:`Feature`), named in any case on input
+and written lower-case, as Nakadi does. ``disable_db_write_operations`` makes the metadata
+read-only for everyone (:meth:`AdminSettings.check_writable`, 503), as Nakadi's: event types,
+subscriptions being created or deleted, the administrators.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -27,8 +34,8 @@ from starlette.routing import Route
 from broker import authorization
 from broker.authorization import Operation
 from broker.bodies import json_body
-from broker.errors import Unprocessable
-from changebroker.auth import Forbidden, Principal, audit, principal_of
+from broker.errors import BadRequest, Unavailable, Unprocessable
+from changebroker.auth import Principal, audit, principal_of
 
 REFRESH = 1.0  # seconds a process trusts its copy of the settings
 
@@ -37,11 +44,19 @@ EVENT_TYPE_BLOCKED = "Application or event type is blocked"
 SUBSCRIPTION_BLOCKED = "Application or subscription is blocked"
 
 BLACKLIST_TYPES = ("CONSUMER_APP", "CONSUMER_ET", "PRODUCER_APP", "PRODUCER_ET")
-FEATURES = (
-    "DISABLE_EVENT_TYPE_CREATION",
-    "DISABLE_EVENT_TYPE_DELETION",
-    "DISABLE_SUBSCRIPTION_CREATION",
-)
+
+
+class Feature(StrEnum):
+    """Nakadi's features the broker honours, in Nakadi's order and words."""
+
+    DISABLE_EVENT_TYPE_CREATION = "disable_event_type_creation"
+    DISABLE_EVENT_TYPE_DELETION = "disable_event_type_deletion"
+    DELETE_EVENT_TYPE_WITH_SUBSCRIPTIONS = "delete_event_type_with_subscriptions"
+    DISABLE_SUBSCRIPTION_CREATION = "disable_subscription_creation"
+    DISABLE_DB_WRITE_OPERATIONS = "disable_db_write_operations"
+
+
+FEATURE_NAMES = ", ".join(Feature)
 
 
 def initial_admins(subjects: tuple[str, ...]) -> dict[str, list[dict[str, str]]]:
@@ -99,13 +114,20 @@ class AdminSettings:
         admins = (await self.current()).admins
         return authorization.listed(principal, admins.get(authorization.LISTS[operation]))
 
-    async def feature(self, name: str) -> bool:
-        return (await self.current()).features.get(name, False)
+    async def feature(self, feature: Feature) -> bool:
+        return (await self.current()).features.get(feature, False)
+
+    async def check_writable(self) -> None:
+        """503, in Nakadi's words, while ``disable_db_write_operations`` is on."""
+        if await self.feature(Feature.DISABLE_DB_WRITE_OPERATIONS):
+            raise Unavailable("Database is currently in read-only mode")
 
     async def check_producer(self, principal: Principal, event_type: str) -> None:
         """403 when the application or the event type is blocked from publishing."""
         if await self._blocked(principal, [event_type], "PRODUCER_APP", "PRODUCER_ET"):
-            _refuse_blocked(principal, f"publish to {event_type}", EVENT_TYPE_BLOCKED)
+            authorization.refuse(
+                principal, f"publish to {event_type}", "blocked", detail=EVENT_TYPE_BLOCKED
+            )
 
     async def check_consumer(
         self, principal: Principal, event_types: list[str], detail: str = EVENT_TYPE_BLOCKED
@@ -113,7 +135,9 @@ class AdminSettings:
         """403 (saying ``detail``) when the application or one of the event types is blocked
         from consuming."""
         if await self.consumer_blocked(principal, event_types):
-            _refuse_blocked(principal, f"consume {','.join(event_types)}", detail)
+            authorization.refuse(
+                principal, f"consume {','.join(event_types)}", "blocked", detail=detail
+            )
 
     async def consumer_blocked(self, principal: Principal, event_types: list[str]) -> bool:
         return await self._blocked(principal, event_types, "CONSUMER_APP", "CONSUMER_ET")
@@ -150,6 +174,7 @@ class AdminSettings:
         invalid = authorization.section_problem(body, ("admins", "readers", "writers"))
         if invalid:
             raise Unprocessable(invalid)
+        await self.check_writable()
         async with self.pool.connection() as conn:
             await conn.execute(
                 "INSERT INTO broker_admins (authz) VALUES (%s)"
@@ -203,25 +228,22 @@ class AdminSettings:
     async def get_features(self, request: Request) -> Response:
         await self._admin(request, "read")
         features = (await self.current()).features
-        items = [{"feature": name, "enabled": features.get(name, False)} for name in FEATURES]
+        items = [{"feature": name, "enabled": features.get(name, False)} for name in Feature]
         return JSONResponse({"items": items})
 
     async def post_features(self, request: Request) -> Response:
         principal = await self._admin(request, "write")
-        body = await _json(request)
-        feature, enabled = body.get("feature"), body.get("enabled")
-        if feature not in FEATURES or not isinstance(enabled, bool):
-            raise Unprocessable(
-                f'send {{"feature": one of {", ".join(FEATURES)}, "enabled": true|false}}'
-            )
+        feature, enabled = _feature_switch(await _json(request))
         async with self.pool.connection() as conn:
             await conn.execute(
                 "INSERT INTO broker_features (feature, enabled) VALUES (%s, %s)"
                 " ON CONFLICT (feature) DO UPDATE SET enabled = excluded.enabled,"
                 " updated_at = now()",
-                (feature, enabled),
+                (feature.value, enabled),
             )
-        audit("feature set", principal, "/settings/features", feature=feature, enabled=enabled)
+        audit(
+            "feature set", principal, "/settings/features", feature=feature.value, enabled=enabled
+        )
         await self.reload()
         return Response(status_code=204)
 
@@ -238,13 +260,26 @@ class AdminSettings:
         ]
 
 
-def _refuse_blocked(principal: Principal, action: str, detail: str) -> None:
-    audit("refused", principal, action, status=403, reason="blocked")
-    raise Forbidden(detail)
-
-
 async def _json(request: Request) -> dict[str, Any]:
     body = await json_body(request)
     if not isinstance(body, dict):
         raise Unprocessable("the body must be a JSON object")
     return body
+
+
+def _feature_switch(body: Mapping[str, Any]) -> tuple[Feature, bool]:
+    """A FeatureWrapper as Nakadi reads it: the feature in any case, ``enabled`` false when
+    absent or null; what it cannot read is 400, as Nakadi's (a misspelt field leaves no
+    feature)."""
+    name, enabled = body.get("feature"), body.get("enabled")
+    if name is None:
+        raise BadRequest(f'"feature" is required: one of [{FEATURE_NAMES}]')
+    try:
+        feature = Feature(name.lower() if isinstance(name, str) else name)
+    except ValueError:
+        raise BadRequest(
+            f"Illegal enum value: '{name}'. Possible values: [{FEATURE_NAMES}]"
+        ) from None
+    if enabled is not None and not isinstance(enabled, bool):
+        raise BadRequest(f'"enabled" is true or false, not {json.dumps(enabled)}')
+    return feature, bool(enabled)

@@ -11,7 +11,8 @@ Build it for tests (Postgres metadata database, Kafka bootstrap)::
         httpx.post(f"{url}/event-types", json={...})  # 201
 
 Start-up applies ``sql/registry`` and ``sql/broker`` migrations, opens the Postgres pool and the
-Kafka producer; /health answers 200 once they are up.
+Kafka producer; /health answers 200 ``OK`` (text, as Nakadi's) once they are up, /status whether
+Postgres and Kafka answer.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
+from broker import bodies
 from broker.access import Access
 from broker.admin_settings import AdminSettings, initial_admins
 from broker.errors import BrokerError
@@ -40,6 +42,7 @@ from broker.publishing.api import Publisher
 from broker.publishing.partitioning import STRATEGIES
 from broker.publishing.producer import KafkaProducer
 from broker.settings import Settings
+from broker.status import Status
 from broker.streams import api as streams
 from broker.streams.watermarks import Watermarks
 from broker.subscriptions.lag import SubscriptionLag
@@ -84,9 +87,6 @@ def create_app(settings: Settings) -> ASGIApp:
             await store.close()
             service_metrics.worker_exiting()
 
-    async def health(request: Request) -> Response:
-        return JSONResponse({"status": "OK"})
-
     async def enrichment_strategies(request: Request) -> Response:
         return JSONResponse(list(ENRICHMENT_STRATEGIES))
 
@@ -97,7 +97,8 @@ def create_app(settings: Settings) -> ASGIApp:
         # Publishing first: the most frequent request, matched before the 12 routes it followed
         # (~3% of a single-event publish's CPU; a GET of its path still finds the stream).
         *publisher.routes(),
-        Route("/health", health, methods=["GET"]),
+        # /health: Nakadi's plain OK for load balancers; /status: Postgres and Kafka answer.
+        *Status(store.pool, topics).routes(),
         # Process, request and publishing metrics (broker/metrics.py), and every subscription's
         # lag, read and rendered in the background at most once per --lag-interval.
         service_metrics.route(refresh=[lag_refresh], texts=[lag.text]),
@@ -128,7 +129,7 @@ def create_app(settings: Settings) -> ASGIApp:
     )
     app.state.admin = admin
     return auth.AuthMiddleware(
-        app,
+        bodies.EncodedOnlyOnPost(app),
         settings.auth.authenticator(),
         _refused,
         # Load balancers probe /health without credentials.

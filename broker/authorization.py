@@ -140,7 +140,8 @@ def require(
         refuse(principal, f"{operation} {resource}", f"not one of the {LISTS[operation]}")
 
 
-def refuse(principal: Principal, action: str, reason: str) -> None:
-    """Refuse ``action`` with a 403 and an audit line naming who, what and why."""
+def refuse(principal: Principal, action: str, reason: str, *, detail: str | None = None) -> None:
+    """Refuse ``action`` with a 403 and an audit line naming who, what and why; ``detail``:
+    what the Problem says, when Nakadi has its own words for it."""
     audit("refused", principal, action, status=403, reason=reason)
-    raise Forbidden(f"Access on {action} denied: {reason}")
+    raise Forbidden(detail or f"Access on {action} denied: {reason}")

@@ -2,7 +2,9 @@
 
 A body is read up to ``MAX_BODY_BYTES``, and decoded up to it too, so a small
 compressed body cannot expand without bound; past that the answer is 413.
-Nakadi takes gzip and zstd request bodies; anything else is 415.
+Nakadi takes gzip and zstd request bodies; anything else is 415. As Nakadi, only a POST
+may say how its body is encoded: :class:`EncodedOnlyOnPost` answers any other request with a
+``Content-Encoding`` header 406.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from typing import Any
 
 import zstandard
 from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from broker.errors import BrokerError
+from broker.problems import problem
 
 # 1000 events of Nakadi's 999,000-byte maximum would not fit; batches that big are split
 # by clients anyway, and one request must not hold gigabytes of memory.
@@ -125,3 +129,22 @@ def parse(data: bytes) -> Any:
 
 async def json_body(request: Request) -> Any:
     return parse(await raw(request))
+
+
+class EncodedOnlyOnPost:
+    """406 for a request other than POST that carries ``Content-Encoding`` (whatever it names),
+    in Nakadi's words: its filter refuses them before any endpoint runs."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["method"] != "POST"
+            and any(name == b"content-encoding" for name, _ in scope["headers"])
+        ):
+            detail = f"{scope['method']} method doesn't support gzip content encoding"
+            await problem(406, detail)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+# Nakadi's words when a PUT would drop an event type's or a subscription's authorization.
+AUTHORIZATION_KEPT = "Changing authorization object to `null` is not possible due to existing one"
+
 
 class BrokerError(Exception):
     """A request the broker does not serve, and the Problem that says why."""
@@ -46,6 +49,10 @@ class PreconditionFailed(BrokerError, status=412): ...
 
 
 class Unprocessable(BrokerError, status=422): ...
+
+
+class FeatureNotAvailable(BrokerError, status=501):
+    """Switched off by a feature (``/settings/features``), as Nakadi answers it."""
 
 
 class Unavailable(BrokerError, status=503): ...

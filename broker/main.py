@@ -15,6 +15,8 @@ from broker.app import create_app
 from broker.authorization import Scopes
 from broker.settings import (
     DEFAULT_PARTITIONS,
+    DELETABLE_SUBSCRIPTION_CONSUMER_GROUP,
+    DELETABLE_SUBSCRIPTION_OWNING_APPLICATION,
     MAX_COMMIT_TIMEOUT,
     MAX_PARTITIONS,
     STREAM_MEMORY_LIMIT,
@@ -105,6 +107,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=config.parse_duration,
         default=15.0,
         help="longest the per-subscription lag in /metrics may be old",
+    )
+    option(
+        "--deletable-subscription-owning-application",
+        default=DELETABLE_SUBSCRIPTION_OWNING_APPLICATION,
+        help="with --deletable-subscription-consumer-group: subscriptions of this application"
+        " and consumer group do not keep an event type from being deleted (they go with it)",
+    )
+    option(
+        "--deletable-subscription-consumer-group",
+        default=DELETABLE_SUBSCRIPTION_CONSUMER_GROUP,
+        help="see --deletable-subscription-owning-application",
     )
 
 

@@ -2,7 +2,9 @@
 
 Every broker error answers through :func:`problem`, so the status, title and
 body shape are the same everywhere; :func:`render` is the app's one handler
-of :class:`broker.errors.BrokerError`.
+of :class:`broker.errors.BrokerError`. As Nakadi's, a body has ``title``, ``status`` and
+``detail`` and no ``type``: RFC 7807 reads a missing ``type`` as ``about:blank``, "the
+problem has no semantics beyond that of the HTTP status code" (docs/nakadi-differences.md).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ PROBLEM_MEDIA_TYPE = "application/problem+json"
 def problem(status: int, detail: str | None = None, *, title: str | None = None) -> JSONResponse:
     """``problem(404, "EventType \\"x\\" does not exist.")`` as Nakadi writes it."""
     body: dict[str, object] = {
-        "type": f"https://httpstatus.es/{status}",
         "title": title or HTTPStatus(status).phrase,
         "status": status,
     }

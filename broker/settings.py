@@ -18,6 +18,10 @@ DEFAULT_RETENTION_MS = 345_600_000
 MAX_COMMIT_TIMEOUT = 60.0
 STREAM_MEMORY_LIMIT = 50_000_000
 SUBSCRIPTION_MAX_PARTITIONS = 100
+# Nakadi's nakadi.eventType.deletableSubscription: subscriptions of this application and
+# consumer group (its archiver's) do not keep an event type from being deleted.
+DELETABLE_SUBSCRIPTION_OWNING_APPLICATION = "nakadi_archiver"
+DELETABLE_SUBSCRIPTION_CONSUMER_GROUP = "nakadi_to_s3"
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,8 @@ class Settings:
     max_commit_timeout: float = MAX_COMMIT_TIMEOUT
     stream_memory_limit: int = STREAM_MEMORY_LIMIT
     subscription_max_partitions: int = SUBSCRIPTION_MAX_PARTITIONS
+    deletable_subscription_owning_application: str = DELETABLE_SUBSCRIPTION_OWNING_APPLICATION
+    deletable_subscription_consumer_group: str = DELETABLE_SUBSCRIPTION_CONSUMER_GROUP
     auth: AuthSettings = field(default_factory=AuthSettings)
     scopes: Scopes = field(default_factory=Scopes)
 

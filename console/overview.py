@@ -63,7 +63,8 @@ def routes(console: Console) -> list[BaseRoute]:
     async def overview(request: Request) -> Response:
         up = console.upstream
         replies = await gather(
-            up.broker("GET", "/health"),
+            # Its /health is Nakadi's plain OK; /status says whether Postgres and Kafka answer.
+            up.broker("GET", "/status"),
             up.registry("GET", "/health"),
             up.changeserver_mgmt("/health"),
             up.call(
@@ -78,7 +79,7 @@ def routes(console: Console) -> list[BaseRoute]:
         )
         broker, registry, cs_health, cs_ready, bridge_health, status, changes, cs_status = replies
         checks = [
-            health_of("broker", "health", broker),
+            health_of("broker", "status", broker),
             health_of("registry", "health", registry),
             health_of("changeserver", "health", cs_health),
             health_of("changeserver", "ready", cs_ready),

@@ -93,6 +93,13 @@ def world(
                 f"/settings/blacklist/{kind}/blocked-app", headers=world.as_admin()
             )
             assert blocked.status_code == 204, blocked.text
+        # Each cell's event type has a subscription, which keeps it from being deleted unless
+        # this feature lets the subscription go with it: the matrix asks who may delete.
+        with_subscriptions = {"feature": "delete_event_type_with_subscriptions", "enabled": True}
+        switched = world.broker.post(
+            "/settings/features", json=with_subscriptions, headers=world.as_admin()
+        )
+        assert switched.status_code == 204, switched.text
         yield world
 
 

@@ -20,11 +20,19 @@ from starlette.routing import BaseRoute, Route
 
 from broker import authorization
 from broker.access import Access
+from broker.admin_settings import Feature
 from broker.bodies import json_body
-from broker.errors import BadRequest, Conflict, EventTypeNotFound, NotFound, Unavailable
+from broker.errors import (
+    BadRequest,
+    Conflict,
+    EventTypeNotFound,
+    FeatureNotAvailable,
+    NotFound,
+    Unavailable,
+)
 from broker.event_types import rules
 from broker.event_types.rules import InvalidEventType
-from broker.event_types.store import AlreadyExists, Store
+from broker.event_types.store import AlreadyExists, Store, SubscriptionKey
 from broker.event_types.topics import EventTypeTopic, TopicError, Topics, topic_config, topic_name
 from broker.settings import Settings
 from changebroker import logs
@@ -105,12 +113,12 @@ class EventTypeApi:
 
     async def create(self, request: Request) -> Response:
         principal = principal_of(request)
-        if await self.access.admin.feature("DISABLE_EVENT_TYPE_CREATION") and not (
-            await self.access.admin.is_admin(principal)
-        ):
-            raise Unavailable("creating event types is disabled by the administrators")
+        admin = self.access.admin
+        if await admin.feature(Feature.DISABLE_EVENT_TYPE_CREATION):
+            raise FeatureNotAvailable("Event Type creation is disabled")
         body = await json_body(request)
         event_type = rules.validate_new(body)
+        await admin.check_writable()
         name = event_type["name"]
         partitions = rules.partition_count(
             event_type,
@@ -140,6 +148,7 @@ class EventTypeApi:
         name = request.path_params["name"]
         principal = principal_of(request)
         body = await json_body(request)
+        await self.access.admin.check_writable()
         try:
             async with self.store.locked(name) as locked:
                 if locked is None:
@@ -152,12 +161,10 @@ class EventTypeApi:
                 updated = rules.validate_update(body, current.body)
                 new_version = self._next_version(current.body, updated)
                 await locked.update(updated, new_version)
-                new_retention = _retention(updated)
-                if new_retention != _retention(current.body):
-                    # Raised inside the transaction: a refused retention change stores nothing.
-                    await self.topics.set_retention(
-                        current.topic, new_retention or self.settings.default_retention_ms
-                    )
+                config = topic_config(updated, self.settings.default_retention_ms)
+                if config != topic_config(current.body, self.settings.default_retention_ms):
+                    # Raised inside the transaction: a refused topic change stores nothing.
+                    await self.topics.set_config(current.topic, config)
         except TopicError as exc:
             raise Unavailable(f"{exc}; nothing was changed, try again") from None
         # Streams of readers this change removed end at their next batch.
@@ -191,6 +198,8 @@ class EventTypeApi:
     async def delete(self, request: Request) -> Response:
         name = request.path_params["name"]
         principal = principal_of(request)
+        admin = self.access.admin
+        await admin.check_writable()
         try:
             async with self.store.locked(name) as locked:
                 if locked is None:
@@ -201,12 +210,22 @@ class EventTypeApi:
                     "admin",
                     f"event type {name}",
                 )
-                if await self.access.admin.feature(
-                    "DISABLE_EVENT_TYPE_DELETION"
-                ) and not await self.access.admin.is_admin(principal):
+                if await admin.feature(
+                    Feature.DISABLE_EVENT_TYPE_DELETION
+                ) and not await admin.is_admin(principal):
                     authorization.refuse(
-                        principal, f"delete event type {name}", "deletion is disabled"
+                        principal,
+                        f"delete event type {name}",
+                        "deletion is disabled",
+                        detail="Event Type deletion is disabled",
                     )
+                readers = await locked.subscriptions()
+                if not (
+                    await admin.feature(Feature.DELETE_EVENT_TYPE_WITH_SUBSCRIPTIONS)
+                    or all(self._deletable(reader) for reader in readers)
+                ):
+                    raise Conflict(f"Can't remove event type {name}, as it has subscriptions")
+                # Its subscriptions go with it (their streams end), as Nakadi deletes them.
                 await locked.delete()
                 # Raised inside the transaction: a failed topic deletion keeps the event type.
                 await self.topics.delete(locked.current.topic)
@@ -216,6 +235,13 @@ class EventTypeApi:
         log.info("event type deleted", extra=logs.fields(event_type=name))
         audit("event type deleted", principal, name)
         return Response(status_code=200)
+
+    def _deletable(self, reader: SubscriptionKey) -> bool:
+        """A subscription that does not keep its event type alive (Nakadi's archiver's)."""
+        return (reader.owning_application, reader.consumer_group) == (
+            self.settings.deletable_subscription_owning_application,
+            self.settings.deletable_subscription_consumer_group,
+        )
 
     async def schemas(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -227,7 +253,8 @@ class EventTypeApi:
         items, total = await self.store.schemas(name, limit, offset)
         base = f"/event-types/{name}/schemas"
         links: dict[str, Any] = {}
-        if offset > 0:
+        # As Nakadi: a page past the last version links nowhere, not even back.
+        if offset > 0 and items:
             links["prev"] = {"href": f"{base}?offset={max(0, offset - limit)}&limit={limit}"}
         if offset + limit < total:
             links["next"] = {"href": f"{base}?offset={offset + limit}&limit={limit}"}
@@ -247,11 +274,6 @@ class EventTypeApi:
         if await self.store.revision(name) is None:
             raise EventTypeNotFound(name)
         raise NotFound(f'EventType "{name}" has no schema version "{version}"')
-
-
-def _retention(event_type: dict[str, Any]) -> int | None:
-    retention = (event_type.get("options") or {}).get("retention_time")
-    return int(retention) if retention is not None else None
 
 
 def _int_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:

@@ -44,9 +44,16 @@ _PLAIN_RFC3339 = re.compile(
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
 
+def compacted(cleanup_policy: str) -> bool:
+    """Whether Kafka compacts the event type's topic (``compact``, or Nakadi's
+    ``compact_and_delete``: compacted and deleted by retention): its events then carry the key
+    compaction keeps the last event of, ``metadata.partition_compaction_key``."""
+    return cleanup_policy in ("compact", "compact_and_delete")
+
+
 def _metadata(cleanup_policy: str) -> dict[str, Any]:
     required = ["eid", "occurred_at"]
-    if cleanup_policy == "compact":
+    if compacted(cleanup_policy):
         required.append("partition_compaction_key")
     return {
         "type": "object",

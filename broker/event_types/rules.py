@@ -18,19 +18,25 @@ from typing import Any
 import jsonschema
 from jsonschema.validators import Draft4Validator
 
-from broker.errors import Unprocessable
+from broker.annotations import KINDS, annotations_problems
+from broker.authorization import section_problem
+from broker.errors import AUTHORIZATION_KEPT, Unprocessable
 from broker.event_types import effective_schema
 from registry.compat.nakadi import unsupported_keywords
 
 NAME = re.compile(r"[a-zA-Z][-0-9a-zA-Z_]*(\.[0-9a-zA-Z][-0-9a-zA-Z_]*)*")
-# Topic names derive from event type names; Kafka allows 249 characters.
+# Nakadi's limit, and the broker's: topic names derive from event type names and Kafka allows
+# 249 characters (docs/nakadi-differences.md).
+NAKADI_MAX_NAME_LENGTH = 255
 MAX_NAME_LENGTH = 200
 
 CATEGORIES = ("undefined", "data", "business")
 PARTITION_STRATEGIES = ("random", "hash", "user_defined")
 ENRICHMENT_STRATEGIES = ("metadata_enrichment",)
 COMPATIBILITY_MODES = ("compatible", "forward", "none")
-CLEANUP_POLICIES = ("delete", "compact")
+CLEANUP_POLICIES = ("delete", "compact", "compact_and_delete")
+# The one change of cleanup_policy Nakadi allows: a deleted topic becomes compacted too.
+CLEANUP_POLICY_CHANGES = {("delete", "compact_and_delete")}
 AUDIENCES = (
     "component-internal",
     "business-unit-internal",
@@ -42,6 +48,9 @@ STATISTIC_FIELDS = ("messages_per_minute", "message_size", "read_parallelism", "
 # Only stricter: none -> forward -> compatible (manual, "Changing compatibility modes").
 MODE_UPGRADES = {("none", "forward"), ("forward", "compatible")}
 READ_ONLY = ("created_at", "updated_at")
+# Fields a PUT leaves as they are when it omits them or sends null, as Nakadi does.
+KEPT_WHEN_ABSENT = ("annotations", "labels")
+OWNER_SELECTOR_TYPES = ("path", "static", "metadata")
 
 
 class InvalidEventType(Unprocessable):
@@ -62,6 +71,8 @@ def validate_new(body: Any) -> dict[str, Any]:
     _choice(out, "compatibility_mode", COMPATIBILITY_MODES, "forward")
     _choice(out, "partition_strategy", PARTITION_STRATEGIES, "random")
     _choice(out, "cleanup_policy", CLEANUP_POLICIES, "delete")
+    _annotations(out)
+    _owner_selector(out)
     _enrichment(out, category)
     try:
         schema = _schema(out)
@@ -85,10 +96,12 @@ def validate_new(body: Any) -> dict[str, Any]:
         raise InvalidEventType(
             f"events cannot be validated against schema.schema ({exc}): flatten deep nesting"
         ) from None
-    if out["cleanup_policy"] == "compact" and category == "undefined":
+    if effective_schema.compacted(out["cleanup_policy"]) and category == "undefined":
+        # Nakadi's words; compaction keeps the last event per metadata.partition_compaction_key,
+        # which 'undefined' events have no place for.
         raise InvalidEventType(
-            "cleanup_policy 'compact' needs metadata.partition_compaction_key, which 'undefined'"
-            " events have no place for: use category business or data, or cleanup_policy delete"
+            "cleanup_policy 'compact' and 'compact_and_delete' is not available for 'undefined'"
+            " event type category"
         )
     return out
 
@@ -112,9 +125,22 @@ def validate_update(body: Any, current: Mapping[str, Any]) -> dict[str, Any]:
             "changing partition_strategy is only allowed if the original strategy was 'random'"
         )
     out = validate_new({**body, "name": current["name"]} if isinstance(body, Mapping) else body)
-    for field in ("category", "cleanup_policy"):
-        if out[field] != current[field]:
-            raise InvalidEventType(f"{field} cannot change (it is {current[field]!r})")
+    if out["category"] != current["category"]:
+        raise InvalidEventType(f"category cannot change (it is {current['category']!r})")
+    policies = (current["cleanup_policy"], out["cleanup_policy"])
+    if policies[0] != policies[1] and policies not in CLEANUP_POLICY_CHANGES:
+        raise InvalidEventType(
+            f"Invalid cleanup_policy change: {policies[0].upper()} cannot be changed to"
+            f" {policies[1].upper()}"
+        )
+    for field in KEPT_WHEN_ABSENT:
+        if out.get(field) is None and current.get(field) is not None:
+            out[field] = current[field]
+    if (out.get("options") or {}).get("retention_time") is None:
+        # Nakadi keeps the options (the retention) a PUT leaves out or sends as null.
+        out.pop("options", None)
+        if current.get("options") is not None:
+            out["options"] = current["options"]
     old_mode, new_mode = current["compatibility_mode"], out["compatibility_mode"]
     if old_mode != new_mode and (old_mode, new_mode) not in MODE_UPGRADES:
         raise InvalidEventType(
@@ -130,7 +156,7 @@ def validate_update(body: Any, current: Mapping[str, Any]) -> dict[str, Any]:
     if out["default_statistic"] is None:
         del out["default_statistic"]
     if current.get("authorization") and not out.get("authorization"):
-        raise InvalidEventType("authorization cannot be removed once set; change its lists instead")
+        raise InvalidEventType(AUTHORIZATION_KEPT)
     if old_strategy == "hash" and out.get("partition_key_fields") != current.get(
         "partition_key_fields"
     ):
@@ -148,13 +174,24 @@ def partition_count(event_type: Mapping[str, Any], *, default: int, maximum: int
 
 
 def _name(name: Any) -> None:
-    if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise InvalidEventType(
+    """Every rule the name breaks, as Nakadi lists them."""
+    if not isinstance(name, str):
+        raise InvalidEventType(f"name must be a string, not {json.dumps(name)}")
+    broken = []
+    if not NAME.fullmatch(name):
+        broken.append(
             f"name {name!r} does not match {NAME.pattern}: start with a letter, then letters,"
             " digits, '-' or '_', dot-separated (e.g. 'acme-team.price-change')"
         )
-    if len(name) > MAX_NAME_LENGTH:
-        raise InvalidEventType(f"name is longer than {MAX_NAME_LENGTH} characters")
+    if len(name) > NAKADI_MAX_NAME_LENGTH:
+        broken.append(f"the length of the name must be >= 1 and <= {NAKADI_MAX_NAME_LENGTH}")
+    elif len(name) > MAX_NAME_LENGTH:
+        broken.append(
+            f"the length of the name must be <= {MAX_NAME_LENGTH}: the Kafka topic is named"
+            " after it"
+        )
+    if broken:
+        raise InvalidEventType("; ".join(broken))
 
 
 def _string(body: Mapping[str, Any], field: str) -> None:
@@ -169,6 +206,39 @@ def _choice(body: dict[str, Any], field: str, allowed: tuple[str, ...], default:
     if value not in allowed:
         raise InvalidEventType(f"{field} {value!r} is not one of: {', '.join(allowed)}")
     return str(value)
+
+
+def _annotations(body: dict[str, Any]) -> None:
+    """``annotations`` and ``labels``: every broken rule listed, as Nakadi lists them."""
+    broken = [problem for kind in KINDS for problem in annotations_problems(kind, body.get(kind))]
+    if broken:
+        raise InvalidEventType("\n".join(broken))
+
+
+def _owner_selector(body: dict[str, Any]) -> None:
+    """``event_owner_selector``: where an event's owner is read (a ``path`` in the event, a
+    ``static`` value, or the publisher's ``metadata``), type written lower-case as Nakadi does."""
+    selector = _object(body, "event_owner_selector", "an object with type, name and value")
+    if selector is None:
+        return
+    kind = selector.get("type")
+    if not isinstance(kind, str) or kind.lower() not in OWNER_SELECTOR_TYPES:
+        raise InvalidEventType(
+            f"event_owner_selector.type {kind!r} is not one of: {', '.join(OWNER_SELECTOR_TYPES)}"
+        )
+    if not isinstance(selector.get("name"), str) or not selector["name"]:
+        raise InvalidEventType(
+            'Field "event_owner_selector.name" the length of the name must be >= 1'
+        )
+    value = selector.get("value")
+    if kind.lower() == "metadata":
+        if value is not None:
+            raise InvalidEventType(
+                "event_owner_selector specifying value for type 'metadata' is not supported"
+            )
+    elif not isinstance(value, str):
+        raise InvalidEventType(f"event_owner_selector.value is required for type {kind!r}")
+    body["event_owner_selector"] = {**selector, "type": kind.lower()}
 
 
 def _enrichment(body: dict[str, Any], category: str) -> None:
@@ -325,22 +395,11 @@ def _options(body: Mapping[str, Any]) -> None:
 
 
 def _authorization(body: Mapping[str, Any]) -> None:
-    authorization = _object(body, "authorization", "an object with admins, readers and writers")
-    if authorization is None:
-        return
-    for field in ("admins", "readers", "writers"):
-        attributes = authorization.get(field)
-        if not isinstance(attributes, list) or not attributes:
-            raise InvalidEventType(f"authorization.{field} must be a non-empty list")
-        for attribute in attributes:
-            if not (
-                isinstance(attribute, Mapping)
-                and isinstance(attribute.get("data_type"), str)
-                and isinstance(attribute.get("value"), str)
-            ):
-                raise InvalidEventType(
-                    f"authorization.{field} items must be objects with string data_type and value"
-                )
+    authorization = body.get("authorization")
+    if authorization is not None:
+        invalid = section_problem(authorization, ("admins", "readers", "writers"))
+        if invalid is not None:
+            raise InvalidEventType(invalid)
 
 
 def _audience(body: Mapping[str, Any]) -> None:

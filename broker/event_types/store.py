@@ -31,6 +31,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from broker.errors import Conflict
 from broker.event_types.topics import EventTypeTopic
+from broker.subscriptions.coordination import notify_sql
 from changebroker.notified import NotifiedCache
 from registry import store as registry
 from registry.errors import RegistryError
@@ -252,6 +253,15 @@ def _schema(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class SubscriptionKey:
+    """Whose a subscription of an event type is: what decides whether it may go with it."""
+
+    id: str
+    owning_application: str
+    consumer_group: str
+
+
 class Locked:
     """An event type under ``SELECT ... FOR UPDATE``: change it or delete it."""
 
@@ -270,11 +280,28 @@ class Locked:
             registered = await _register(self._conn, event_type)
             await _add_version(self._conn, name, new_version, registered.id)
 
+    async def subscriptions(self) -> list[SubscriptionKey]:
+        """The subscriptions that read this event type (alone or with others)."""
+        async with self._conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                "SELECT id::text, owning_application, consumer_group FROM broker_subscriptions"
+                " WHERE %s = ANY(event_types) FOR UPDATE",
+                (self.current.name,),
+            )
+            return [SubscriptionKey(**row) for row in await cur.fetchall()]
+
     async def delete(self) -> None:
-        """The event type, its version mapping (cascade) and then its subject."""
+        """The event type, its version mapping (cascade), its subscriptions (their streams are
+        told and end) and then its subject."""
         await self._conn.execute(
             "DELETE FROM broker_event_types WHERE name = %s", (self.current.name,)
         )
+        gone = await self._conn.execute(
+            "DELETE FROM broker_subscriptions WHERE %s = ANY(event_types) RETURNING id::text",
+            (self.current.name,),
+        )
+        for (subscription_id,) in await gone.fetchall():
+            await self._conn.execute(*notify_sql(subscription_id))
         async with self._conn.cursor(row_factory=dict_row) as cur:
             await registry.delete_subject_in(cur, subject_key(self.current.name))
 

@@ -49,9 +49,20 @@ def topic_name(event_type: str) -> str:
     return f"nakadi.{event_type}.{uuid.uuid4().hex[:12]}"
 
 
+# Nakadi's cleanup_policy as Kafka's cleanup.policy.
+KAFKA_CLEANUP_POLICIES = {
+    "delete": "delete",
+    "compact": "compact",
+    "compact_and_delete": "compact,delete",
+}
+
+
 def topic_config(event_type: dict[str, Any], default_retention_ms: int) -> dict[str, str]:
     retention = (event_type.get("options") or {}).get("retention_time") or default_retention_ms
-    return {"retention.ms": str(retention), "cleanup.policy": event_type["cleanup_policy"]}
+    return {
+        "retention.ms": str(retention),
+        "cleanup.policy": KAFKA_CLEANUP_POLICIES[event_type["cleanup_policy"]],
+    }
 
 
 class Topics:
@@ -90,20 +101,23 @@ class Topics:
             if not unknown:
                 raise
 
-    async def set_retention(self, topic: str, retention_ms: int) -> None:
+    async def set_config(self, topic: str, config: dict[str, str]) -> None:
+        """Set these topic properties (a ``topic_config``), leaving the others as they are."""
         resource = ConfigResource(
             ConfigResource.Type.TOPIC,
             topic,
             incremental_configs=[
-                ConfigEntry(
-                    "retention.ms",
-                    str(retention_ms),
-                    incremental_operation=AlterConfigOpType.SET,
-                )
+                ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+                for name, value in config.items()
             ],
         )
         futures = self._admin.incremental_alter_configs([resource])
-        await self._wait(futures[resource], f"set retention of {topic}")
+        await self._wait(futures[resource], f"configure {topic}")
+
+    def cluster_metadata(self, timeout: float) -> None:
+        """Blocks until the cluster answers a metadata request; ``KafkaException`` after
+        ``timeout`` seconds without an answer."""
+        self._admin.list_topics(timeout=timeout)
 
     @staticmethod
     async def _wait(future: Any, what: str) -> None:

@@ -84,7 +84,7 @@ class Target:
             partition_strategy=body["partition_strategy"],
             key_fields=tuple(body.get("partition_key_fields") or ()),
             enriched="metadata_enrichment" in body["enrichment_strategies"],
-            compacted=body["cleanup_policy"] == "compact",
+            compacted=effective_schema.compacted(body["cleanup_policy"]),
             version=stored.schema_version,
             validator=effective_schema.EventValidator(schema),
             authorization=body.get("authorization"),

@@ -155,7 +155,9 @@ class Reading:
 
     async def stream(self, request: Request) -> Response:
         name = request.path_params["name"]
-        topic = await self._topic(name)
+        topic = await self.resolve(name)
+        if topic is None:
+            raise NotFound("topic not found")  # Nakadi's words for the stream
         principal = principal_of(request)
         await self.access.require_consume(principal, [name])
         limits = parse_limits(request.query_params)
@@ -212,7 +214,7 @@ class Reading:
         name, partition_text = request.path_params["name"], request.path_params["partition"]
         topic = await self._readable(request)
         if not whole_number(partition_text) or int(partition_text) >= topic.partitions:
-            raise NotFound(f"partition {partition_text} not found in {name}")
+            raise NotFound("partition not found")
         partition = int(partition_text)
         mark = (await self.watermarks.of(topic.topic, [partition]))[partition]
         consumed_offset = request.query_params.get("consumed_offset")
@@ -272,7 +274,9 @@ class Reading:
         with cursor_errors_as(Unprocessable):
             shifted = []
             for item in items:
+                # Nakadi's shift is a Java long: absent or null, it is 0.
                 by = item.get("shift") if isinstance(item, dict) else None
+                by = 0 if by is None else by
                 if not isinstance(by, int) or isinstance(by, bool):
                     raise CursorError(f"each cursor needs a whole number shift, got {item!r}")
                 shifted.append((parse_cursor(item, topic), by))

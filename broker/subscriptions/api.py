@@ -14,6 +14,7 @@ from starlette.routing import BaseRoute, Route
 
 from broker import authorization, bodies
 from broker.access import Access
+from broker.admin_settings import Feature
 from broker.errors import BadRequest, SubscriptionNotFound, Unavailable
 from broker.subscriptions.store import (
     DEFAULT_PAGE,
@@ -63,17 +64,19 @@ class SubscriptionApi:
     async def create(self, request: Request) -> Response:
         principal = principal_of(request)
         admin = self._access.admin
-        if await admin.feature("DISABLE_SUBSCRIPTION_CREATION") and not await admin.is_admin(
-            principal
-        ):
-            raise Unavailable("creating subscriptions is disabled by the administrators")
         body = await bodies.json_body(request)
         # Only readers of every event type may subscribe to them.
         names = body.get("event_types") if isinstance(body, dict) else None
         for name in names if isinstance(names, list) else ():
             if isinstance(name, str):
                 await self._access.require_event_type(principal, name, "read")
-        subscription, created = await self._subscriptions.create(body)
+
+        async def may_create() -> None:
+            if await admin.feature(Feature.DISABLE_SUBSCRIPTION_CREATION):
+                raise Unavailable("Subscription creation is temporarily unavailable")
+            await admin.check_writable()
+
+        subscription, created = await self._subscriptions.create(body, may_create)
         location = f"/subscriptions/{subscription.id}"
         headers = {"Location": location}
         if created:
@@ -140,6 +143,7 @@ class SubscriptionApi:
 
     async def delete(self, request: Request) -> Response:
         subscription_id = request.path_params["id"]
+        await self._access.admin.check_writable()
         await self._administered(request)
         if not await self._subscriptions.delete(subscription_id):
             raise SubscriptionNotFound(subscription_id)

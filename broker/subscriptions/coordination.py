@@ -31,6 +31,11 @@ ALIVE_SECONDS = 20.0
 RECONNECT_SECONDS = 1.0
 
 
+def notify_sql(subscription_id: str) -> tuple[str, tuple[str, str]]:
+    """The statement that wakes every stream of the subscription, in every broker process."""
+    return "SELECT pg_notify(%s, %s)", (CHANNEL, subscription_id)
+
+
 class Coordinator:
     def __init__(
         self, dsn: str, pool: AsyncConnectionPool, on_tick: Callable[[], Awaitable[None]]

@@ -18,7 +18,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -27,14 +27,15 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from broker.annotations import Kind, annotations_problem
+from broker.annotations import KINDS, annotations_problems
 from broker.authorization import section_problem
-from broker.errors import BrokerError, Conflict, SubscriptionNotFound
+from broker.errors import AUTHORIZATION_KEPT, BrokerError, Conflict, SubscriptionNotFound
 from broker.event_types.store import Store, _utc
 from broker.event_types.topics import EventTypeTopic, TopicResolver
 from broker.streams.cursors import Cursor, CursorError, parse_cursor, position
 from broker.streams.watermarks import Watermarks
 from broker.subscriptions import coordination, rebalance
+from broker.subscriptions.coordination import notify_sql
 from changebroker import logs
 from changebroker.auth import Principal
 
@@ -117,11 +118,6 @@ def _subscription(row: Mapping[str, Any]) -> Subscription:
         row["created_at"],
         row["updated_at"],
     )
-
-
-def notify_sql(subscription_id: str) -> tuple[str, tuple[str, str]]:
-    """The statement that wakes every stream of the subscription, in every broker process."""
-    return "SELECT pg_notify(%s, %s)", (coordination.CHANNEL, subscription_id)
 
 
 def storable(value: object) -> bool:
@@ -276,8 +272,12 @@ class Subscriptions:
             "UPDATE broker_subscriptions SET initialised = true WHERE id = %s", (subscription.id,)
         )
 
-    async def create(self, body: object) -> tuple[Subscription, bool]:
-        """The subscription and whether it is new (201) or existed with the same key (200)."""
+    async def create(
+        self, body: object, may_create: Callable[[], Awaitable[None]]
+    ) -> tuple[Subscription, bool]:
+        """The subscription and whether it is new (201) or existed with the same key (200).
+        ``may_create`` raises when a new one may not be made now; one that exists is still
+        answered, as Nakadi does (clients create their subscription at every start)."""
         if not isinstance(body, dict):
             raise SubscriptionError(400, "the body must be a Subscription object")
         if not storable(body):
@@ -309,20 +309,25 @@ class Subscriptions:
             )
         initial_cursors = body.get("initial_cursors")
         if read_from == "cursors":
-            if not isinstance(initial_cursors, list):
-                raise SubscriptionError(
-                    422, "initial_cursors is required when read_from is cursors"
-                )
-            covered = await self.start_positions(topics, initial_cursors)
+            # Nakadi reads a missing initial_cursors as [], which covers no partition.
+            cursors = [] if initial_cursors is None else initial_cursors
+            if not isinstance(cursors, list):
+                raise SubscriptionError(422, "initial_cursors must be an array of cursors")
+            covered = await self.start_positions(topics, cursors)
             if len(covered) != total:
                 raise SubscriptionError(
-                    422, "initial_cursors must cover every partition of the subscription"
+                    422, "initial_cursors should contain cursors for all partitions of subscription"
                 )
         elif initial_cursors is not None and not isinstance(initial_cursors, list):
             # As Nakadi: read only for read_from cursors, otherwise kept as sent (Java clients
             # send [] with begin and end).
             raise SubscriptionError(422, "initial_cursors must be an array of cursors")
         authorization, annotations, labels = _described(body)
+        key = (owner, names, group)
+        existing = await self._with_key(*key)
+        if existing is not None:
+            return existing, False
+        await may_create()
         async with self.store.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
                 "INSERT INTO broker_subscriptions (id, owning_application, event_types,"
@@ -343,16 +348,23 @@ class Subscriptions:
                 ),
             )
             row = await cur.fetchone()
-            if row is not None:
-                return _subscription(row), True
+        if row is not None:
+            return _subscription(row), True
+        existing = await self._with_key(*key)
+        assert existing is not None, "ON CONFLICT saw the row, so it exists"
+        return existing, False
+
+    async def _with_key(
+        self, owner: str, event_types: list[str], group: str
+    ) -> Subscription | None:
+        async with self.store.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
                 f"SELECT {_COLUMNS} FROM broker_subscriptions"
                 " WHERE owning_application = %s AND event_types = %s AND consumer_group = %s",
-                (owner, names, group),
+                (owner, event_types, group),
             )
-            existing = await cur.fetchone()
-        assert existing is not None, "ON CONFLICT saw the row, so it exists"
-        return _subscription(existing), False
+            row = await cur.fetchone()
+        return None if row is None else _subscription(row)
 
     async def page(
         self,
@@ -421,9 +433,7 @@ class Subscriptions:
             raise SubscriptionError(422, "event_types can't be changed; only authorization can")
         authorization, annotations, labels = _described(body)
         if current.authorization and not authorization:
-            raise SubscriptionError(
-                422, "authorization cannot be removed once set; change its lists instead"
-            )
+            raise SubscriptionError(422, AUTHORIZATION_KEPT)
         async with self.store.pool.connection() as conn:
             await conn.execute(
                 "UPDATE broker_subscriptions SET authz = %s,"
@@ -664,11 +674,9 @@ def _described(body: Mapping[str, Any]) -> tuple[Any, Any, Any]:
         invalid = section_problem(authorization, ("admins", "readers"))
         if invalid is not None:
             raise SubscriptionError(422, invalid)
-    kinds: tuple[Kind, ...] = ("annotations", "labels")
-    for kind in kinds:
-        invalid = annotations_problem(kind, body.get(kind))
-        if invalid is not None:
-            raise SubscriptionError(422, invalid)
+    broken = [problem for kind in KINDS for problem in annotations_problems(kind, body.get(kind))]
+    if broken:
+        raise SubscriptionError(422, "\n".join(broken))
     return authorization, body.get("annotations"), body.get("labels")
 
 

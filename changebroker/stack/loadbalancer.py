@@ -4,10 +4,10 @@ When the broker processes serve HTTPS, HAProxy passes TLS through (TCP mode: cli
 brokers' own certificate, and HAProxy holds no key) and checks ``/health`` over TLS,
 verifying the brokers' certificate against the stack's CA (else the system's).
 
-A backend that stops answering ``/health`` 200 leaves the rotation within ~2 s; a request
-that finds its backend refusing connections is sent to another at once (``redispatch``).
-Streams are long responses: their timeouts are the longest a stream may last, and a
-stream cut by its backend's death ends for the client, who reconnects through here.
+A backend that stops answering ``/health`` with Nakadi's ``OK`` leaves the rotation within ~2 s;
+a request that finds its backend refusing connections is sent to another at once
+(``redispatch``). Streams are long responses: their timeouts are the longest a stream may last,
+and a stream cut by its backend's death ends for the client, who reconnects through here.
 """
 
 from __future__ import annotations
@@ -115,5 +115,5 @@ frontend broker
 backend brokers
     balance roundrobin
     option httpchk GET /health
-    http-check expect status 200
+    http-check expect rstring ^OK$
 {servers}"""

@@ -115,9 +115,9 @@ def test_blacklist_and_features_are_shared_through_postgres(
     assert secured.put("/settings/blacklist/PRODUCER_APP/spammer", headers=ops).status_code == 204
     assert secured.put("/settings/blacklist/CONSUMER_ET/secret", headers=ops).status_code == 204
     problem(secured.put("/settings/blacklist/SOMETHING/x", headers=ops), 422)
-    feature = {"feature": "DISABLE_SUBSCRIPTION_CREATION", "enabled": True}
+    feature = {"feature": "disable_subscription_creation", "enabled": True}
     assert secured.post("/settings/features", json=feature, headers=ops).status_code == 204
-    problem(secured.post("/settings/features", json={"feature": "X"}, headers=ops), 422)
+    problem(secured.post("/settings/features", json={"feature": "X"}, headers=ops), 400)
 
     # Another broker process on the same database sees the same settings.
     with (
@@ -129,8 +129,8 @@ def test_blacklist_and_features_are_shared_through_postgres(
             "consumers": {"apps": [], "event_types": ["secret"]},
         }
         features = other.get("/settings/features", headers=ops).json()["items"]
-        assert {"feature": "DISABLE_SUBSCRIPTION_CREATION", "enabled": True} in features
-        assert {"feature": "DISABLE_EVENT_TYPE_CREATION", "enabled": False} in features
+        assert {"feature": "disable_subscription_creation", "enabled": True} in features
+        assert {"feature": "disable_event_type_creation", "enabled": False} in features
         unblock = "/settings/blacklist/PRODUCER_APP/spammer"
         assert other.delete(unblock, headers=ops).status_code == 204
 
@@ -142,3 +142,26 @@ def test_blacklist_and_features_are_shared_through_postgres(
     wait_until(unblocked, timeout=2 * REFRESH + 5, what="the other process's unblocking")
     feature["enabled"] = False
     assert secured.post("/settings/features", json=feature, headers=ops).status_code == 204
+
+
+def test_event_type_deletion_disabled_leaves_it_to_the_administrators(
+    secured: httpx.Client, unique_name
+) -> None:
+    """Nakadi's EventTypeController: with disable_event_type_deletion on, 403 "Event Type
+    deletion is disabled" for all but the administrators."""
+    ops, shop = bearer("ops"), bearer("shop")
+    name = unique_name("undeletable")
+    assert (
+        secured.post("/event-types", json=business_event_type(name), headers=shop).status_code
+        == 201
+    )
+    switch = {"feature": "disable_event_type_deletion", "enabled": True}
+    assert secured.post("/settings/features", json=switch, headers=ops).status_code == 204
+    try:
+        refused = problem(secured.delete(f"/event-types/{name}", headers=shop), 403)
+        assert refused["detail"] == "Event Type deletion is disabled"
+        assert secured.get(f"/event-types/{name}", headers=shop).status_code == 200
+        assert secured.delete(f"/event-types/{name}", headers=ops).status_code == 200
+    finally:
+        switch["enabled"] = False
+        assert secured.post("/settings/features", json=switch, headers=ops).status_code == 204

@@ -130,7 +130,7 @@ def test_cursor_operation_errors_are_422_and_404(
         ("cursors-lag", {"partition": "0"}, "must be a JSON array"),
         ("shifted-cursors", [{**cursor("0", offset(1)), "shift": 1}], "leaves the available range"),
         ("shifted-cursors", [{**cursor("0", "begin"), "shift": -1}], "leaves the available range"),
-        ("shifted-cursors", [cursor("0", "begin")], "whole number shift"),
+        ("shifted-cursors", [{**cursor("0", "begin"), "shift": "one"}], "whole number shift"),
     ]
     for operation, body, detail in cases:
         response = client.post(f"/event-types/{name}/{operation}", json=body)

@@ -254,7 +254,9 @@ def test_update_rules(client: httpx.Client, unique_name) -> None:
     assert after["created_at"] == before["created_at"]
     assert after["updated_at"] >= before["updated_at"]
     assert after["schema"]["version"] == "1.0.0"  # schema unchanged
-    assert_problem(put(owning_application="x"), 422, "authorization cannot be removed")
+    assert assert_problem(put(owning_application="x"), 422) == (
+        "Changing authorization object to `null` is not possible due to existing one"
+    )
 
     # random -> hash is allowed; hash -> random is not
     hashed = put(

@@ -342,13 +342,17 @@ def test_create_rejects_what_nakadi_rejects_and_lists_in_pages(
 
 
 def test_a_deleted_event_type_leaves_the_subscription_readable_and_unstreamable(
-    client: httpx.Client, make_event_type: Callable[..., str]
+    client: httpx.Client, make_event_type: Callable[..., str], broker_dsn: str
 ) -> None:
+    """A subscription whose event type is gone: the API deletes such subscriptions with the
+    type (or refuses, 409), but one a broker before that left behind, or one created while its
+    type was being deleted, still answers."""
     kept, dropped = make_event_type(), make_event_type()
     sid = create(client, [kept, dropped], read_from="begin")["id"]
     stream = Stream(client, sid, stream_keep_alive_limit=1, **FAST)
     stream.until_end()
-    assert client.delete(f"/event-types/{dropped}").status_code == 200
+    with psycopg.connect(broker_dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM broker_event_types WHERE name = %s", (dropped,))
     assert [item["event_type"] for item in stats(client, sid)] == [kept]
     listed = client.get("/subscriptions", params={"event_type": kept, "show_status": "true"})
     assert [s["event_type"] for s in listed.json()["items"][0]["status"]] == [kept]
