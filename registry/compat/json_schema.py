@@ -17,9 +17,10 @@ Two approximations keep it sound:
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -29,7 +30,9 @@ from jsonschema.protocols import Validator as ValidatorProtocol
 from referencing.exceptions import Unresolvable
 
 from changebroker.numerals import whole_number
-from registry.compat.model import PairWalk, Violation
+from registry.compat.json_evaluation import ITEMS_MARK, PROPERTIES_MARK, Evaluation
+from registry.compat.json_witness import Values, accepts, fresh_name, names_for, search
+from registry.compat.model import NOTHING, PairWalk, Pending, Violation, pending, placed, settle
 from registry.compat.rules import Rule
 
 # Keywords that never change which documents are valid.
@@ -90,13 +93,62 @@ _HANDLED = frozenset(
         "required",
         "minProperties",
         "maxProperties",
+        "contains",
+        "minContains",
+        "maxContains",
+        "propertyNames",
+        "dependencies",
+        "dependentRequired",
+        "dependentSchemas",
     }
 )
 
-# Keywords whose meaning depends on the keywords around them (or on the whole document's
-# dynamic scope): equal values on both sides do not mean equal constraints.
-_CONTEXTUAL = frozenset(
-    {"unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"}
+# Dynamic references resolve against the whole document's dynamic scope: equal values on
+# both sides do not mean equal constraints, so the engine accepts them only where the reader
+# and writer nodes are the same.
+_CONTEXTUAL = frozenset({"$dynamicRef", "$recursiveRef"})
+
+# Keywords some drafts have and others do not: where a schema's draft lacks one, validators
+# ignore it, and so does the comparison (``items``/``prefixItems``/``additionalItems`` are
+# read by draft in ``_tuple_form``).
+_DRAFT_KEYWORDS = frozenset(
+    {
+        "const",
+        "contains",
+        "minContains",
+        "maxContains",
+        "propertyNames",
+        "if",
+        "then",
+        "else",
+        "dependencies",
+        "dependentRequired",
+        "dependentSchemas",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+        "$dynamicRef",
+        "$recursiveRef",
+    }
+)
+
+
+@functools.cache
+def _known_keywords(draft: type[ValidatorProtocol]) -> frozenset[str]:
+    """The keywords ``draft``'s validators apply (``then``/``else`` with ``if``, and
+    ``minContains``/``maxContains`` with ``contains`` from draft 2019-09 on)."""
+    known = set(draft.VALIDATORS)
+    if "if" in known:
+        known |= {"then", "else"}
+    if "unevaluatedItems" in known:
+        known |= {"minContains", "maxContains"}
+    return frozenset(known)
+
+
+_UNEVALUATED = ("unevaluatedProperties", "unevaluatedItems")
+# Proposals looked at for one violation's example before giving up on it.
+_PROPOSALS = 150
+_NUMBER_KEYWORDS = frozenset(
+    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
 )
 
 _ALL_TYPES = frozenset({"null", "boolean", "object", "array", "number", "integer", "string"})
@@ -125,7 +177,11 @@ UnchangedPairs = dict[tuple[int, int], tuple[bool, Any, Any]]
 
 
 def json_schema_violations(
-    reader: Mapping[str, Any], writer: Mapping[str, Any], unchanged: UnchangedPairs | None = None
+    reader: Mapping[str, Any],
+    writer: Mapping[str, Any],
+    unchanged: UnchangedPairs | None = None,
+    *,
+    examples: bool = True,
 ) -> list[Violation]:
     """[] iff every document valid under ``writer`` is accepted by ``reader`` (conservative).
 
@@ -135,6 +191,9 @@ def json_schema_violations(
     ``unchanged`` carries what one comparison learnt to the next (one check's comparisons
     share it): checking one schema against a history whose versions share their unchanged
     subtrees as one object each (``share_subtrees``) then compares each shared subtree once.
+
+    Each violation carries, where the engine finds one, a document the writer accepts and the
+    reader rejects (``proven``); ``examples=False`` builds none.
     """
     try:
         comparison = _Comparison(reader, writer, {} if unchanged is None else unchanged)
@@ -150,7 +209,7 @@ def json_schema_violations(
     unique: dict[tuple[str, str, str], Violation] = {}
     for violation in found:
         unique.setdefault((violation.path, violation.rule, violation.message), violation)
-    return list(unique.values())
+    return settle(list(unique.values()), comparison.proves if examples else None)
 
 
 # Where a schema holds subschemas: maps of them, lists of them, and one subschema.
@@ -268,6 +327,12 @@ def _is_trivial(node: Any) -> bool:
     return isinstance(node, Mapping) and all(k in ANNOTATIONS or k.startswith("x-") for k in node)
 
 
+def _accepts_nothing(node: Any) -> bool:
+    """``{"not": {}}`` and ``{"not": true}``: a schema that rejects every document, as
+    ``false`` does."""
+    return isinstance(node, Mapping) and "not" in node and _is_trivial(node["not"])
+
+
 def _types(node: Mapping[str, Any]) -> frozenset[str] | None:
     declared = node.get("type")
     if declared is None:
@@ -346,12 +411,83 @@ class _Comparison:
         self.pairs = PairWalk()
 
     @functools.cached_property
+    def reader_draft(self) -> type[ValidatorProtocol]:
+        return validator_class(self.reader_root)
+
+    @functools.cached_property
+    def writer_draft(self) -> type[ValidatorProtocol]:
+        return validator_class(self.writer_root)
+
+    @functools.cached_property
+    def reader_prefix_items(self) -> bool:
+        """Does the reader's draft know ``prefixItems`` (2020-12 and later)?"""
+        return "prefixItems" in self.reader_draft.VALIDATORS
+
+    @functools.cached_property
+    def writer_prefix_items(self) -> bool:
+        return "prefixItems" in self.writer_draft.VALIDATORS
+
+    @functools.cached_property
     def reader_validator(self) -> ValidatorProtocol:
-        return validator_class(self.reader_root)(self.reader_root)
+        return self.reader_draft(self.reader_root)
 
     @functools.cached_property
     def writer_validator(self) -> ValidatorProtocol:
-        return validator_class(self.writer_root)(self.writer_root)
+        return self.writer_draft(self.writer_root)
+
+    # -- examples -----------------------------------------------------------------------
+
+    def proves(self, document: Any) -> bool:
+        """The writer's root schema accepts ``document`` and the reader's rejects it."""
+        return (
+            accepts(self.writer_root, document, self.writer_draft) is True
+            and accepts(self.reader_root, document, self.reader_draft) is False
+        )
+
+    @functools.cached_property
+    def values(self) -> Values:
+        return Values(self._writer_node, self._writer_accepts, self.writer_prefix_items)
+
+    def _writer_accepts(self, node: Any, value: Any) -> bool:
+        return _is_valid(self.writer_validator.evolve(schema=node), value)
+
+    def _reader_rejects(self, node: Any, value: Any) -> bool:
+        return not _may_be_valid(self.reader_validator.evolve(schema=node), value)
+
+    def _search(self, rejecting: Any, w: Any, first: Iterable[Any] = ()) -> Iterator[Any]:
+        """Values ``w`` allows (``first``, then proposals near both schemas' edges) that the
+        reader subschema ``rejecting`` rejects: where ``rejecting`` is a part of the reader
+        at this place (a keyword, a branch), the whole reader rejects them too."""
+        proposals = itertools.chain(first, self.values.allowed(w, rejecting))
+        for value in itertools.islice(proposals, _PROPOSALS):
+            if self._reader_rejects(rejecting, value):
+                yield value
+
+    def _example(self, violation: Violation, rejecting: Any, w: Any) -> Violation:
+        """``violation`` with the values of ``w`` that ``rejecting`` rejects as its example."""
+        return pending(violation, lambda: self._search(rejecting, w))
+
+    def _in_object(self, w: Mapping[str, Any], name: str) -> Callable[[Any], Any]:
+        """Places a value of property ``name`` in the writer's smallest object around it."""
+
+        def build(value: Any) -> Any:
+            base = self.values.base_object(w, 0)
+            return NOTHING if base is None else {**base, name: value}
+
+        return build
+
+    def _in_array(self, w: Mapping[str, Any], index: int) -> Callable[[Any], Any]:
+        """Places an item at ``index`` in the writer's smallest array around it."""
+
+        def build(value: Any) -> Any:
+            low = w.get("minItems", 0) if isinstance(w.get("minItems"), int) else 0
+            items = self.values.items(w, max(index + 1, low), 0)
+            if items is None:
+                return NOTHING
+            items[index] = value
+            return items
+
+        return build
 
     def _same(self, r: Any, w: Any, *, annotations_matter: bool = False) -> bool:
         """``r`` and ``w`` allow the same documents because they are the same text without a
@@ -404,7 +540,9 @@ class _Comparison:
             if target is None:
                 return node
             siblings = {k: v for k, v in node.items() if k != "$ref" and k not in ANNOTATIONS}
-            node = {"allOf": [target, siblings]} if siblings else target
+            # unevaluated* sees what the target evaluates: it stays beside the pair.
+            beside = {k: siblings.pop(k) for k in _UNEVALUATED if k in siblings}
+            node = {"allOf": [target, siblings], **beside} if siblings or beside else target
         return node
 
     def _writer_node(self, node: Any) -> Any:
@@ -445,15 +583,19 @@ class _Comparison:
         return self.pairs.compare(r, w, lambda: self._compare(r, w, path))
 
     def _compare(self, r: Any, w: Any, path: str) -> list[Violation]:
-        if w is False or _is_trivial(r):
+        if w is False or _accepts_nothing(w) or _is_trivial(r):
             return []
         if r is False:
             return [
-                Violation(
-                    path,
-                    Rule.SCHEMA_FALSE,
-                    "the reader accepts nothing here but the writer allows values",
-                ),
+                self._example(
+                    Violation(
+                        path,
+                        Rule.SCHEMA_FALSE,
+                        "the reader accepts nothing here but the writer allows values",
+                    ),
+                    False,
+                    w,
+                )
             ]
         if w is True:
             w = {}
@@ -468,7 +610,7 @@ class _Comparison:
         if self._unchanged(r, w):  # again after resolving references
             return []
 
-        r, w = dict(r), dict(w)
+        r, w = self._reader_model(r), self._writer_model(w)
         # Identical unions / negations / conditionals on both sides: carry over as they are.
         for keyword in ("oneOf", "anyOf", "not"):
             if keyword in r and keyword in w and self._same(r[keyword], w[keyword]):
@@ -491,6 +633,7 @@ class _Comparison:
                 for branch in w[union]:
                     found += self.compare(r, self._merge([rest, branch]), path)
                 return found
+        writer_not = w.get("not")  # what the writer excludes, for the reader's own "not"
         for dropped in ("not", "if", "then", "else"):
             w.pop(dropped, None)
         writer_types = _types(w)
@@ -514,26 +657,65 @@ class _Comparison:
             found += self._union(r.pop("oneOf"), w, _pointer(path, "oneOf"), exclusive=True)
         if "not" in r:
             negated = r.pop("not")
-            if not self._disjoint(w, negated):
+            if not self._disjoint(w, negated) and not self._excluded(negated, writer_not):
                 found.append(
-                    Violation(
-                        _pointer(path, "not"),
-                        Rule.NOT_OVERLAPS,
-                        "the reader's 'not' may exclude documents the writer allows",
+                    self._example(
+                        Violation(
+                            _pointer(path, "not"),
+                            Rule.NOT_OVERLAPS,
+                            "the reader's 'not' may exclude documents the writer allows",
+                        ),
+                        {"not": negated},
+                        w,
                     )
                 )
         if "if" in r or "then" in r or "else" in r:
+            conditional = {k: r.pop(k) for k in ("if", "then", "else") if k in r}
             found.append(
-                Violation(
-                    _pointer(path, "if"),
-                    Rule.CONDITIONAL_CHANGED,
-                    "the reader's if/then/else differs from the writer's, so documents the"
-                    " writer allows may fail it",
+                self._example(
+                    Violation(
+                        _pointer(path, "if"),
+                        Rule.CONDITIONAL_CHANGED,
+                        "the reader's if/then/else differs from the writer's, so documents the"
+                        " writer allows may fail it",
+                    ),
+                    conditional,
+                    w,
                 )
             )
-            for k in ("if", "then", "else"):
-                r.pop(k, None)
         return found + self._keywords(r, w, path)
+
+    def _excluded(self, negated: Any, writer_not: Any) -> bool:
+        """Every document the reader's ``not`` excludes, the writer's excludes too: then no
+        writer document is one the reader's excludes (``{"not": number}`` reads
+        ``{"not": integer}``... the other way round)."""
+        if writer_not is None:
+            return False
+        # negated ⊆ writer_not: writer_not, read as a reader, takes all that negated allows.
+        swapped = _Comparison(self.writer_root, self.reader_root, {})
+        return not swapped.compare(writer_not, negated, "#")
+
+    def _reader_model(self, r: Mapping[str, Any]) -> dict[str, Any]:
+        """The reader node as the comparison reads it: keywords its draft does not know are
+        no constraint, and ``unevaluated*`` is spelt with the keywords beside it."""
+        node = dict(r)
+        if not _DRAFT_KEYWORDS.isdisjoint(node):
+            known = _known_keywords(self.reader_draft)
+            node = {k: v for k, v in node.items() if k not in _DRAFT_KEYWORDS or k in known}
+        if "unevaluatedProperties" in node or "unevaluatedItems" in node:
+            node = Evaluation(self._reader_node, self.reader_prefix_items).model(node, reader=True)
+        return node
+
+    def _writer_model(self, w: Mapping[str, Any]) -> dict[str, Any]:
+        """As ``_reader_model``, for the writer: an ``unevaluated*`` the comparison cannot spell
+        exactly is dropped (the writer then allows more, which is safe)."""
+        node = dict(w)
+        if not _DRAFT_KEYWORDS.isdisjoint(node):
+            known = _known_keywords(self.writer_draft)
+            node = {k: v for k, v in node.items() if k not in _DRAFT_KEYWORDS or k in known}
+        if "unevaluatedProperties" in node or "unevaluatedItems" in node:
+            node = Evaluation(self._writer_node, self.writer_prefix_items).model(node, reader=False)
+        return node
 
     # -- the writer side ----------------------------------------------------------------
 
@@ -543,7 +725,7 @@ class _Comparison:
         pending = list(schemas)
         while pending:
             node = self._writer_node(pending.pop(0))
-            if node is False:
+            if node is False or _accepts_nothing(node):
                 return False
             if node is True or not isinstance(node, Mapping):
                 continue
@@ -607,21 +789,18 @@ class _Comparison:
                 continue
             shown = _canonical(value)
             if allowed is not None and shown not in {_canonical(a) for a in allowed}:
-                found.append(
-                    Violation(
-                        _pointer(path, keyword),
-                        Rule.ENUM_VALUE_REMOVED,
-                        f"the writer allows {shown}, which the reader's enum no longer lists",
-                    )
+                violation = Violation(
+                    _pointer(path, keyword),
+                    Rule.ENUM_VALUE_REMOVED,
+                    f"the writer allows {shown}, which the reader's enum no longer lists",
                 )
             else:
-                found.append(
-                    Violation(
-                        path,
-                        Rule.VALUE_REJECTED,
-                        f"the writer allows {shown}, which the reader's schema rejects",
-                    )
+                violation = Violation(
+                    path,
+                    Rule.VALUE_REJECTED,
+                    f"the writer allows {shown}, which the reader's schema rejects",
                 )
+            found.append(pending(violation, lambda value=value: [value]))
         return found
 
     # -- the reader side ----------------------------------------------------------------
@@ -631,16 +810,29 @@ class _Comparison:
     ) -> list[Violation]:
         results = [self.compare(b, w, _pointer(path, i)) for i, b in enumerate(branches)]
         matches = [i for i, found in enumerate(results) if not found]
+        union = {"oneOf" if exclusive else "anyOf": branches}
         if not matches:
             if len(branches) == 1:
                 return results[0]
             closest = min(results, key=len)
+
+            def candidates() -> Iterator[Any]:
+                # What shows a branch's violation may be what no branch takes.
+                for found in results:
+                    for violation in found:
+                        if isinstance(violation.example, Pending):
+                            yield from itertools.islice(violation.example.candidates(), 2)
+                yield from self.values.allowed(w, branches[0])
+
             return [
-                Violation(
-                    path,
-                    Rule.UNION_UNMATCHED,
-                    "no branch of the reader's union accepts everything the writer allows"
-                    f" (closest: {closest[0].message} at {closest[0].path})",
+                pending(
+                    Violation(
+                        path,
+                        Rule.UNION_UNMATCHED,
+                        "no branch of the reader's union accepts everything the writer allows"
+                        f" (closest: {closest[0].message} at {closest[0].path})",
+                    ),
+                    lambda: self._search(union, w, candidates()),
                 )
             ]
         if exclusive:
@@ -648,11 +840,16 @@ class _Comparison:
             for other, branch in enumerate(branches):
                 if other != chosen and not self._disjoint(w, branch):
                     return [
-                        Violation(
-                            path,
-                            Rule.ONE_OF_AMBIGUOUS,
-                            f"documents the writer allows may match both branch {chosen} and"
-                            f" branch {other} of the reader's oneOf, which then rejects them",
+                        self._example(
+                            Violation(
+                                path,
+                                Rule.ONE_OF_AMBIGUOUS,
+                                f"documents the writer allows may match both branch {chosen}"
+                                f" and branch {other} of the reader's oneOf, which then rejects"
+                                " them",
+                            ),
+                            union,
+                            w,
                         )
                     ]
         return []
@@ -661,7 +858,7 @@ class _Comparison:
         """True when no document the writer allows can be valid under ``other`` (reader side)."""
         w = self._writer_node(w)
         other = self._reader_node(other)
-        if w is False or other is False:
+        if w is False or other is False or _accepts_nothing(w):
             return True
         if not isinstance(w, Mapping) or not isinstance(other, Mapping):
             return False
@@ -696,38 +893,43 @@ class _Comparison:
         found: list[Violation] = []
         reader_types, writer_types = _types(r), _types(w)
         if reader_types is not None:
-            if writer_types is None:
+            missing = (
+                None
+                if writer_types is None
+                else [t for t in sorted(writer_types) if not _accepts_type(reader_types, t)]
+            )
+            if missing is None or missing:
+                message = (
+                    f"the reader accepts only {_listing(reader_types)} but the writer allows"
+                    " any type"
+                    if missing is None
+                    else f"the writer allows {_listing(missing)}, which the reader's type"
+                    f" {_listing(reader_types)} rejects"
+                )
                 found.append(
-                    Violation(
-                        _pointer(path, "type"),
-                        Rule.TYPE_NARROWED,
-                        f"the reader accepts only {_listing(reader_types)} but the writer allows"
-                        " any type",
+                    self._example(
+                        Violation(_pointer(path, "type"), Rule.TYPE_NARROWED, message),
+                        {"type": r["type"]},
+                        w,
                     )
                 )
-            else:
-                missing = [t for t in sorted(writer_types) if not _accepts_type(reader_types, t)]
-                if missing:
-                    found.append(
-                        Violation(
-                            _pointer(path, "type"),
-                            Rule.TYPE_NARROWED,
-                            f"the writer allows {_listing(missing)}, which the reader's type"
-                            f" {_listing(reader_types)} rejects",
-                        )
-                    )
         produced = set(_ALL_TYPES if writer_types is None else writer_types)
         if "number" in produced:
             produced.add("integer")
         shared = {t for t in produced if _accepts_type(reader_types, t)}
 
         if "const" in r or "enum" in r:
+            keyword = "enum" if "enum" in r else "const"
             found.append(
-                Violation(
-                    _pointer(path, "enum" if "enum" in r else "const"),
-                    Rule.ENUM_ADDED,
-                    "the reader allows only a fixed set of values but the writer does not limit"
-                    " them",
+                self._example(
+                    Violation(
+                        _pointer(path, keyword),
+                        Rule.ENUM_ADDED,
+                        "the reader allows only a fixed set of values but the writer does not"
+                        " limit them",
+                    ),
+                    {keyword: r[keyword]},
+                    w,
                 )
             )
         if shared & _NUMERIC:
@@ -736,36 +938,45 @@ class _Comparison:
             found += self._strings(r, w, path)
         if "array" in shared:
             found += self._arrays(r, w, path)
+            found += self._contains(r, w, path)
         if "object" in shared:
             found += self._objects(r, w, path)
+            found += self._dependencies(r, w, path)
+            found += self._property_names(r, w, path)
         for kind, bounds in _SIZE_BOUNDS.items():
             if kind in shared:
                 for keyword, rule, is_lower in bounds:
-                    found += _size_bound(r, w, path, keyword, rule, is_lower)
+                    found += [
+                        self._example(v, {keyword: r[keyword]}, w)
+                        for v in _size_bound(r, w, path, keyword, rule, is_lower)
+                    ]
 
         for keyword, value in r.items():
-            if keyword in _HANDLED or keyword in ANNOTATIONS or keyword.startswith("x-"):
+            if (
+                keyword in _HANDLED
+                or keyword in ANNOTATIONS
+                or keyword.startswith(("x-", "$unevaluated"))
+            ):
                 continue
-            if keyword in _CONTEXTUAL and value is not True:
-                found.append(
-                    Violation(
-                        _pointer(path, keyword),
-                        Rule.CONSTRAINT_CHANGED,
-                        f"the reader's {keyword!r} depends on every keyword beside it, so this"
-                        " engine accepts it only where the reader and writer are identical",
-                    )
+            if keyword not in _known_keywords(self.reader_draft):
+                continue  # validators ignore a keyword their draft does not have
+            if keyword in _CONTEXTUAL:
+                message = (
+                    f"the reader's {keyword!r} resolves in the document's dynamic scope, so this"
+                    " engine accepts it only where the reader and writer are identical"
                 )
+            elif self._same(value, w.get(keyword), annotations_matter=True):
                 continue
-            # Not a schema keyword we know: its value is compared as plain JSON.
-            if not self._same(value, w.get(keyword), annotations_matter=True):
-                found.append(
-                    Violation(
-                        _pointer(path, keyword),
-                        Rule.CONSTRAINT_CHANGED,
-                        f"the reader's {keyword!r} differs from the writer's; this engine only"
-                        " accepts it unchanged",
-                    )
+            else:
+                message = (
+                    f"the reader's {keyword!r} differs from the writer's; this engine only"
+                    " accepts it unchanged"
                 )
+            found.append(
+                self._example(
+                    Violation(_pointer(path, keyword), Rule.CONSTRAINT_CHANGED, message), r, w
+                )
+            )
         return found
 
     def _numbers(self, r: Mapping[str, Any], w: Mapping[str, Any], path: str) -> list[Violation]:
@@ -805,7 +1016,8 @@ class _Comparison:
                     f" values (multipleOf {w.get('multipleOf', 'unset')}) need not be",
                 )
             )
-        return found
+        numeric = {k: v for k, v in r.items() if k in _NUMBER_KEYWORDS}
+        return [self._example(v, numeric, w) for v in found]
 
     def _strings(self, r: Mapping[str, Any], w: Mapping[str, Any], path: str) -> list[Violation]:
         # Only the same pattern or format is known to hold for the writer's strings.
@@ -814,16 +1026,19 @@ class _Comparison:
             if keyword in r and r[keyword] != w.get(keyword):
                 has = f"{keyword} {w[keyword]!r}" if keyword in w else f"no {keyword}"
                 detail = f"the reader requires {keyword} {r[keyword]!r} but the writer's strings"
-                found.append(Violation(_pointer(path, keyword), rule, f"{detail} have {has}"))
+                violation = Violation(_pointer(path, keyword), rule, f"{detail} have {has}")
+                found.append(self._example(violation, {keyword: r[keyword]}, w))
         return found
 
     def _arrays(self, r: Mapping[str, Any], w: Mapping[str, Any], path: str) -> list[Violation]:
         found: list[Violation] = []
-        reader_2020 = _has_prefix_items(self.reader_validator)
+        reader_2020 = self.reader_prefix_items
         r_fixed, r_rest = _tuple_form(r, prefix_items=reader_2020)
-        w_fixed, w_rest = _tuple_form(w, prefix_items=_has_prefix_items(self.writer_validator))
+        w_fixed, w_rest = _tuple_form(w, prefix_items=self.writer_prefix_items)
         tuple_key = "prefixItems" if reader_2020 else "items"
         rest_key = "items" if reader_2020 or not r_fixed else "additionalItems"
+        if r.get(ITEMS_MARK):
+            rest_key = "unevaluatedItems"
         for index in range(max(len(r_fixed), len(w_fixed))):
             reader_item = r_fixed[index] if index < len(r_fixed) else r_rest
             writer_item = w_fixed[index] if index < len(w_fixed) else w_rest
@@ -837,34 +1052,218 @@ class _Comparison:
                 and self._writer_node(writer_item) is not False
             ):
                 found.append(
-                    Violation(
-                        where,
-                        Rule.ADDITIONAL_ITEMS_REJECTED,
-                        f"the writer allows an item at position {index} that the reader rejects",
+                    self._items_rejected(
+                        w,
+                        index,
+                        Violation(
+                            where,
+                            Rule.ADDITIONAL_ITEMS_REJECTED,
+                            f"the writer allows an item at position {index} that the reader"
+                            f" rejects{_cautious(r, ITEMS_MARK)}",
+                        ),
                     )
                 )
             else:
-                found += self.compare(reader_item, writer_item, where)
+                found += placed(
+                    self.compare(reader_item, writer_item, where), self._in_array(w, index)
+                )
+        after = max(len(r_fixed), len(w_fixed))
         if self._reader_node(r_rest) is False and self._writer_node(w_rest) is not False:
             found.append(
-                Violation(
-                    _pointer(path, rest_key),
-                    Rule.ADDITIONAL_ITEMS_REJECTED,
-                    f"the writer allows more than {len(w_fixed)} items but the reader rejects"
-                    f" items after position {len(r_fixed) - 1}",
+                self._items_rejected(
+                    w,
+                    after,
+                    Violation(
+                        _pointer(path, rest_key),
+                        Rule.ADDITIONAL_ITEMS_REJECTED,
+                        f"the writer allows more than {len(w_fixed)} items but the reader"
+                        f" rejects items after position {len(r_fixed) - 1}"
+                        f"{_cautious(r, ITEMS_MARK)}",
+                    ),
                 )
             )
         else:
-            found += self.compare(r_rest, w_rest, _pointer(path, rest_key))
+            found += placed(
+                self.compare(r_rest, w_rest, _pointer(path, rest_key)), self._in_array(w, after)
+            )
         if r.get("uniqueItems") is True and w.get("uniqueItems") is not True:
             found.append(
-                Violation(
-                    _pointer(path, "uniqueItems"),
-                    Rule.UNIQUE_ITEMS_ADDED,
-                    "the reader requires unique items but the writer allows duplicates",
+                self._example(
+                    Violation(
+                        _pointer(path, "uniqueItems"),
+                        Rule.UNIQUE_ITEMS_ADDED,
+                        "the reader requires unique items but the writer allows duplicates",
+                    ),
+                    {"uniqueItems": True},
+                    w,
                 )
             )
         return found
+
+    def _items_rejected(self, w: Mapping[str, Any], index: int, violation: Violation) -> Violation:
+        """``violation`` shown by the writer's smallest array with an item at ``index``."""
+
+        def candidates() -> Iterator[Any]:
+            low = w.get("minItems", 0) if isinstance(w.get("minItems"), int) else 0
+            items = self.values.items(w, max(index + 1, low), 0)
+            if items is not None:
+                yield items
+
+        return pending(violation, candidates)
+
+    def _contains(self, r: Mapping[str, Any], w: Mapping[str, Any], path: str) -> list[Violation]:
+        """``contains`` with ``minContains`` / ``maxContains``: the writer's arrays must hold
+        as many (as few) items the reader's ``contains`` accepts."""
+        if "contains" not in r:
+            return []
+        wanted = r["contains"]
+        least = r.get("minContains", 1)
+        most = r.get("maxContains")
+        found = []
+        if isinstance(least, int) and least > 0 and not self._always_contains(wanted, least, w):
+            found.append(
+                Violation(
+                    _pointer(path, "contains"),
+                    Rule.CONTAINS_CHANGED,
+                    f"the reader requires at least {least} item(s) its 'contains' accepts,"
+                    " which the writer's arrays need not have",
+                )
+            )
+        if isinstance(most, int) and not self._never_contains_more(wanted, most, w):
+            found.append(
+                Violation(
+                    _pointer(path, "maxContains"),
+                    Rule.CONTAINS_CHANGED,
+                    f"the reader allows at most {most} item(s) its 'contains' accepts, and the"
+                    " writer's arrays may have more",
+                )
+            )
+        keywords = {k: r[k] for k in ("contains", "minContains", "maxContains") if k in r}
+        return [self._example(v, keywords, w) for v in found]
+
+    def _always_contains(self, wanted: Any, least: int, w: Mapping[str, Any]) -> bool:
+        """Every writer array holds at least ``least`` items ``wanted`` accepts."""
+        if (
+            "contains" in w
+            and w.get("minContains", 1) >= least
+            and not self.compare(wanted, w["contains"], "#")
+        ):
+            return True
+        w_fixed, w_rest = _tuple_form(w, prefix_items=self.writer_prefix_items)
+        low = w.get("minItems", 0)
+        # Every item is one ``wanted`` accepts, and there are enough of them.
+        return (
+            isinstance(low, int)
+            and low >= least
+            and all(not self.compare(wanted, item, "#") for item in [*w_fixed, w_rest])
+        )
+
+    def _never_contains_more(self, wanted: Any, most: int, w: Mapping[str, Any]) -> bool:
+        """No writer array holds more than ``most`` items ``wanted`` accepts."""
+        high = w.get("maxItems")
+        if isinstance(high, int) and high <= most:
+            return True
+        if "contains" in w and self._same(w["contains"], wanted):
+            return isinstance(w.get("maxContains"), int) and w["maxContains"] <= most
+        w_fixed, w_rest = _tuple_form(w, prefix_items=self.writer_prefix_items)
+        return all(self._disjoint(item, wanted) for item in [*w_fixed, w_rest])
+
+    def _dependencies(
+        self, r: Mapping[str, Any], w: Mapping[str, Any], path: str
+    ) -> list[Violation]:
+        """``dependentRequired`` / ``dependentSchemas`` / ``dependencies``: what the reader
+        requires of an object with a given property, the writer's objects with it must have."""
+        found: list[Violation] = []
+        for keyword in ("dependencies", "dependentRequired", "dependentSchemas"):
+            dependencies = r.get(keyword)
+            if not isinstance(dependencies, Mapping):
+                continue
+            for name, needs in dependencies.items():
+                if self._writer_node(self.values.property_schema(w, name)) is False:
+                    continue  # the writer never has the property
+                where = _pointer(path, keyword, name)
+                with_name = self._merge([w, {"type": "object", "required": [name]}])
+                if isinstance(needs, list):
+                    missing = [n for n in needs if not self._requires_with(w, name, n)]
+                    if missing:
+                        violation = Violation(
+                            where,
+                            Rule.DEPENDENCY_ADDED,
+                            f"the reader requires {', '.join(map(repr, missing))} wherever"
+                            f" {name!r} is present, which the writer's objects need not have",
+                        )
+                        found.append(self._example(violation, {keyword: {name: needs}}, with_name))
+                    continue
+                own = self._dependent_schema(w, name)
+                writer = self._merge([with_name, own]) if own is not None else with_name
+                found += self.compare(needs, writer, where)
+        return found
+
+    def _requires_with(self, w: Mapping[str, Any], name: str, needed: str) -> bool:
+        """Every writer object with ``name`` has ``needed`` too."""
+        required = w.get("required", [])
+        if needed == name or (isinstance(required, list) and needed in required):
+            return True
+        for keyword in ("dependencies", "dependentRequired"):
+            listed = w.get(keyword, {})
+            if (
+                isinstance(listed, Mapping)
+                and isinstance(listed.get(name), list)
+                and needed in listed[name]
+            ):
+                return True
+        return False
+
+    def _dependent_schema(self, w: Mapping[str, Any], name: str) -> Any:
+        """The schema the writer applies to its objects with ``name``, if any."""
+        for keyword in ("dependencies", "dependentSchemas"):
+            listed = w.get(keyword, {})
+            if isinstance(listed, Mapping) and isinstance(listed.get(name), Mapping | bool):
+                return listed[name]
+        return None
+
+    def _property_names(
+        self, r: Mapping[str, Any], w: Mapping[str, Any], path: str
+    ) -> list[Violation]:
+        """``propertyNames``: every name the writer allows must be one the reader's takes."""
+        wanted = r.get("propertyNames")
+        if wanted is None or _is_trivial(self._reader_node(wanted)):
+            return []
+        where = _pointer(path, "propertyNames")
+        names = self._merge([{"type": "string"}, w.get("propertyNames", True)])
+        if names is False:
+            return []
+        found: list[Violation] = []
+        w_props = w.get("properties", {})
+        w_patterns = w.get("patternProperties", {})
+        for name in w_props:
+            if self._writer_node(w_props[name]) is False or not self._writer_accepts(names, name):
+                continue
+            if self._reader_rejects(wanted, name):
+                violation = Violation(
+                    where,
+                    Rule.PROPERTY_NAME_REJECTED,
+                    f"the writer allows property {name!r}, whose name the reader's"
+                    " propertyNames rejects",
+                )
+                found.append(pending(violation, lambda name=name: [name]))
+        sources = [self._merge([names, {"pattern": p}]) for p, s in w_patterns.items()
+                   if self._writer_node(s) is not False]  # fmt: skip
+        if self._writer_node(w.get("additionalProperties", True)) is not False:
+            sources.append(names)
+        for source in sources:
+            found += [
+                v.relabelled(f"{v.message}, for the names of the writer's properties")
+                for v in self.compare(wanted, source, where)
+            ]
+
+        def named(name: Any) -> Any:
+            if not isinstance(name, str):
+                return NOTHING
+            value = self.values.minimal(self.values.property_schema(w, name), 1)
+            return NOTHING if value is NOTHING else self._in_object(w, name)(value)
+
+        return placed(found, named)
 
     def _objects(self, r: Mapping[str, Any], w: Mapping[str, Any], path: str) -> list[Violation]:
         found: list[Violation] = []
@@ -874,11 +1273,19 @@ class _Comparison:
         w_patterns: Mapping[str, Any] = w.get("patternProperties", {})
         r_extra = r.get("additionalProperties", True)
         w_extra = w.get("additionalProperties", True)
+        extra_key = "unevaluatedProperties" if r.get(PROPERTIES_MARK) else "additionalProperties"
+        cautious = _cautious(r, PROPERTIES_MARK)
 
+        # Declared names: the writer's schema for each against every reader schema for it.
         for name in list(r_props) + [n for n in w_props if n not in r_props]:
+            reader_patterns = [(p, s) for p, s in r_patterns.items() if _matches(p, name)]
             if name in w_props:
                 writer_schema = w_props[name]
-                if name in r_props and self._unchanged(r_props[name], writer_schema):
+                if (
+                    name in r_props
+                    and not reader_patterns
+                    and self._unchanged(r_props[name], writer_schema)
+                ):
                     continue
             elif w_patterns:
                 matching = [s for p, s in w_patterns.items() if _matches(p, name)]
@@ -887,85 +1294,140 @@ class _Comparison:
                 writer_schema = w_extra
             if self._writer_node(writer_schema) is False:
                 continue
+            at = self._in_object(w, name)
+            for pattern, schema in reader_patterns:
+                found += placed(
+                    self.compare(
+                        schema, writer_schema, _pointer(path, "patternProperties", pattern)
+                    ),
+                    at,
+                )
             if name in r_props:
                 if name not in w_props and _is_trivial(self._writer_node(writer_schema)):
                     if not _is_trivial(self._reader_node(r_props[name])):
-                        found.append(
-                            Violation(
-                                _pointer(path, "properties", name),
-                                Rule.PROPERTY_CONSTRAINED,
-                                f"the writer does not declare {name!r} and its open content model"
-                                " allows any value there, which the reader constrains",
-                            )
+                        violation = Violation(
+                            _pointer(path, "properties", name),
+                            Rule.PROPERTY_CONSTRAINED,
+                            f"the writer does not declare {name!r} and its open content model"
+                            " allows any value there, which the reader constrains",
+                        )
+                        found += placed(
+                            [self._example(violation, r_props[name], writer_schema)], at
                         )
                     continue
-                found += self.compare(
-                    r_props[name], writer_schema, _pointer(path, "properties", name)
+                found += placed(
+                    self.compare(r_props[name], writer_schema, _pointer(path, "properties", name)),
+                    at,
                 )
+            elif reader_patterns:
                 continue
-            reader_patterns = [(p, s) for p, s in r_patterns.items() if _matches(p, name)]
-            if reader_patterns:
-                for pattern, schema in reader_patterns:
-                    found += self.compare(
-                        schema, writer_schema, _pointer(path, "patternProperties", pattern)
-                    )
             elif self._reader_node(r_extra) is False:
                 found.append(
-                    Violation(
-                        _pointer(path, "properties", name),
-                        Rule.PROPERTY_REJECTED,
-                        f"the writer allows property {name!r}, which the reader's closed content"
-                        " model (additionalProperties: false) rejects",
+                    self._with_property(
+                        w,
+                        name,
+                        writer_schema,
+                        Violation(
+                            _pointer(path, "properties", name),
+                            Rule.PROPERTY_REJECTED,
+                            f"the writer allows property {name!r}, which the reader's closed"
+                            f" content model ({extra_key}: false) rejects{cautious}",
+                        ),
                     )
                 )
             else:
-                found += self.compare(
-                    r_extra, writer_schema, _pointer(path, "additionalProperties")
-                )
+                found += placed(self.compare(r_extra, writer_schema, _pointer(path, extra_key)), at)
 
-        # Undeclared names: whatever the writer's patterns and additionalProperties allow.
+        # Undeclared names: the writer's patterns and additionalProperties, each compared with
+        # the reader's schemas only for names that can fall under both.
+        declared = set(r_props) | set(w_props)
         writer_sources: list[tuple[str | None, Any]] = list(w_patterns.items())
         writer_sources.append((None, w_extra))
         for w_pattern, writer_schema in writer_sources:
             if self._writer_node(writer_schema) is False:
                 continue
+            # The names of this source: matching w_pattern, or (additional) no writer pattern.
+            must = [w_pattern] if w_pattern is not None else []
+            must_not = [] if w_pattern is not None else list(w_patterns)
             for r_pattern, reader_schema in r_patterns.items():
-                found += self.compare(
-                    reader_schema, writer_schema, _pointer(path, "patternProperties", r_pattern)
+                if w_pattern is None:
+                    if any(_includes(p, r_pattern) for p in w_patterns):
+                        continue  # its names all fall under a writer pattern
+                elif not _may_overlap(w_pattern, r_pattern):
+                    continue
+                at = self._undeclared(w, [*must, r_pattern], must_not, declared)
+                found += placed(
+                    self.compare(
+                        reader_schema, writer_schema, _pointer(path, "patternProperties", r_pattern)
+                    ),
+                    at,
                 )
-            if w_pattern is not None and w_pattern in r_patterns:
-                continue
+            if w_pattern is not None and any(_includes(p, w_pattern) for p in r_patterns):
+                continue  # every name of this source falls under a reader pattern
+            at = self._undeclared(w, must, must_not + list(r_patterns), declared)
             if self._reader_node(r_extra) is False:
                 allowed = (
                     f"property names matching {w_pattern!r}"
                     if w_pattern is not None
                     else "undeclared properties"
                 )
+                violation = Violation(
+                    _pointer(path, extra_key),
+                    Rule.ADDITIONAL_PROPERTIES_CLOSED,
+                    f"the writer allows {allowed}, which the reader's closed content model"
+                    f" rejects{cautious}",
+                )
                 found.append(
-                    Violation(
-                        _pointer(path, "additionalProperties"),
-                        Rule.ADDITIONAL_PROPERTIES_CLOSED,
-                        f"the writer allows {allowed}, which the reader's closed content model"
-                        " rejects",
+                    pending(
+                        violation,
+                        lambda at=at, schema=writer_schema: _one(
+                            at(self.values.minimal(schema, 1))
+                        ),
                     )
                 )
             else:
-                found += self.compare(
-                    r_extra, writer_schema, _pointer(path, "additionalProperties")
-                )
+                found += placed(self.compare(r_extra, writer_schema, _pointer(path, extra_key)), at)
 
         w_required = set(w.get("required", []) if isinstance(w.get("required"), list) else [])
         r_required = r.get("required", []) if isinstance(r.get("required"), list) else []
         for name in r_required:
             if name not in w_required:
-                found.append(
-                    Violation(
-                        _pointer(path, "required"),
-                        Rule.REQUIRED_ADDED,
-                        f"the reader requires {name!r}, which the writer may omit",
-                    )
+                violation = Violation(
+                    _pointer(path, "required"),
+                    Rule.REQUIRED_ADDED,
+                    f"the reader requires {name!r}, which the writer may omit",
                 )
+                found.append(self._example(violation, {"required": [name]}, w))
         return found
+
+    def _with_property(
+        self, w: Mapping[str, Any], name: str, schema: Any, violation: Violation
+    ) -> Violation:
+        """``violation`` shown by the writer's smallest object with property ``name``."""
+        return pending(
+            violation, lambda: _one(self._in_object(w, name)(self.values.minimal(schema, 1)))
+        )
+
+    def _undeclared(
+        self, w: Mapping[str, Any], must: list[str], must_not: list[str], declared: set[str]
+    ) -> Callable[[Any], Any]:
+        """Places a value under an undeclared property name that matches every pattern of
+        ``must`` and none of ``must_not`` (NOTHING where no such name comes to mind)."""
+
+        def build(value: Any) -> Any:
+            if value is NOTHING:
+                return NOTHING
+            pool = names_for(must[0]) if must else iter([fresh_name(declared, must_not)])
+            for name in pool:
+                if (
+                    name not in declared
+                    and all(search(p, name) for p in must)
+                    and not any(search(p, name) for p in must_not)
+                ):
+                    return self._in_object(w, name)(value)
+            return NOTHING
+
+        return build
 
 
 _DROP = object()
@@ -1010,6 +1472,55 @@ def _combine(key: str, first: Any, second: Any) -> Any:
     if key == "items" and isinstance(first, Mapping | bool) and isinstance(second, Mapping | bool):
         return {"allOf": [first, second]}
     return _DROP
+
+
+def _one(value: Any) -> list[Any]:
+    return [] if value is NOTHING else [value]
+
+
+def _cautious(r: Mapping[str, Any], mark: str) -> str:
+    """What a violation found through a cautious spelling of ``unevaluated*`` adds."""
+    if r.get(mark) != "cautious":
+        return ""
+    keyword = mark.lstrip("$")
+    return (
+        f" (cautious: the reader's {keyword} also passes what its anyOf/oneOf/if branches"
+        " evaluate, which this engine does not follow)"
+    )
+
+
+def _literal_prefix(pattern: str) -> str | None:
+    """``lit`` for a pattern ``^lit...`` without alternatives: every name it matches starts
+    with ``lit``."""
+    if not pattern.startswith("^") or "|" in pattern:
+        return None
+    literal = re.match(r"\^([A-Za-z0-9_\- ]*)", pattern)
+    text = literal.group(1) if literal else ""
+    rest = pattern[1 + len(text) :]
+    if rest[:1] in ("*", "?", "{") and text:
+        text = text[:-1]  # a quantified last letter may be absent
+    return text
+
+
+def _includes(outer: str, inner: str) -> bool:
+    """Every name ``inner`` matches, ``outer`` matches too (known in the common cases: the
+    same pattern, or ``^prefix`` of a pattern with a longer prefix)."""
+    if outer == inner:
+        return True
+    prefix, inner_prefix = _literal_prefix(outer), _literal_prefix(inner)
+    return (
+        prefix is not None
+        and outer == "^" + prefix
+        and inner_prefix is not None
+        and inner_prefix.startswith(prefix)
+    )
+
+
+def _may_overlap(first: str, second: str) -> bool:
+    """Some name may match both patterns (False only where none can: literal prefixes that
+    part ways, ``^S_`` and ``^x-``)."""
+    a, b = _literal_prefix(first), _literal_prefix(second)
+    return a is None or b is None or a.startswith(b) or b.startswith(a)
 
 
 def _is_valid(validator: ValidatorProtocol, value: Any) -> bool:

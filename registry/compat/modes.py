@@ -56,12 +56,12 @@ def check_labelled(
             continue
         if mode in _BACKWARD:
             found += [
-                Violation(v.path, v.rule, f"{v.message} (new schema reading data of {label})")
+                v.relabelled(f"{v.message} (new schema reading data of {label})")
                 for v in compare(new, old)
             ]
         if mode in _FORWARD:
             found += [
-                Violation(v.path, v.rule, f"{v.message} ({label} reading data of the new schema)")
+                v.relabelled(f"{v.message} ({label} reading data of the new schema)")
                 for v in compare(old, new)
             ]
     return found

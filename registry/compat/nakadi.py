@@ -109,11 +109,11 @@ def unsupported_keywords(schema: Mapping[str, Any]) -> list[Violation]:
 
 def _both_ways(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Violation]:
     found = [
-        Violation(v.path, v.rule, f"{v.message} (new schema validating events of the old one)")
+        v.relabelled(f"{v.message} (new schema validating events of the old one)")
         for v in json_schema_violations(closed(new), closed(old))
     ]
     found += [
-        Violation(v.path, v.rule, f"{v.message} (old consumers reading events of the new schema)")
+        v.relabelled(f"{v.message} (old consumers reading events of the new schema)")
         for v in json_schema_violations(old, closed(new))
     ]
     return found
@@ -122,7 +122,7 @@ def _both_ways(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Violation
 def forward_mode_violations(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Violation]:
     """Why consumers on ``old`` could not read events of ``new``; [] if they can."""
     return [
-        Violation(v.path, v.rule, f"{v.message} (old consumers reading events of the new schema)")
+        v.relabelled(f"{v.message} (old consumers reading events of the new schema)")
         for v in json_schema_violations(old, new)
     ]
 
