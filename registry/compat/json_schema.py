@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
@@ -145,6 +146,8 @@ def _known_keywords(draft: type[ValidatorProtocol]) -> frozenset[str]:
 
 
 _UNEVALUATED = ("unevaluatedProperties", "unevaluatedItems")
+# Drafts whose "integer" excludes 1.0.
+_INTEGRAL_FLOATS_ARE_NUMBERS = frozenset({jsonschema.Draft3Validator, jsonschema.Draft4Validator})
 # Proposals looked at for one violation's example before giving up on it.
 _PROPOSALS = 150
 _NUMBER_KEYWORDS = frozenset(
@@ -327,6 +330,21 @@ def _is_trivial(node: Any) -> bool:
     return isinstance(node, Mapping) and all(k in ANNOTATIONS or k.startswith("x-") for k in node)
 
 
+def _without_twins(node: dict[str, Any]) -> dict[str, Any]:
+    """``node`` without the ``oneOf`` branches that appear twice: a document one of them takes,
+    its twin takes too, so ``oneOf`` rejects it (none left: the node accepts nothing)."""
+    branches = node.get("oneOf")
+    if not isinstance(branches, list) or len(branches) < 2:
+        return node
+    texts = [_canonical(branch) for branch in branches]
+    kept = [b for b, text in zip(branches, texts, strict=True) if texts.count(text) == 1]
+    if len(kept) == len(branches):
+        return node
+    if not kept:
+        return {"not": {}}
+    return {**node, "oneOf": kept}
+
+
 def _accepts_nothing(node: Any) -> bool:
     """``{"not": {}}`` and ``{"not": true}``: a schema that rejects every document, as
     ``false`` does."""
@@ -439,9 +457,17 @@ class _Comparison:
 
     def proves(self, document: Any) -> bool:
         """The writer's root schema accepts ``document`` and the reader's rejects it."""
-        return (
+        if (
             accepts(self.writer_root, document, self.writer_draft) is True
             and accepts(self.reader_root, document, self.reader_draft) is False
+        ):
+            return True
+        # jsonschema-rs tests multipleOf exactly, jsonschema in binary floating point (0.6 is
+        # no multiple of 0.1 there), as this engine does: a fraction gets jsonschema's word.
+        return (
+            _has_fraction(document)
+            and _is_valid(self.writer_validator, document)
+            and not _may_be_valid(self.reader_validator, document)
         )
 
     @functools.cached_property
@@ -611,16 +637,23 @@ class _Comparison:
             return []
 
         r, w = self._reader_model(r), self._writer_model(w)
-        # Identical unions / negations / conditionals on both sides: carry over as they are.
+        if self._writer_empty(w):
+            return []
+        # A reader union, negation or conditional the writer has too (the same, or a oneOf of
+        # branches each equal in effect) holds for every writer document: the reader's goes,
+        # the writer's stays (it still narrows what the writer allows).
         for keyword in ("oneOf", "anyOf", "not"):
             if keyword in r and keyword in w and self._same(r[keyword], w[keyword]):
-                del r[keyword], w[keyword]
+                del r[keyword]
+        if "oneOf" in r and "oneOf" in w and self._equivalent_branches(r["oneOf"], w["oneOf"]):
+            del r["oneOf"]
+        if "anyOf" in r and any(self._same(branch, w) for branch in r["anyOf"]):
+            del r["anyOf"]  # the writer is one of the branches
         if ("if" in r or "if" in w) and all(
             self._same(r.get(k), w.get(k)) for k in ("if", "then", "else")
         ):
             for k in ("if", "then", "else"):
                 r.pop(k, None)
-                w.pop(k, None)
 
         # The writer first: reduce it to one branch without combinators.
         found: list[Violation] = []
@@ -636,6 +669,9 @@ class _Comparison:
         writer_not = w.get("not")  # what the writer excludes, for the reader's own "not"
         for dropped in ("not", "if", "then", "else"):
             w.pop(dropped, None)
+        w = self._narrowed_types(w, writer_not)
+        if w is False:
+            return []
         writer_types = _types(w)
         if writer_types and len(writer_types) > 1 and ("anyOf" in r or "oneOf" in r):
             # A union reader may take each writer type with another branch: one at a time.
@@ -643,7 +679,7 @@ class _Comparison:
                 found += self.compare(r, {**w, "type": single}, path)
             return found
 
-        finite = self._finite_values(w)
+        finite = self._finite_values(w, writer_not)
         if finite is not None:
             return self._check_values(r, finite, path)
 
@@ -685,6 +721,50 @@ class _Comparison:
             )
         return found + self._keywords(r, w, path)
 
+    def _narrowed_types(self, w: dict[str, Any], writer_not: Any) -> dict[str, Any] | bool:
+        """The writer's types less those its ``not`` excludes outright (``{"not": {"type":
+        "string"}}``), and ``number`` that is a multiple of a whole number read as ``integer``
+        (from draft 6 on); False when no type is left."""
+        types = _types(w)
+        negated = self._writer_node(writer_not) if writer_not is not None else None
+        if isinstance(negated, Mapping) and set(negated) - ANNOTATIONS == {"type"}:
+            excluded = _types(negated) or frozenset()
+            if "number" in excluded:
+                excluded |= {"integer"}
+            left = [t for t in sorted(types or _ALL_TYPES) if t not in excluded]
+            if "integer" in excluded and "number" in left:
+                left = sorted(types or _ALL_TYPES)  # numbers less integers: no type says that
+            if not left:
+                return False
+            w = {**w, "type": left}
+            types = frozenset(left)
+        step = w.get("multipleOf")
+        if (
+            types is not None
+            and "number" in types
+            and isinstance(step, int | float)
+            and not isinstance(step, bool)
+            and float(step).is_integer()
+            and self._integral_floats_are_integers
+        ):
+            w = {**w, "type": sorted((types - {"number"}) | {"integer"})}
+        return w
+
+    def _equivalent_branches(self, reader: Any, writer: Any) -> bool:
+        """Each reader branch allows what the writer's branch at its place allows, no more and
+        no less: the two oneOfs then allow the same documents."""
+        if (
+            not isinstance(reader, list)
+            or not isinstance(writer, list)
+            or len(reader) != len(writer)
+        ):
+            return False
+        swapped = _Comparison(self.writer_root, self.reader_root, {})
+        return all(
+            not self.compare(r, w, "#") and not swapped.compare(w, r, "#")
+            for r, w in zip(reader, writer, strict=True)
+        )
+
     def _excluded(self, negated: Any, writer_not: Any) -> bool:
         """Every document the reader's ``not`` excludes, the writer's excludes too: then no
         writer document is one the reader's excludes (``{"not": number}`` reads
@@ -704,7 +784,7 @@ class _Comparison:
             node = {k: v for k, v in node.items() if k not in _DRAFT_KEYWORDS or k in known}
         if "unevaluatedProperties" in node or "unevaluatedItems" in node:
             node = Evaluation(self._reader_node, self.reader_prefix_items).model(node, reader=True)
-        return node
+        return _without_twins(node)
 
     def _writer_model(self, w: Mapping[str, Any]) -> dict[str, Any]:
         """As ``_reader_model``, for the writer: an ``unevaluated*`` the comparison cannot spell
@@ -715,7 +795,29 @@ class _Comparison:
             node = {k: v for k, v in node.items() if k not in _DRAFT_KEYWORDS or k in known}
         if "unevaluatedProperties" in node or "unevaluatedItems" in node:
             node = Evaluation(self._writer_node, self.writer_prefix_items).model(node, reader=False)
-        return node
+        return _without_twins(node)
+
+    def _writer_empty(self, w: Any, depth: int = 0) -> bool:
+        """The writer allows no document here: ``false``, ``{"not": {}}``, a oneOf whose
+        branches all have a twin, or objects only with a required property that allows no
+        value."""
+        w = self._writer_node(w)
+        if w is False or _accepts_nothing(w):
+            return True
+        if not isinstance(w, Mapping) or depth > 8:
+            return False
+        if isinstance(w.get("oneOf"), list) and _accepts_nothing(_without_twins(dict(w))):
+            return True
+        required = w.get("required")
+        if _types(w) != frozenset({"object"}) or not isinstance(required, list):
+            return False
+        properties = w.get("properties", {})
+        return any(
+            isinstance(name, str)
+            and name in properties
+            and self._writer_empty(properties[name], depth + 1)
+            for name in required
+        )
 
     # -- the writer side ----------------------------------------------------------------
 
@@ -756,8 +858,9 @@ class _Comparison:
             )
         return merged
 
-    def _finite_values(self, w: Mapping[str, Any]) -> list[Any] | None:
-        """The writer's whole value set, when it is finite and small enough to list."""
+    def _finite_values(self, w: Mapping[str, Any], excluded: Any = None) -> list[Any] | None:
+        """The writer's whole value set, when it is finite and small enough to list (less what
+        ``excluded``, the writer's own ``not``, rejects)."""
         candidates: list[Any] | None = None
         if "const" in w:
             candidates = [w["const"]]
@@ -769,10 +872,22 @@ class _Comparison:
                 candidates = ([True, False] if "boolean" in types else []) + (
                     [None] if "null" in types else []
                 )
+            elif types == {"integer"} and self._integral_floats_are_integers:
+                candidates = _small_range(w)
         if candidates is None:
             return None
-        writer = self.writer_validator.evolve(schema=w)
+        writer = self.writer_validator.evolve(
+            schema=w if excluded is None else {**w, "not": excluded}
+        )
         return [v for v in candidates if _is_valid(writer, v)]
+
+    @functools.cached_property
+    def _integral_floats_are_integers(self) -> bool:
+        """From draft 6 on, 1.0 is an integer (and equals 1 in ``enum``): a writer's integers
+        listed as ints then stand for their float spellings too."""
+        return all(
+            d not in _INTEGRAL_FLOATS_ARE_NUMBERS for d in (self.reader_draft, self.writer_draft)
+        )
 
     def _check_values(self, r: Any, values: list[Any], path: str) -> list[Violation]:
         reader = self.reader_validator.evolve(schema=r)
@@ -1472,6 +1587,25 @@ def _combine(key: str, first: Any, second: Any) -> Any:
     if key == "items" and isinstance(first, Mapping | bool) and isinstance(second, Mapping | bool):
         return {"allOf": [first, second]}
     return _DROP
+
+
+def _small_range(w: Mapping[str, Any]) -> list[int] | None:
+    """The integers between the writer's bounds, when both are set and few lie between."""
+    low, high = _lower(w), _upper(w)
+    if low is None or high is None:
+        return None
+    first, last = math.floor(low[0]), math.ceil(high[0])
+    return list(range(first, last + 1)) if last - first <= 32 else None
+
+
+def _has_fraction(value: Any) -> bool:
+    if type(value) is float:
+        return not value.is_integer()
+    if type(value) is list:
+        return any(map(_has_fraction, value))
+    if type(value) is dict:
+        return any(map(_has_fraction, value.values()))
+    return False
 
 
 def _one(value: Any) -> list[Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -108,8 +109,7 @@ class Values:
         node = self.resolve(node)
         if node is False or depth > _DEPTH:
             return
-        hints = self.resolve(hints) if hints is not None else None
-        hints = hints if isinstance(hints, Mapping) else {}
+        hints = self._flattened(hints)
         if not isinstance(node, Mapping):
             yield from ANY_VALUES
             return
@@ -138,10 +138,35 @@ class Values:
         # One of each type in turn: a reader that rejects one type shows it in a few tries.
         yield from _round_robin([self.typed(node, k, hints, depth) for k in _kinds(node, hints)])
 
+    def _flattened(self, hints: Any) -> dict[str, Any]:
+        """The reader's hint schema with what its branches say merged in: their bounds and
+        listed values are edges worth trying."""
+        merged: dict[str, Any] = {}
+        pending = [hints]
+        while pending and len(pending) < 64:
+            node = pending.pop()
+            node = self.resolve(node) if node is not None else None
+            if not isinstance(node, Mapping):
+                continue
+            for key, value in node.items():
+                if key in ("anyOf", "oneOf", "allOf") and isinstance(value, list):
+                    pending += value
+                elif key in ("enum", "const"):
+                    listed = value if key == "enum" and isinstance(value, list) else [value]
+                    merged.setdefault(_LISTED, []).extend(listed)
+                else:
+                    if key in _EDGES:
+                        merged.setdefault(_EDGES_SEEN, {}).setdefault(key, []).append(value)
+                    merged.setdefault(key, value)
+        return merged
+
     def typed(
         self, node: Mapping[str, Any], kind: str, hints: Mapping[str, Any], depth: int
-    ) -> Any:
+    ) -> Iterator[Any]:
         """Proposals of type ``kind`` for ``node``."""
+        for value in hints.get(_LISTED, []):
+            if _of_kind(value, kind):
+                yield value
         if kind == "null":
             yield None
         elif kind == "boolean":
@@ -207,6 +232,26 @@ class Values:
         pair = self.items(node, max(2, low), depth)
         if pair is not None and len(pair) >= 2:
             yield [pair[0], *pair[:-1]]  # a duplicate, for uniqueItems
+        for size in sizes[2:]:
+            distinct = self.distinct_items(node, size, depth)
+            if distinct is not None:
+                yield distinct
+
+    def distinct_items(self, node: Mapping[str, Any], size: int, depth: int) -> list[Any] | None:
+        """``size`` items no two of which are equal (for ``uniqueItems`` writers)."""
+        out: list[Any] = []
+        seen: set[str] = set()
+        for index in range(size):
+            proposals = self.allowed(self.item_schema(node, index), None, depth + 1)
+            for value in itertools.islice(proposals, 40):
+                text = json.dumps(value, sort_keys=True)
+                if text not in seen:
+                    seen.add(text)
+                    out.append(value)
+                    break
+            else:
+                return None
+        return out
 
     # -- objects ----------------------------------------------------------------------
 
@@ -259,11 +304,56 @@ class Values:
             for value in itertools.islice(self.allowed(schema, hinted.get(name), depth + 1), 4):
                 yield {**base, name: value}
         many = dict(base)
-        for name in dict.fromkeys(names):
+        wanted = max(_integer(hints.get("maxProperties"), 0) + 1, len(names))
+        fresh = (f"p{i}" for i in itertools.count())
+        for name in itertools.chain(dict.fromkeys(names), fresh):
+            if len(many) >= wanted or len(many) > 64:
+                break
             value = self.minimal(self.property_schema(node, name), depth + 1)
             if value is not NOTHING:
                 many.setdefault(name, value)
         yield many
+
+
+# Keys ``Values._flattened`` adds: the values the hint lists, and every bound it sets.
+_LISTED = "$listed"
+_EDGES_SEEN = "$edges"
+_EDGES = frozenset(
+    {
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minLength",
+        "maxLength",
+        "minItems",
+        "maxItems",
+        "minProperties",
+        "maxProperties",
+    }
+)
+_KINDS: dict[str, tuple[type, ...]] = {
+    "null": (type(None),),
+    "boolean": (bool,),
+    "integer": (int,),
+    "number": (int, float),
+    "string": (str,),
+    "array": (list,),
+    "object": (dict,),
+}
+
+
+def _of_kind(value: Any, kind: str) -> bool:
+    if isinstance(value, bool):
+        return kind == "boolean"
+    return isinstance(value, _KINDS.get(kind, ()))
+
+
+def _all_edges(hints: Mapping[str, Any], key: str) -> list[Any]:
+    """Every value the hint's branches give ``key``."""
+    seen = hints.get(_EDGES_SEEN, {})
+    return list(seen.get(key, [])) if isinstance(seen, Mapping) else []
 
 
 def _round_robin(iterators: list[Iterator[Any]]) -> Iterator[Any]:
@@ -342,9 +432,9 @@ def _numbers(node: Mapping[str, Any], hints: Mapping[str, Any], *, integer: bool
     edges: list[Any] = [0, 1, -1] if integer else [0, 1.5, 1, -1]
     for source in (node, hints):
         for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-            bound = source.get(key)
-            if _number(bound):
-                edges += [bound, bound - 1, bound + 1, bound - 0.5, bound + 0.5]
+            for bound in [source.get(key), *_all_edges(source, key)]:
+                if _number(bound):
+                    edges += [bound, bound - 1, bound + 1, bound - 0.5, bound + 0.5]
         for key, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
             if source.get(exclusive) is True and _number(source.get(key)):
                 edges += [source[key] + 0.25, source[key] - 0.25]

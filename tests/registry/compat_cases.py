@@ -398,8 +398,7 @@ JSON_CASES = [
     Case(
         "enum replaced by a covering range",
         {"enum": [1, 2, 3]},
-        {"type": "integer", "minimum": 1, "maximum": 3},
-        forward=[("enum-added", "#/enum")],
+        {"type": "integer", "minimum": 1, "maximum": 3},  # the same three values
     ),
     Case("boolean spelled as an enum", {"type": "boolean"}, {"enum": [True, False]}),
     Case(
