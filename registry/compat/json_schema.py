@@ -572,15 +572,28 @@ class _Comparison:
         return node
 
     def _writer_node(self, node: Any) -> Any:
-        """Resolve local $refs; an unresolvable one allows anything (a looser writer is safe)."""
+        """Resolve local $refs; an unresolvable one allows anything (a looser writer is safe).
+        From draft 2019-09 on, the keywords beside a $ref constrain too (before, validators
+        ignore them)."""
         if _without_ref(node):
             return node
         for _ in range(64):
             if not (isinstance(node, Mapping) and isinstance(node.get("$ref"), str)):
                 return node
             target = self._resolve(self.writer_root, node["$ref"])
-            node = True if target is None else target
+            if target is None:
+                return True
+            siblings = {k: v for k, v in node.items() if k != "$ref" and k not in ANNOTATIONS}
+            if not siblings or not self._writer_ref_has_siblings:
+                node = target
+                continue
+            beside = {k: siblings.pop(k) for k in _UNEVALUATED if k in siblings}
+            return {"allOf": [target, siblings], **beside}
         return True
+
+    @functools.cached_property
+    def _writer_ref_has_siblings(self) -> bool:
+        return "unevaluatedProperties" in self.writer_draft.VALIDATORS
 
     # -- entry ------------------------------------------------------------------------
 

@@ -151,6 +151,8 @@ class Values:
             for key, value in node.items():
                 if key in ("anyOf", "oneOf", "allOf") and isinstance(value, list):
                     pending += value
+                elif key == "not":
+                    pending.append(value)  # what the reader excludes is worth proposing
                 elif key in ("enum", "const"):
                     listed = value if key == "enum" and isinstance(value, list) else [value]
                     merged.setdefault(_LISTED, []).extend(listed)
@@ -214,11 +216,13 @@ class Values:
             base = self.items(node, size, depth)
             if base is not None:
                 yield base
-        contains = node.get("contains")
+        contains = node.get("contains", hints.get("contains"))
         if contains is not None:
             found = self.minimal(contains, depth + 1)
             if found is not NOTHING:
-                yield [found] * max(_integer(node.get("minContains"), 1), low, 1)
+                least = max(_integer(node.get("minContains"), 1), low, 1)
+                yield [found] * least
+                yield [found] * max(least, _integer(hints.get("maxContains"), 0) + 1)
         # Items near the edges of the item schema, one at each position the reader may check.
         for size in (1, 2):
             base = self.items(node, max(size, low), depth)
