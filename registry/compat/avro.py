@@ -12,6 +12,7 @@ lacks need the reader's enum default.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -19,7 +20,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from registry.compat.avro_witness import encodes, in_union, smallest, with_field
-from registry.compat.model import PairWalk, SchemaError, Violation, pending, placed, settle
+from registry.compat.model import (
+    PairWalk,
+    SchemaError,
+    Violation,
+    just,
+    pending,
+    placed,
+    settle,
+)
 from registry.compat.rules import Rule
 
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
@@ -341,7 +350,7 @@ class _Resolution:
                     self.read(
                         reader, branch, f"{path}/{index}" if reader.kind != "union" else path
                     ),
-                    lambda value, branch=branch: in_union(branch, value),
+                    functools.partial(in_union, branch),
                 )
             return found
         if reader.kind == "union":
@@ -406,7 +415,7 @@ class _Resolution:
                         f"the writer may write symbol {symbol!r} of {writer.fullname}, which the"
                         " reader's enum lacks and has no default for",
                     ),
-                    lambda symbol=symbol: [symbol],
+                    just(symbol),
                 )
                 for symbol in writer.symbols
                 if symbol not in reader.symbols
@@ -452,7 +461,7 @@ class _Resolution:
                 field = matched[0].name
                 found += placed(
                     self.read(reader_field.type, matched[0].type, f"{where}/type"),
-                    lambda value, field=field: with_field(writer, field, value),
+                    functools.partial(with_field, writer, field),
                 )
             elif not reader_field.has_default:
                 found.append(

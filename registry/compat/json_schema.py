@@ -33,7 +33,16 @@ from referencing.exceptions import Unresolvable
 from changebroker.numerals import whole_number
 from registry.compat.json_evaluation import ITEMS_MARK, PROPERTIES_MARK, Evaluation
 from registry.compat.json_witness import Values, accepts, fresh_name, names_for, search
-from registry.compat.model import NOTHING, PairWalk, Pending, Violation, pending, placed, settle
+from registry.compat.model import (
+    NOTHING,
+    PairWalk,
+    Pending,
+    Violation,
+    just,
+    pending,
+    placed,
+    settle,
+)
 from registry.compat.rules import Rule
 
 # Keywords that never change which documents are valid.
@@ -928,7 +937,7 @@ class _Comparison:
                     Rule.VALUE_REJECTED,
                     f"the writer allows {shown}, which the reader's schema rejects",
                 )
-            found.append(pending(violation, lambda value=value: [value]))
+            found.append(pending(violation, just(value)))
         return found
 
     # -- the reader side ----------------------------------------------------------------
@@ -1374,7 +1383,7 @@ class _Comparison:
                     f"the writer allows property {name!r}, whose name the reader's"
                     " propertyNames rejects",
                 )
-                found.append(pending(violation, lambda name=name: [name]))
+                found.append(pending(violation, just(name)))
         sources = [self._merge([names, {"pattern": p}]) for p, s in w_patterns.items()
                    if self._writer_node(s) is not False]  # fmt: skip
         if self._writer_node(w.get("additionalProperties", True)) is not False:
@@ -1505,14 +1514,7 @@ class _Comparison:
                     f"the writer allows {allowed}, which the reader's closed content model"
                     f" rejects{cautious}",
                 )
-                found.append(
-                    pending(
-                        violation,
-                        lambda at=at, schema=writer_schema: _one(
-                            at(self.values.minimal(schema, 1))
-                        ),
-                    )
-                )
+                found.append(self._placed_value(violation, at, writer_schema))
             else:
                 found += placed(self.compare(r_extra, writer_schema, _pointer(path, extra_key)), at)
 
@@ -1527,6 +1529,12 @@ class _Comparison:
                 )
                 found.append(self._example(violation, {"required": [name]}, w))
         return found
+
+    def _placed_value(
+        self, violation: Violation, at: Callable[[Any], Any], schema: Any
+    ) -> Violation:
+        """``violation`` shown by the smallest value of ``schema``, placed by ``at``."""
+        return pending(violation, lambda: _one(at(self.values.minimal(schema, 1))))
 
     def _with_property(
         self, w: Mapping[str, Any], name: str, schema: Any, violation: Violation

@@ -17,7 +17,7 @@ import json
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 import jsonschema
 import jsonschema_rs
@@ -428,7 +428,7 @@ def _integer(value: Any, fallback: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else fallback
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -456,9 +456,9 @@ def _numbers(node: Mapping[str, Any], hints: Mapping[str, Any], *, integer: bool
             if not float(value).is_integer():
                 continue
             value = int(value)
-        key = (type(value), value)
-        if key not in seen:
-            seen.add(key)
+        seen_key = (type(value), value)
+        if seen_key not in seen:
+            seen.add(seen_key)
             yield value
 
 

@@ -75,6 +75,11 @@ class _Nothing:
 NOTHING: Any = _Nothing()  # "no value": None is the JSON document null
 
 
+def just(value: Any) -> Callable[[], Iterable[Any]]:
+    """The candidates that are ``value`` alone."""
+    return lambda: [value]
+
+
 def pending(violation: Violation, candidates: Callable[[], Iterable[Any]]) -> Violation:
     """``violation`` with candidate examples, to be settled at the end of the walk."""
     return dataclasses.replace(violation, example=Pending(candidates))

@@ -252,6 +252,9 @@ def test_incompatible_registration_is_40901_with_violations(
             "rule": "type-narrowed",
             "message": "the writer allows integer, which the reader's type string rejects"
             " (new schema reading data of version 1)",
+            # A document version 1 accepts and the new schema rejects, checked by the engine.
+            "example": {"id": "", "age": 0},
+            "proven": True,
         }
     ]
     assert "type string rejects" in body["errorMessage"]
