@@ -21,6 +21,7 @@ import itertools
 import json
 import math
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -37,6 +38,7 @@ from registry.compat.model import (
     NOTHING,
     PairWalk,
     Pending,
+    Shown,
     Violation,
     just,
     pending,
@@ -194,6 +196,7 @@ def json_schema_violations(
     unchanged: UnchangedPairs | None = None,
     *,
     examples: bool = True,
+    shown: Shown | None = None,
 ) -> list[Violation]:
     """[] iff every document valid under ``writer`` is accepted by ``reader`` (conservative).
 
@@ -205,7 +208,8 @@ def json_schema_violations(
     subtrees as one object each (``share_subtrees``) then compares each shared subtree once.
 
     Each violation carries, where the engine finds one, a document the writer accepts and the
-    reader rejects (``proven``); ``examples=False`` builds none.
+    reader rejects (``proven``); ``examples=False`` builds none. ``shown``, shared like
+    ``unchanged``, lets a check try the example one comparison proved in the next one first.
     """
     try:
         comparison = _Comparison(reader, writer, {} if unchanged is None else unchanged)
@@ -221,7 +225,7 @@ def json_schema_violations(
     unique: dict[tuple[str, str, str], Violation] = {}
     for violation in found:
         unique.setdefault((violation.path, violation.rule, violation.message), violation)
-    return settle(list(unique.values()), comparison.proves if examples else None)
+    return settle(list(unique.values()), comparison.proves if examples else None, shown)
 
 
 # Where a schema holds subschemas: maps of them, lists of them, and one subschema.
@@ -428,39 +432,128 @@ def validator_class(root: Any, text: str | None = None) -> type[ValidatorProtoco
     return default  # a $schema that is no string: the default draft's check refuses it
 
 
+def _resolve(root: Any, ref: str) -> Any:
+    if ref == "#":
+        return root
+    if not ref.startswith("#/"):
+        return None
+    node = root
+    for raw in ref[2:].split("/"):
+        token = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and whole_number(token) and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            return None
+    return node
+
+
+class _Root:
+    """What one root schema's comparisons need beyond the schema: its draft, its validator,
+    and the values it allows as a writer. The registry checks against the same history
+    objects again and again, so these are kept per root (``_root``)."""
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+
+    @functools.cached_property
+    def draft(self) -> type[ValidatorProtocol]:
+        return validator_class(self.root)
+
+    @functools.cached_property
+    def validator(self) -> ValidatorProtocol:
+        return self.draft(self.root)
+
+    @functools.cached_property
+    def prefix_items(self) -> bool:
+        """Does the draft know ``prefixItems`` (2020-12 and later)?"""
+        return "prefixItems" in self.draft.VALIDATORS
+
+    @functools.cached_property
+    def ref_has_siblings(self) -> bool:
+        """From draft 2019-09 on, the keywords beside a $ref constrain too."""
+        return "unevaluatedProperties" in self.draft.VALIDATORS
+
+    @functools.cached_property
+    def values(self) -> Values:
+        return Values(self.writer_node, self.accepts, self.prefix_items)
+
+    def accepts(self, node: Any, value: Any) -> bool:
+        return _is_valid(self.validator.evolve(schema=_for_value(node, value)), value)
+
+    def writer_node(self, node: Any) -> Any:
+        """Resolve local $refs; an unresolvable one allows anything (a looser writer is safe).
+        From draft 2019-09 on, the keywords beside a $ref constrain too (before, validators
+        ignore them)."""
+        if _without_ref(node):
+            return node
+        for _ in range(64):
+            if not (isinstance(node, Mapping) and isinstance(node.get("$ref"), str)):
+                return node
+            target = _resolve(self.root, node["$ref"])
+            if target is None:
+                return True
+            siblings = {k: v for k, v in node.items() if k != "$ref" and k not in ANNOTATIONS}
+            if not siblings or not self.ref_has_siblings:
+                node = target
+                continue
+            beside = {k: siblings.pop(k) for k in _UNEVALUATED if k in siblings}
+            return {"allOf": [target, siblings], **beside}
+        return True
+
+
+_ROOTS: OrderedDict[int, _Root] = OrderedDict()
+_ROOTS_MAX = 256
+
+
+def _root(root: Any) -> _Root:
+    """The ``_Root`` of ``root``, kept by identity (it holds the schema, so no other object
+    takes its id while it is kept)."""
+    kept = _ROOTS.get(id(root))
+    if kept is not None and kept.root is root:
+        _ROOTS.move_to_end(id(root))
+        return kept
+    kept = _ROOTS[id(root)] = _Root(root)
+    if len(_ROOTS) > _ROOTS_MAX:
+        _ROOTS.popitem(last=False)
+    return kept
+
+
 class _Comparison:
     def __init__(self, reader_root: Any, writer_root: Any, unchanged: UnchangedPairs) -> None:
         self.reader_root = reader_root
         self.writer_root = writer_root
+        self.reader = _root(reader_root)
+        self.writer = _root(writer_root)
         self.unchanged = unchanged
         # (reader node, writer node) pairs under comparison: a recursive $ref that
         # comes back to one of them is assumed compatible (the rest of the walk decides).
         self.pairs = PairWalk()
 
-    @functools.cached_property
+    @property
     def reader_draft(self) -> type[ValidatorProtocol]:
-        return validator_class(self.reader_root)
+        return self.reader.draft
 
-    @functools.cached_property
+    @property
     def writer_draft(self) -> type[ValidatorProtocol]:
-        return validator_class(self.writer_root)
+        return self.writer.draft
 
-    @functools.cached_property
+    @property
     def reader_prefix_items(self) -> bool:
-        """Does the reader's draft know ``prefixItems`` (2020-12 and later)?"""
-        return "prefixItems" in self.reader_draft.VALIDATORS
+        return self.reader.prefix_items
 
-    @functools.cached_property
+    @property
     def writer_prefix_items(self) -> bool:
-        return "prefixItems" in self.writer_draft.VALIDATORS
+        return self.writer.prefix_items
 
-    @functools.cached_property
+    @property
     def reader_validator(self) -> ValidatorProtocol:
-        return self.reader_draft(self.reader_root)
+        return self.reader.validator
 
-    @functools.cached_property
+    @property
     def writer_validator(self) -> ValidatorProtocol:
-        return self.writer_draft(self.writer_root)
+        return self.writer.validator
 
     # -- examples -----------------------------------------------------------------------
 
@@ -479,15 +572,17 @@ class _Comparison:
             and not _may_be_valid(self.reader_validator, document)
         )
 
-    @functools.cached_property
+    @property
     def values(self) -> Values:
-        return Values(self._writer_node, self._writer_accepts, self.writer_prefix_items)
+        return self.writer.values
 
     def _writer_accepts(self, node: Any, value: Any) -> bool:
-        return _is_valid(self.writer_validator.evolve(schema=node), value)
+        return self.writer.accepts(node, value)
 
     def _reader_rejects(self, node: Any, value: Any) -> bool:
-        return not _may_be_valid(self.reader_validator.evolve(schema=node), value)
+        return not _may_be_valid(
+            self.reader_validator.evolve(schema=_for_value(node, value)), value
+        )
 
     def _search(self, rejecting: Any, w: Any, first: Iterable[Any] = ()) -> Iterator[Any]:
         """Values ``w`` allows (``first``, then proposals near both schemas' edges) that the
@@ -548,22 +643,6 @@ class _Comparison:
 
     # -- references -------------------------------------------------------------------
 
-    def _resolve(self, root: Any, ref: str) -> Any:
-        if ref == "#":
-            return root
-        if not ref.startswith("#/"):
-            return None
-        node = root
-        for raw in ref[2:].split("/"):
-            token = raw.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, Mapping) and token in node:
-                node = node[token]
-            elif isinstance(node, list) and whole_number(token) and int(token) < len(node):
-                node = node[int(token)]
-            else:
-                return None
-        return node
-
     def _reader_node(self, node: Any) -> Any:
         """Resolve local $refs; siblings of $ref still constrain (a stricter reader is safe)."""
         if _without_ref(node):
@@ -571,7 +650,7 @@ class _Comparison:
         for _ in range(64):
             if not (isinstance(node, Mapping) and isinstance(node.get("$ref"), str)):
                 return node
-            target = self._resolve(self.reader_root, node["$ref"])
+            target = _resolve(self.reader_root, node["$ref"])
             if target is None:
                 return node
             siblings = {k: v for k, v in node.items() if k != "$ref" and k not in ANNOTATIONS}
@@ -581,28 +660,7 @@ class _Comparison:
         return node
 
     def _writer_node(self, node: Any) -> Any:
-        """Resolve local $refs; an unresolvable one allows anything (a looser writer is safe).
-        From draft 2019-09 on, the keywords beside a $ref constrain too (before, validators
-        ignore them)."""
-        if _without_ref(node):
-            return node
-        for _ in range(64):
-            if not (isinstance(node, Mapping) and isinstance(node.get("$ref"), str)):
-                return node
-            target = self._resolve(self.writer_root, node["$ref"])
-            if target is None:
-                return True
-            siblings = {k: v for k, v in node.items() if k != "$ref" and k not in ANNOTATIONS}
-            if not siblings or not self._writer_ref_has_siblings:
-                node = target
-                continue
-            beside = {k: siblings.pop(k) for k in _UNEVALUATED if k in siblings}
-            return {"allOf": [target, siblings], **beside}
-        return True
-
-    @functools.cached_property
-    def _writer_ref_has_siblings(self) -> bool:
-        return "unevaluatedProperties" in self.writer_draft.VALIDATORS
+        return self.writer.writer_node(node)
 
     # -- entry ------------------------------------------------------------------------
 
@@ -613,7 +671,7 @@ class _Comparison:
             isinstance(reader, Mapping)
             and isinstance(writer, Mapping)
             and reader.get("$ref") == writer.get("$ref") is not None
-            and self._resolve(self.reader_root, reader["$ref"]) is None
+            and _resolve(self.reader_root, reader["$ref"]) is None
         ):
             # The same external reference on both sides: the same schema, not ours to check.
             return []
@@ -1617,6 +1675,18 @@ def _small_range(w: Mapping[str, Any]) -> list[int] | None:
         return None
     first, last = math.floor(low[0]), math.ceil(high[0])
     return list(range(first, last + 1)) if last - first <= 32 else None
+
+
+def _for_value(node: Any, value: Any) -> Any:
+    """``node`` as it validates ``value``: an object's declared properties it does not have
+    change nothing (``properties`` looks only at the names present), and a schema with many
+    of them validates several times faster without them."""
+    if type(value) is not dict or type(node) is not dict:
+        return node
+    declared = node.get("properties")
+    if type(declared) is not dict or len(declared) <= len(value):
+        return node
+    return {**node, "properties": {k: declared[k] for k in value if k in declared}}
 
 
 def _has_fraction(value: Any) -> bool:

@@ -34,6 +34,7 @@ _NAMES = ("a", "x", "x-a", "A", "_", "0", "ab", "S_a", "a_id", "zz")
 _TYPE_ORDER = ("null", "boolean", "integer", "number", "string", "array", "object")
 _DEPTH = 6  # nesting a proposed value may have: witnesses are small
 _FANOUT = 12  # candidates taken from each nested proposal
+_KEPT = 4096  # smallest values kept per writer root
 
 
 def search(pattern: str, text: str) -> bool:
@@ -83,6 +84,7 @@ class Values:
         self.accepts = accepts
         self.prefix_items = prefix_items
         self._minimal: dict[int, tuple[Any, Any]] = {}
+        self._bases: dict[int, tuple[Any, dict[str, Any] | None]] = {}
 
     def minimal(self, node: Any, depth: int = 0) -> Any:
         """The first proposal ``node`` accepts, or NOTHING."""
@@ -96,6 +98,8 @@ class Values:
                 if self.accepts(node, value):
                     found = value
                     break
+        if len(self._minimal) > _KEPT:
+            self._minimal.clear()  # the walks' passing nodes: keep what recent checks met
         self._minimal[key] = (node, found)  # the node is kept, so its id is not reused
         return found
 
@@ -272,7 +276,17 @@ class Values:
         return node.get("additionalProperties", True)
 
     def base_object(self, node: Mapping[str, Any], depth: int) -> dict[str, Any] | None:
-        """The writer's required properties, each with its smallest value."""
+        """The writer's required properties, each with its smallest value (a new dict)."""
+        key = id(node)
+        kept = self._bases.get(key)
+        if kept is None or kept[0] is not node:
+            kept = (node, self._base_object(node, depth))
+            if len(self._bases) > _KEPT:
+                self._bases.clear()
+            self._bases[key] = kept  # the node is kept, so its id is not reused
+        return None if kept[1] is None else dict(kept[1])
+
+    def _base_object(self, node: Mapping[str, Any], depth: int) -> dict[str, Any] | None:
         required = node.get("required", [])
         out: dict[str, Any] = {}
         for name in required if isinstance(required, list) else []:

@@ -109,18 +109,30 @@ def _distinct(candidates: Iterable[Any]) -> Iterator[Any]:
 TRIES = 6
 
 
+# What one check's comparisons proved, by (path, rule, message): checked against a history,
+# the same violation comes back for version after version, and its example most often holds
+# for each of them.
+Shown = dict[tuple[str, str, str], Any]
+
+
 def settle(
-    violations: Sequence[Violation], proves: Callable[[Any], bool] | None
+    violations: Sequence[Violation],
+    proves: Callable[[Any], bool] | None,
+    shown: Shown | None = None,
 ) -> list[Violation]:
     """Each pending example replaced by the first candidate ``proves`` confirms (then proven),
-    or by none; ``proves=None`` turns examples off (nothing is built)."""
+    or by none; ``proves=None`` turns examples off (nothing is built). ``shown`` offers the
+    examples earlier comparisons of the check proved for the same violation first."""
     settled = []
     for violation in violations:
         if not isinstance(violation.example, Pending):
             settled.append(violation)
             continue
         found = NOTHING
-        if proves is not None:
+        key = (violation.path, str(violation.rule), violation.message)
+        if proves is not None and shown is not None and key in shown and proves(shown[key]):
+            found = shown[key]
+        elif proves is not None:
             try:
                 for candidate in itertools.islice(_distinct(violation.example.candidates()), TRIES):
                     if proves(candidate):
@@ -128,6 +140,8 @@ def settle(
                         break
             except (RecursionError, ValueError, TypeError, re.error):
                 found = NOTHING  # a schema too odd to build from: the verdict stands unshown
+            if shown is not None and found is not NOTHING:
+                shown[key] = found
         settled.append(
             dataclasses.replace(
                 violation,

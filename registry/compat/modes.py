@@ -22,7 +22,7 @@ def comparison(fmt: Format, *, examples: bool = True) -> Callable[[Any, Any], li
     """``(reader, writer) -> violations`` for ``fmt``, for the comparisons of one check;
     ``examples=False`` builds no example for them."""
     if fmt == "JSON":
-        return functools.partial(json_schema_violations, unchanged={}, examples=examples)
+        return functools.partial(json_schema_violations, unchanged={}, examples=examples, shown={})
     if fmt == "AVRO":
         return functools.partial(avro_violations, examples=examples)
     raise ValueError(f"no compatibility rules for format {fmt!r}: use JSON or AVRO")
