@@ -21,6 +21,7 @@ import itertools
 import json
 import math
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
@@ -505,19 +506,21 @@ class _Root:
 
 _ROOTS: OrderedDict[int, _Root] = OrderedDict()
 _ROOTS_MAX = 256
+_ROOTS_LOCK = threading.Lock()  # the broker may check from several threads
 
 
 def _root(root: Any) -> _Root:
     """The ``_Root`` of ``root``, kept by identity (it holds the schema, so no other object
     takes its id while it is kept)."""
-    kept = _ROOTS.get(id(root))
-    if kept is not None and kept.root is root:
-        _ROOTS.move_to_end(id(root))
+    with _ROOTS_LOCK:
+        kept = _ROOTS.get(id(root))
+        if kept is not None and kept.root is root:
+            _ROOTS.move_to_end(id(root))
+            return kept
+        kept = _ROOTS[id(root)] = _Root(root)
+        if len(_ROOTS) > _ROOTS_MAX:
+            _ROOTS.popitem(last=False)
         return kept
-    kept = _ROOTS[id(root)] = _Root(root)
-    if len(_ROOTS) > _ROOTS_MAX:
-        _ROOTS.popitem(last=False)
-    return kept
 
 
 class _Comparison:

@@ -15,6 +15,7 @@ import functools
 import itertools
 import json
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeGuard
@@ -514,6 +515,7 @@ _RUST_VALIDATORS: dict[type[ValidatorProtocol], Any] = {
 # registry keeps a subject's history as the same objects from check to check.
 _COMPILED: OrderedDict[int, tuple[Any, Callable[[Any], bool | None]]] = OrderedDict()
 _COMPILED_MAX = 512
+_COMPILED_LOCK = threading.Lock()  # the broker may check from several threads
 
 
 def accepts(root: Any, document: Any, draft: type[ValidatorProtocol]) -> bool | None:
@@ -521,14 +523,15 @@ def accepts(root: Any, document: Any, draft: type[ValidatorProtocol]) -> bool | 
     reference it cannot follow, a pattern it cannot read)."""
     if root is True or root is False:
         return root
-    kept = _COMPILED.get(id(root))
-    if kept is None or kept[0] is not root:
-        kept = (root, _compile(root, draft))
-        _COMPILED[id(root)] = kept
-        if len(_COMPILED) > _COMPILED_MAX:
-            _COMPILED.popitem(last=False)
-    else:
-        _COMPILED.move_to_end(id(root))
+    with _COMPILED_LOCK:
+        kept = _COMPILED.get(id(root))
+        if kept is None or kept[0] is not root:
+            kept = (root, _compile(root, draft))
+            _COMPILED[id(root)] = kept
+            if len(_COMPILED) > _COMPILED_MAX:
+                _COMPILED.popitem(last=False)
+        else:
+            _COMPILED.move_to_end(id(root))
     return kept[1](document)
 
 
