@@ -4,7 +4,10 @@
 under ``writer`` accepted by ``reader``? The comparison walks both schemas side
 by side. It is conservative: when it cannot prove acceptance it reports a
 violation, so an empty list is a guarantee while a violation may, in rare
-corner cases (overlapping unions, ``not``, conditionals), be a false alarm.
+corner cases (overlapping ``oneOf``s, conditionals, ``unevaluated*`` beside
+branches), be a false alarm. Each violation carries the document that shows it
+where the engine finds and proves one (``json_witness.py``); a false alarm never
+does.
 
 Two approximations keep it sound:
 * the writer is only ever replaced by something looser (a dropped keyword
@@ -1756,11 +1759,6 @@ def _is_valid(validator: ValidatorProtocol, value: Any) -> bool:
         return bool(validator.is_valid(value))
     except (UnknownType, Unresolvable, TypeError, re.error):
         return False  # a schema the validator cannot apply proves nothing: not accepted
-
-
-def _has_prefix_items(validator: ValidatorProtocol) -> bool:
-    """Does the validator's draft know ``prefixItems`` (2020-12 and later)?"""
-    return "prefixItems" in type(validator).VALIDATORS
 
 
 def _may_be_valid(validator: ValidatorProtocol, value: Any) -> bool:
