@@ -161,6 +161,7 @@ def _known_keywords(draft: type[ValidatorProtocol]) -> frozenset[str]:
 
 
 _UNEVALUATED = ("unevaluatedProperties", "unevaluatedItems")
+_DEPENDENCIES = frozenset({"dependencies", "dependentRequired", "dependentSchemas"})
 # Drafts whose "integer" excludes 1.0.
 _INTEGRAL_FLOATS_ARE_NUMBERS = frozenset({jsonschema.Draft3Validator, jsonschema.Draft4Validator})
 # Proposals looked at for one violation's example before giving up on it.
@@ -362,10 +363,17 @@ def _without_twins(node: dict[str, Any]) -> dict[str, Any]:
     return {**node, "oneOf": kept}
 
 
+def _may_be_empty(node: Any) -> bool:
+    """Worth asking ``_writer_empty`` (a quick look, most property schemas are not)."""
+    return node is False or (
+        type(node) is dict and ("not" in node or "oneOf" in node or "$ref" in node)
+    )
+
+
 def _accepts_nothing(node: Any) -> bool:
     """``{"not": {}}`` and ``{"not": true}``: a schema that rejects every document, as
     ``false`` does."""
-    return isinstance(node, Mapping) and "not" in node and _is_trivial(node["not"])
+    return type(node) is dict and "not" in node and _is_trivial(node["not"])
 
 
 def _types(node: Mapping[str, Any]) -> frozenset[str] | None:
@@ -532,6 +540,7 @@ class _Comparison:
         self.writer_root = writer_root
         self.reader = _root(reader_root)
         self.writer = _root(writer_root)
+        self._writer_node = self.writer.writer_node  # the hottest call of a walk: no detour
         self.unchanged = unchanged
         # (reader node, writer node) pairs under comparison: a recursive $ref that
         # comes back to one of them is assumed compatible (the rest of the walk decides).
@@ -664,9 +673,6 @@ class _Comparison:
             beside = {k: siblings.pop(k) for k in _UNEVALUATED if k in siblings}
             node = {"allOf": [target, siblings], **beside} if siblings or beside else target
         return node
-
-    def _writer_node(self, node: Any) -> Any:
-        return self.writer.writer_node(node)
 
     # -- entry ------------------------------------------------------------------------
 
@@ -811,6 +817,8 @@ class _Comparison:
         """The writer's types less those its ``not`` excludes outright (``{"not": {"type":
         "string"}}``), and ``number`` that is a multiple of a whole number read as ``integer``
         (from draft 6 on); False when no type is left."""
+        if writer_not is None and "multipleOf" not in w:
+            return w
         types = _types(w)
         negated = self._writer_node(writer_not) if writer_not is not None else None
         if isinstance(negated, Mapping) and set(negated) - ANNOTATIONS == {"type"}:
@@ -890,17 +898,18 @@ class _Comparison:
         w = self._writer_node(w)
         if w is False or _accepts_nothing(w):
             return True
-        if not isinstance(w, Mapping) or depth > 8:
+        if type(w) is not dict or depth > 8:
             return False
-        if isinstance(w.get("oneOf"), list) and _accepts_nothing(_without_twins(dict(w))):
+        if isinstance(w.get("oneOf"), list) and _accepts_nothing(_without_twins(w)):
             return True
         required = w.get("required")
-        if _types(w) != frozenset({"object"}) or not isinstance(required, list):
+        if not isinstance(required, list) or w.get("type") != "object":
             return False
         properties = w.get("properties", {})
         return any(
             isinstance(name, str)
             and name in properties
+            and _may_be_empty(properties[name])
             and self._writer_empty(properties[name], depth + 1)
             for name in required
         )
@@ -1139,11 +1148,14 @@ class _Comparison:
             found += self._strings(r, w, path)
         if "array" in shared:
             found += self._arrays(r, w, path)
-            found += self._contains(r, w, path)
+            if "contains" in r:
+                found += self._contains(r, w, path)
         if "object" in shared:
             found += self._objects(r, w, path)
-            found += self._dependencies(r, w, path)
-            found += self._property_names(r, w, path)
+            if not _DEPENDENCIES.isdisjoint(r):
+                found += self._dependencies(r, w, path)
+            if "propertyNames" in r:
+                found += self._property_names(r, w, path)
         for kind, bounds in _SIZE_BOUNDS.items():
             if kind in shared:
                 for keyword, rule, is_lower in bounds:
@@ -1479,7 +1491,9 @@ class _Comparison:
 
         # Declared names: the writer's schema for each against every reader schema for it.
         for name in list(r_props) + [n for n in w_props if n not in r_props]:
-            reader_patterns = [(p, s) for p, s in r_patterns.items() if _matches(p, name)]
+            reader_patterns = (
+                [(p, s) for p, s in r_patterns.items() if _matches(p, name)] if r_patterns else []
+            )
             if name in w_props:
                 writer_schema = w_props[name]
                 if (
