@@ -1555,7 +1555,7 @@ class _Comparison:
 
         # Undeclared names: the writer's patterns and additionalProperties, each compared with
         # the reader's schemas only for names that can fall under both.
-        declared = set(r_props) | set(w_props)
+        declared = (r_props, w_props)
         writer_sources: list[tuple[str | None, Any]] = list(w_patterns.items())
         writer_sources.append((None, w_extra))
         for w_pattern, writer_schema in writer_sources:
@@ -1623,7 +1623,11 @@ class _Comparison:
         )
 
     def _undeclared(
-        self, w: Mapping[str, Any], must: list[str], must_not: list[str], declared: set[str]
+        self,
+        w: Mapping[str, Any],
+        must: list[str],
+        must_not: list[str],
+        declared: tuple[Mapping[str, Any], Mapping[str, Any]],
     ) -> Callable[[Any], Any]:
         """Places a value under an undeclared property name that matches every pattern of
         ``must`` and none of ``must_not`` (NOTHING where no such name comes to mind)."""
@@ -1631,10 +1635,11 @@ class _Comparison:
         def build(value: Any) -> Any:
             if value is NOTHING:
                 return NOTHING
-            pool = names_for(must[0]) if must else iter([fresh_name(declared, must_not)])
+            taken = {*declared[0], *declared[1]}
+            pool = names_for(must[0]) if must else iter([fresh_name(taken, must_not)])
             for name in pool:
                 if (
-                    name not in declared
+                    name not in taken
                     and all(search(p, name) for p in must)
                     and not any(search(p, name) for p in must_not)
                 ):
