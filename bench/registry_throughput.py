@@ -17,6 +17,9 @@
 * Protobuf (PB) checks against 25 versions (BACKWARD_TRANSITIVE, Buf's WIRE_JSON rules), in
   process and through ``POST /compatibility`` with a new definition each time, vs protoc
   compiling the same definition (the least a registry does with a .proto it is sent).
+* an incompatible check (in process), with each violation's example built and proven,
+  against the same check with examples off: the cost of the examples, also per example as a
+  share of the check without them.
 
 Each HTTP figure also has the registry's CPU time per operation, steadier than
 rates on a shared machine.
@@ -99,6 +102,13 @@ def schema_version(index: int) -> dict[str, Any]:
 
 
 NEXT_VERSION = schema_version(HISTORY)  # what the compatibility checks ask about
+# A next version that breaks every earlier one twice: amounts narrowed to integers, and the
+# currency required. Each violation gets an example when examples are on.
+BREAKING = {
+    **NEXT_VERSION,
+    "properties": {**NEXT_VERSION["properties"], "amount": {"type": "integer", "minimum": 0}},
+    "required": [*NEXT_VERSION["required"], "currency"],
+}
 
 
 def timed(work: Callable[[int], None], count: int, clients: int) -> tuple[float, float]:
@@ -386,7 +396,37 @@ def compatibility() -> list[Figure]:
         metric = f"BACKWARD_TRANSITIVE check vs {HISTORY} versions{label}"
         raw = "jsonschema check_schema"
         figures.append(Figure("registry_throughput", metric, ours_rate, "checks/s", base_rate, raw))
-    return figures
+    return figures + examples(share_subtrees(plain))
+
+
+def examples(history: list[Any]) -> list[Figure]:
+    """An incompatible check with examples on against the same check with them off, in turns
+    (so both see the same machine), and what one example costs against the check."""
+    violations = check(Mode.BACKWARD_TRANSITIVE, BREAKING, history, "JSON")
+    if not violations or not all(v.proven for v in violations):
+        raise AssertionError(f"every violation of the bench's check has an example: {violations}")
+    spent = {True: 0.0, False: 0.0}
+    for _ in range(COMPAT_CHECKS // 10):
+        for on in (True, False):
+            started = time.perf_counter()
+            for _ in range(10):
+                check(Mode.BACKWARD_TRANSITIVE, BREAKING, history, "JSON", examples=on)
+            spent[on] += time.perf_counter() - started
+    rates = {on: COMPAT_CHECKS / seconds for on, seconds in spent.items()}
+    per_check = spent[False] / COMPAT_CHECKS
+    per_example = (spent[True] - spent[False]) / COMPAT_CHECKS / len(violations)
+    name = "registry_throughput"
+    metric = f"incompatible check vs {HISTORY} versions, {len(violations)} examples"
+    return [
+        Figure(name, metric, rates[True], "checks/s", rates[False], "examples off"),
+        Figure(
+            name,
+            "one example, as a share of the check without examples",
+            per_example / per_check * 100,
+            "%",
+            higher_is_better=False,
+        ),
+    ]
 
 
 if __name__ == "__main__":

@@ -183,6 +183,9 @@ def registry_tour(base_url: str) -> None:
     _say(f"a breaking change is refused ({refused['errorCode']}), and the registry says why:")
     for violation in refused.get("violations", []):
         _say(f"  {violation['path']}  {violation['rule']}: {violation['message']}")
+        if violation.get("proven"):
+            example = json.dumps(violation["example"])
+            _say(f"    shown by {example}: version 1 takes it, the new schema does not")
 
 
 def broker_tour(base_url: str) -> None:

@@ -1,5 +1,6 @@
 """Registry: subjects, their versions and compatibility mode, and "would this schema be
-accepted?" with the engine's violations listed by path and rule."""
+accepted?" with the engine's violations listed by path and rule, each with the document that
+shows it where the engine proved one."""
 
 from __future__ import annotations
 

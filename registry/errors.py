@@ -3,7 +3,8 @@
 As docs/specs/openschema-spec-cn.txt, chapter 4, has them.
 
 The code's first three digits are the HTTP status. Compatibility failures also
-carry ``violations``: each reason with its path and rule.
+carry ``violations``: each reason with its path, rule and, where the engine built one, an
+example that shows it.
 """
 
 from __future__ import annotations
@@ -51,8 +52,19 @@ class RegistryError(Exception):
         return body
 
 
-def violations_json(violations: Sequence[Violation]) -> list[dict[str, str]]:
-    return [{"path": v.path, "rule": v.rule, "message": v.message} for v in violations]
+def violations_json(violations: Sequence[Violation]) -> list[dict[str, Any]]:
+    """Each violation as the API answers it; ``example`` is null and ``proven`` false where the
+    engine is only cautious (or the format's engine builds no examples)."""
+    return [
+        {
+            "path": v.path,
+            "rule": v.rule,
+            "message": v.message,
+            "example": v.example,
+            "proven": v.proven,
+        }
+        for v in violations
+    ]
 
 
 def incompatible(violations: Sequence[Violation], what: str) -> RegistryError:

@@ -897,7 +897,7 @@ def _history_violations(
     for index in range(1, len(history)):
         version, definition = history[index]
         found += [
-            Violation(v.path, v.rule, f"version {version}: {v.message}")
+            v.relabelled(f"version {version}: {v.message}")
             for v in _violations(mode, definition, history[:index], fmt, category)
         ]
     return found

@@ -44,6 +44,8 @@ def test_up_demo_runs_every_service_idempotently_and_down_stops_them(
         second = cli.changebroker(env, "up", "--demo")
         assert second.returncode == 0, second.stdout + second.stderr
         assert "== Done." in second.stdout, second.stdout
+        # The registry's refusal comes with the document that shows it.
+        assert 'shown by {"id": ""}: version 1 takes it' in second.stdout, second.stdout
         assert _processes(cli.status(env)) == _processes(status)  # nothing restarted
 
         # The replay as a service: started by up, its pid in status, stopped by down.

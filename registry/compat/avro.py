@@ -12,13 +12,23 @@ lacks need the reader's enum default.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from registry.compat.model import PairWalk, SchemaError, Violation
+from registry.compat.avro_witness import encodes, in_union, smallest, with_field
+from registry.compat.model import (
+    PairWalk,
+    SchemaError,
+    Violation,
+    just,
+    pending,
+    placed,
+    settle,
+)
 from registry.compat.rules import Rule
 
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
@@ -294,13 +304,22 @@ def _default_fits(node: Node, value: Any) -> bool:
     )
 
 
-def avro_violations(reader: Any, writer: Any) -> list[Violation]:
-    """[] iff data written with ``writer`` can be read with ``reader`` (Avro resolution)."""
+def avro_violations(reader: Any, writer: Any, *, examples: bool = True) -> list[Violation]:
+    """[] iff data written with ``writer`` can be read with ``reader`` (Avro resolution).
+
+    Each violation carries, where one shows it, a datum of the writer (in Avro's JSON
+    encoding) that reaches it; ``examples=False`` builds none."""
     reader_node, writer_node = parse(reader), parse(writer)
     try:
-        return _Resolution().read(reader_node, writer_node, "#")
+        found = _Resolution().read(reader_node, writer_node, "#")
     except RecursionError:
         return [Violation("#", Rule.SCHEMA_TOO_DEEP, "the schemas nest too deeply to compare")]
+    return settle(found, (lambda datum: encodes(writer_node, datum)) if examples else None)
+
+
+def _reached(violation: Violation, writer: Node) -> Violation:
+    """``violation``, shown by the writer's smallest datum: it fails wherever it is read."""
+    return pending(violation, lambda: [smallest(writer)])
 
 
 def _names_match(reader: Node, writer: Node) -> bool:
@@ -327,43 +346,59 @@ class _Resolution:
         if writer.kind == "union":
             found: list[Violation] = []
             for index, branch in enumerate(writer.children):
-                found += self.read(
-                    reader, branch, f"{path}/{index}" if reader.kind != "union" else path
+                found += placed(
+                    self.read(
+                        reader, branch, f"{path}/{index}" if reader.kind != "union" else path
+                    ),
+                    functools.partial(in_union, branch),
                 )
             return found
         if reader.kind == "union":
             for exact in (True, False):
                 for index, branch in enumerate(reader.children):
                     if _matches(branch, writer, exact=exact):
-                        return self.read(branch, writer, f"{path}/{index}")
+                        found = self.read(branch, writer, f"{path}/{index}")
+                        others = [b for b in reader.children if b is not branch]
+                        if found and any(not self.read(b, writer, path) for b in others):
+                            # Avro's decoder picks a branch that reads the writer (its
+                            # records by their fields): the datum would show nothing there.
+                            return [replace(v, example=None) for v in found]
+                        return found
             return [
-                Violation(
-                    path,
-                    Rule.UNION_BRANCH_MISSING,
-                    f"the writer may write {writer.describe()}, which no branch of the reader's"
-                    " union can read",
+                _reached(
+                    Violation(
+                        path,
+                        Rule.UNION_BRANCH_MISSING,
+                        f"the writer may write {writer.describe()}, which no branch of the"
+                        " reader's union can read",
+                    ),
+                    writer,
                 )
             ]
         if reader.kind != writer.kind:
             if reader.kind in _PROMOTIONS.get(writer.kind, set()):
                 return []
             return [
-                Violation(
-                    path,
-                    Rule.TYPE_MISMATCH,
-                    f"the writer writes {writer.describe()}, which the reader's"
-                    f" {reader.describe()} cannot read",
+                _reached(
+                    Violation(
+                        path,
+                        Rule.TYPE_MISMATCH,
+                        f"the writer writes {writer.describe()}, which the reader's"
+                        f" {reader.describe()} cannot read",
+                    ),
+                    writer,
                 )
             ]
         if reader.kind in ("record", "enum", "fixed") and not _names_match(reader, writer):
-            return [
-                Violation(
-                    f"{path}/name",
-                    Rule.NAME_MISMATCH,
-                    f"the reader's {reader.kind} {reader.fullname} does not match the writer's"
-                    f" {writer.fullname}; add an alias to the reader to rename it",
-                )
-            ]
+            violation = Violation(
+                f"{path}/name",
+                Rule.NAME_MISMATCH,
+                f"the reader's {reader.kind} {reader.fullname} does not match the writer's"
+                f" {writer.fullname}; add an alias to the reader to rename it",
+            )
+            # Avro's own decoder matches records by their fields, not their names: no datum
+            # of a renamed record fails there, so it shows none (enums and fixed it checks).
+            return [violation if reader.kind == "record" else _reached(violation, writer)]
         return self.pairs.compare(reader, writer, lambda: self._same_kind(reader, writer, path))
 
     def _same_kind(self, reader: Node, writer: Node, path: str) -> list[Violation]:
@@ -373,28 +408,36 @@ class _Resolution:
             if reader.enum_default is not None:
                 return []
             return [
-                Violation(
-                    f"{path}/symbols",
-                    Rule.ENUM_SYMBOL_MISSING,
-                    f"the writer may write symbol {symbol!r} of {writer.fullname}, which the"
-                    " reader's enum lacks and has no default for",
+                pending(
+                    Violation(
+                        f"{path}/symbols",
+                        Rule.ENUM_SYMBOL_MISSING,
+                        f"the writer may write symbol {symbol!r} of {writer.fullname}, which the"
+                        " reader's enum lacks and has no default for",
+                    ),
+                    just(symbol),
                 )
                 for symbol in writer.symbols
                 if symbol not in reader.symbols
             ]
         if reader.kind == "fixed" and reader.size != writer.size:
             return [
-                Violation(
-                    f"{path}/size",
-                    Rule.FIXED_SIZE_CHANGED,
-                    f"the writer's fixed {writer.fullname} has {writer.size} bytes, the reader's"
-                    f" {reader.size}",
+                _reached(
+                    Violation(
+                        f"{path}/size",
+                        Rule.FIXED_SIZE_CHANGED,
+                        f"the writer's fixed {writer.fullname} has {writer.size} bytes, the"
+                        f" reader's {reader.size}",
+                    ),
+                    writer,
                 )
             ]
-        if reader.kind == "array":
-            return self.read(reader.children[0], writer.children[0], f"{path}/items")
+        if reader.kind == "array":  # one item reaches the items' violations
+            found = self.read(reader.children[0], writer.children[0], f"{path}/items")
+            return placed(found, lambda value: [value])
         if reader.kind == "map":
-            return self.read(reader.children[0], writer.children[0], f"{path}/values")
+            found = self.read(reader.children[0], writer.children[0], f"{path}/values")
+            return placed(found, lambda value: {"k": value})
         return []
 
     def _record(self, reader: Node, writer: Node, path: str) -> list[Violation]:
@@ -415,14 +458,21 @@ class _Resolution:
                     )
                 )
             elif matched:
-                found += self.read(reader_field.type, matched[0].type, f"{where}/type")
+                field = matched[0].name
+                found += placed(
+                    self.read(reader_field.type, matched[0].type, f"{where}/type"),
+                    functools.partial(with_field, writer, field),
+                )
             elif not reader_field.has_default:
                 found.append(
-                    Violation(
-                        where,
-                        Rule.FIELD_WITHOUT_DEFAULT,
-                        f"the reader's field {reader_field.name!r} is missing from the writer's"
-                        f" {writer.fullname} and has no default",
+                    _reached(
+                        Violation(
+                            where,
+                            Rule.FIELD_WITHOUT_DEFAULT,
+                            f"the reader's field {reader_field.name!r} is missing from the"
+                            f" writer's {writer.fullname} and has no default",
+                        ),
+                        writer,
                     )
                 )
         return found

@@ -18,32 +18,43 @@ _BACKWARD = {Mode.BACKWARD, Mode.BACKWARD_TRANSITIVE, Mode.FULL, Mode.FULL_TRANS
 _FORWARD = {Mode.FORWARD, Mode.FORWARD_TRANSITIVE, Mode.FULL, Mode.FULL_TRANSITIVE}
 
 
-def comparison(fmt: Format) -> Callable[[Any, Any], list[Violation]]:
-    """``(reader, writer) -> violations`` for ``fmt``, for the comparisons of one check."""
+def comparison(fmt: Format, *, examples: bool = True) -> Callable[[Any, Any], list[Violation]]:
+    """``(reader, writer) -> violations`` for ``fmt``, for the comparisons of one check;
+    ``examples=False`` builds no example for them."""
     if fmt == "JSON":
-        return functools.partial(json_schema_violations, unchanged={})
+        return functools.partial(json_schema_violations, unchanged={}, examples=examples, shown={})
     if fmt == "AVRO":
-        return avro_violations
+        return functools.partial(avro_violations, examples=examples)
     raise ValueError(f"no compatibility rules for format {fmt!r}: use JSON or AVRO")
 
 
-def check(mode: Mode, new: Any, history: Sequence[Any], fmt: Format) -> list[Violation]:
-    """Violations of ``mode`` by ``new`` against ``history`` (oldest first); [] = compatible."""
+def check(
+    mode: Mode, new: Any, history: Sequence[Any], fmt: Format, *, examples: bool = True
+) -> list[Violation]:
+    """Violations of ``mode`` by ``new`` against ``history`` (oldest first); [] = compatible.
+    Each carries the example that shows it where the engine proves one (``examples``)."""
     labels = [
         "the latest schema" if index == len(history) - 1 else f"earlier schema #{index + 1}"
         for index in range(len(history))
     ]
-    return check_labelled(mode, new, list(zip(labels, history, strict=True)), fmt)
+    return check_labelled(
+        mode, new, list(zip(labels, history, strict=True)), fmt, examples=examples
+    )
 
 
 def check_labelled(
-    mode: Mode, new: Any, history: Sequence[tuple[str, Any]], fmt: Format
+    mode: Mode,
+    new: Any,
+    history: Sequence[tuple[str, Any]],
+    fmt: Format,
+    *,
+    examples: bool = True,
 ) -> list[Violation]:
     """As ``check``, with each historical schema named (e.g. "version 3") in the messages."""
     mode = Mode(mode)
     if mode is Mode.NONE or not history:
         return []
-    compare = comparison(fmt)
+    compare = comparison(fmt, examples=examples)
     against = history if mode.transitive else history[-1:]
     invalid = _invalid_now(new, "the new schema", fmt)  # a stored one, replayed in order
     if invalid is not None:
@@ -56,12 +67,12 @@ def check_labelled(
             continue
         if mode in _BACKWARD:
             found += [
-                Violation(v.path, v.rule, f"{v.message} (new schema reading data of {label})")
+                v.relabelled(f"{v.message} (new schema reading data of {label})")
                 for v in compare(new, old)
             ]
         if mode in _FORWARD:
             found += [
-                Violation(v.path, v.rule, f"{v.message} ({label} reading data of the new schema)")
+                v.relabelled(f"{v.message} ({label} reading data of the new schema)")
                 for v in compare(old, new)
             ]
     return found

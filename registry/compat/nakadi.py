@@ -13,6 +13,8 @@ changes, ``none`` accepts anything.
   the closed old one, and the old schema, as consumers read it, events of the
   closed new one.
 * none: never rejected; MAJOR when the change would fail ``compatible``.
+
+The broker answers with the violations' words only, so they are built without examples.
 """
 
 from __future__ import annotations
@@ -109,12 +111,12 @@ def unsupported_keywords(schema: Mapping[str, Any]) -> list[Violation]:
 
 def _both_ways(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Violation]:
     found = [
-        Violation(v.path, v.rule, f"{v.message} (new schema validating events of the old one)")
-        for v in json_schema_violations(closed(new), closed(old))
+        v.relabelled(f"{v.message} (new schema validating events of the old one)")
+        for v in json_schema_violations(closed(new), closed(old), examples=False)
     ]
     found += [
-        Violation(v.path, v.rule, f"{v.message} (old consumers reading events of the new schema)")
-        for v in json_schema_violations(old, closed(new))
+        v.relabelled(f"{v.message} (old consumers reading events of the new schema)")
+        for v in json_schema_violations(old, closed(new), examples=False)
     ]
     return found
 
@@ -122,8 +124,8 @@ def _both_ways(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Violation
 def forward_mode_violations(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Violation]:
     """Why consumers on ``old`` could not read events of ``new``; [] if they can."""
     return [
-        Violation(v.path, v.rule, f"{v.message} (old consumers reading events of the new schema)")
-        for v in json_schema_violations(old, new)
+        v.relabelled(f"{v.message} (old consumers reading events of the new schema)")
+        for v in json_schema_violations(old, new, examples=False)
     ]
 
 

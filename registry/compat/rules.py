@@ -43,6 +43,9 @@ class Rule(enum.StrEnum):
     PROPERTY_REJECTED = "property-rejected"
     ADDITIONAL_PROPERTIES_CLOSED = "additional-properties-closed"
     REQUIRED_ADDED = "required-added"
+    DEPENDENCY_ADDED = "dependency-added"
+    CONTAINS_CHANGED = "contains-changed"
+    PROPERTY_NAME_REJECTED = "property-name-rejected"
     # Nakadi's compatible mode
     KEYWORD_NOT_SUPPORTED = "keyword-not-supported"
     # Avro
@@ -115,8 +118,8 @@ RULES: dict[Rule, RuleInfo] = {
     ),
     Rule.CONSTRAINT_CHANGED: RuleInfo(
         "JSON Schema",
-        "a keyword the engine accepts only unchanged (an unknown one, `unevaluated*`, a dynamic"
-        " reference) differs",
+        "a keyword the engine accepts only unchanged (a dynamic reference, a draft 3 keyword)"
+        " differs",
     ),
     Rule.MINIMUM_TIGHTENED: RuleInfo(
         "JSON Schema", "the reader's lower bound is above the writer's"
@@ -161,6 +164,19 @@ RULES: dict[Rule, RuleInfo] = {
     ),
     Rule.REQUIRED_ADDED: RuleInfo(
         "JSON Schema", "the reader requires a property the writer may leave out"
+    ),
+    Rule.DEPENDENCY_ADDED: RuleInfo(
+        "JSON Schema",
+        "the reader requires, wherever a property is present, properties or a schema the"
+        " writer's objects need not have",
+    ),
+    Rule.CONTAINS_CHANGED: RuleInfo(
+        "JSON Schema",
+        "the writer's arrays need not hold as many (or as few) items as the reader's"
+        " `contains` / `minContains` / `maxContains` asks",
+    ),
+    Rule.PROPERTY_NAME_REJECTED: RuleInfo(
+        "JSON Schema", "the writer allows a property name the reader's `propertyNames` rejects"
     ),
     Rule.KEYWORD_NOT_SUPPORTED: RuleInfo(
         "JSON Schema", "a keyword Nakadi's `compatible` mode does not allow"

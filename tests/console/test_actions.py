@@ -49,7 +49,8 @@ def test_schema_diff_shows_an_added_field_and_a_refused_schema_lists_its_violati
     screenshot(page, "schema-diff")
 
     # A subject of the registry's own, under BACKWARD: a string narrowed to an integer is
-    # refused, and the console lists the engine's violations by path and rule.
+    # refused, and the console lists the engine's violations by path and rule, with a
+    # document the old schema accepts and the new one rejects.
     subject = f"console-{stack.prefix}"
     person = {"type": "object", "properties": {"name": {"type": "string"}}}
     scope = {"tenant": "console-tests", "namespace": "checks"}
@@ -75,6 +76,7 @@ def test_schema_diff_shows_an_added_field_and_a_refused_schema_lists_its_violati
     violations = result.locator("tbody tr")
     expect(violations.first).to_be_visible()
     assert any("name" in row for row in violations.all_inner_texts())
+    expect(result.locator("code.example").first).to_have_text('{"name": ""}')
     screenshot(page, "registry-check")
 
     # The same schema with a description is accepted.

@@ -2,7 +2,9 @@
 
 ``reference_verdicts`` compiles avro_reference/AvroVerdicts.java against the jars Maven
 resolves for avro_reference/pom.xml (cached in .state/cache) and runs it once over all
-pairs; ``registry_verdicts`` asks ``registry.compat`` the same questions.
+pairs; ``registry_verdicts`` asks ``registry.compat`` the same questions. Given the
+registry's examples (``registry_examples``), the same run decodes each with Avro's own
+decoder.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ import json
 import shutil
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from changebroker.stack import maven
 from registry.compat import SchemaError, avro_violations
@@ -24,12 +27,25 @@ HERE = Path(__file__).parent / "avro_reference"
 
 
 @dataclass(frozen=True)
+class Example:
+    """A registry example, and what Avro's decoder made of it."""
+
+    writer: str  # "old" or "new": the schema that wrote the datum; the other reads it
+    datum: Any
+    rule: str
+    written: bool | None = None  # Avro's JSON decoder took the datum with the writer's schema
+    read: bool | None = None  # Avro's resolving decoder read it with the other schema
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class Verdict:
     """None for a direction when either schema is invalid (``invalid`` says which)."""
 
     invalid: tuple[bool, bool]  # (old, new)
     backward: bool | None  # the new schema reads data written with the old
     forward: bool | None  # the old schema reads data written with the new
+    examples: tuple[Example, ...] = ()  # with Avro's answers, where examples were sent
 
     @property
     def full(self) -> bool | None:
@@ -38,7 +54,9 @@ class Verdict:
         return self.backward and self.forward
 
 
-def reference_verdicts(pairs: Sequence[Pair]) -> list[Verdict]:
+def reference_verdicts(
+    pairs: Sequence[Pair], examples: Sequence[Sequence[Example]] | None = None
+) -> list[Verdict]:
     for tool in ("java", "javac"):
         if shutil.which(tool) is None:
             raise RuntimeError(
@@ -53,7 +71,18 @@ def reference_verdicts(pairs: Sequence[Pair]) -> list[Verdict]:
         check=True,
         capture_output=True,
     )
-    lines = "".join(json.dumps({"old": p.old, "new": p.new}) + "\n" for p in pairs)
+    sent = examples if examples is not None else [()] * len(pairs)
+    lines = "".join(
+        json.dumps(
+            {
+                "old": p.old,
+                "new": p.new,
+                "examples": [{"writer": e.writer, "datum": e.datum} for e in listed],
+            }
+        )
+        + "\n"
+        for p, listed in zip(pairs, sent, strict=True)
+    )
     done = subprocess.run(
         ["java", "-cp", f"{classes}:{classpath}", "AvroVerdicts"],
         input=lines,
@@ -66,8 +95,16 @@ def reference_verdicts(pairs: Sequence[Pair]) -> list[Verdict]:
     if len(answers) != len(pairs):
         raise RuntimeError(f"AvroVerdicts answered {len(answers)} of {len(pairs)}: {done.stderr}")
     return [
-        Verdict((a["old"] is not None, a["new"] is not None), a["backward"], a["forward"])
-        for a in answers
+        Verdict(
+            (a["old"] is not None, a["new"] is not None),
+            a["backward"],
+            a["forward"],
+            tuple(
+                replace(e, written=c["written"], read=c["read"], error=c.get("error", ""))
+                for e, c in zip(listed, a["examples"], strict=True)
+            ),
+        )
+        for a, listed in zip(answers, sent, strict=True)
     ]
 
 
@@ -92,3 +129,24 @@ def registry_verdict(pair: Pair) -> Verdict:
 
 def registry_verdicts(pairs: Sequence[Pair]) -> list[Verdict]:
     return [registry_verdict(p) for p in pairs]
+
+
+def registry_examples(pair: Pair) -> dict[str, tuple[set[str], list[Example]]]:
+    """For each direction the registry finds incompatible, keyed by the schema that writes
+    ("old": the new schema reads the old one's data): the rules its violations name, and its
+    proven examples (data the writer may write that the reader cannot read)."""
+    if not (_valid(pair.old) and _valid(pair.new)):
+        return {}
+    found = {}
+    for writer, writer_schema, reader_schema in (
+        ("old", pair.old, pair.new),
+        ("new", pair.new, pair.old),
+    ):
+        violations = avro_violations(reader_schema, writer_schema)
+        if violations:
+            rules = {str(v.rule) for v in violations}
+            found[writer] = (
+                rules,
+                [Example(writer, v.example, v.rule) for v in violations if v.proven],
+            )
+    return found

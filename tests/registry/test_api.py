@@ -252,10 +252,31 @@ def test_incompatible_registration_is_40901_with_violations(
             "rule": "type-narrowed",
             "message": "the writer allows integer, which the reader's type string rejects"
             " (new schema reading data of version 1)",
+            # A document version 1 accepts and the new schema rejects, checked by the engine.
+            "example": {"id": "", "age": 0},
+            "proven": True,
         }
     ]
     assert "type string rejects" in body["errorMessage"]
     assert client.get(f"/subjects/{subject}/versions").json() == {"version": [1]}
+
+
+def test_an_avro_refusal_carries_the_writer_datum_the_reader_cannot_read(
+    client: httpx.Client, subject: str
+) -> None:
+    def avro(symbols: list[str]) -> dict[str, Any]:
+        color = {"type": "enum", "name": "Color", "symbols": symbols}
+        return {"type": "record", "name": "R", "fields": [{"name": "c", "type": ["null", color]}]}
+
+    versions = f"/subjects/{subject}/versions"
+    first = {"serialization": "avro", "schemaDefinition": avro(["RED", "GREEN"])}
+    assert client.post(versions, json=first).is_success
+    narrowed = {"serialization": "avro", "schemaDefinition": avro(["RED"])}
+    body = error(client.post(versions, json=narrowed), 409, 40901)
+    # Version 1 may write GREEN (in the union's JSON encoding), which the new enum lacks.
+    assert [(v["rule"], v["example"], v["proven"]) for v in body["violations"]] == [
+        ("enum-symbol-missing", {"c": {"Color": "GREEN"}}, True)
+    ]
 
 
 @pytest.mark.parametrize(
