@@ -16,6 +16,7 @@ import signal
 import socket
 import threading
 import time
+import urllib.parse
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -151,12 +152,11 @@ class FlowIdMiddleware:
             seconds = time.perf_counter() - started
             metrics.observe_request(scope, status, seconds)
             if access_log.isEnabledFor(logging.INFO):
-                fields = logs.fields(
-                    method=scope["method"],
-                    path=scope["path"],
-                    status=status,
-                    ms=round(seconds * 1000, 2),
-                )
+                request = {"method": scope["method"], "path": scope["path"]}
+                if query := scope.get("query_string"):
+                    # As the handlers read it: percent-decoded (the log line escapes).
+                    request["query"] = urllib.parse.unquote(query.decode("latin-1"))
+                fields = logs.fields(**request, status=status, ms=round(seconds * 1000, 2))
                 # makeRecord, not info(): the caller's file and line, which no line shows,
                 # cost a stack walk per request (a tenth of a woken long poll's CPU).
                 record = access_log.makeRecord(
