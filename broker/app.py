@@ -49,6 +49,12 @@ from changebroker import metrics as service_metrics
 
 log = logging.getLogger(__name__)
 
+# Endless responses that hold Kafka consumers or a subscription's partitions while they last:
+# Starlette would serve a HEAD of them with the GET handler (a stream opened, its events
+# discarded, and a subscription session holding partitions its real consumer then cannot
+# get), so a HEAD of them answers 405.
+STREAMS = frozenset({"/event-types/{name}/events", "/subscriptions/{id}/events"})
+
 
 def create_app(settings: Settings) -> ASGIApp:
     store = Store(settings.pg_dsn, settings.pool_size)
@@ -112,6 +118,9 @@ def create_app(settings: Settings) -> ASGIApp:
         *subscriptions.routes(),
         *admin.routes(),
     ]
+    for route in routes:
+        if isinstance(route, Route) and route.path in STREAMS and route.methods:
+            route.methods.discard("HEAD")
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
@@ -129,7 +138,7 @@ def create_app(settings: Settings) -> ASGIApp:
         _refused,
         # Load balancers probe /health without credentials.
         open_paths=frozenset({"/health"}),
-        scope_of=settings.scopes.of,
+        scopes=settings.scopes.table(),
     )
 
 
@@ -145,9 +154,11 @@ async def _forbidden(request: Request, exc: Exception) -> Response:
 
 
 async def _http_problem(request: Request, exc: Exception) -> Response:
-    status = exc.status_code if isinstance(exc, HTTPException) else 500
-    detail = exc.detail if isinstance(exc, HTTPException) else None
-    return problem(status, detail)
+    if not isinstance(exc, HTTPException):
+        return problem(500)
+    response = problem(exc.status_code, exc.detail)
+    response.headers.update(exc.headers or {})  # a 405's Allow
+    return response
 
 
 async def _internal_problem(request: Request, exc: Exception) -> Response:

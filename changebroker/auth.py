@@ -24,6 +24,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import re
 import ssl
 import time
 from collections import OrderedDict
@@ -534,8 +535,46 @@ def bearer(headers: Mapping[str, str] | list[tuple[bytes, bytes]]) -> str | None
 
 # The answer to a refused request: a Response, or any ASGI app (a page that needs the request).
 Refuse = Callable[[int, str], Response | ASGIApp]
-ScopeOf = Callable[[str, str], str | None]
 TokenOf = Callable[[Scope], str | None]
+
+
+@dataclass(frozen=True)
+class ScopeRule:
+    """Requests with one of ``methods`` whose path ``path`` matches whole need ``scope``
+    (None: any authenticated caller)."""
+
+    methods: frozenset[str]
+    path: re.Pattern[str]
+    scope: str | None
+
+
+def rule(methods: str, path: str, scope: str | None) -> ScopeRule:
+    """``rule("GET POST", r"/subscriptions", "nakadi.event_stream.read")``."""
+    return ScopeRule(frozenset(methods.split()), re.compile(path), scope)
+
+
+@dataclass(frozen=True)
+class ScopeTable:
+    """The scope each request needs, by method and path: the first rule naming both decides.
+
+    HEAD is checked as GET, since Starlette serves a HEAD with the GET route's handler. A
+    method or path no rule names needs ``strictest``: a route added without its rule is
+    closed, never open (``tests/test_scope_tables.py`` walks every service's routes)."""
+
+    rules: tuple[ScopeRule, ...]
+    strictest: str
+
+    def rule(self, method: str, path: str) -> ScopeRule | None:
+        method = "GET" if method == "HEAD" else method
+        for candidate in self.rules:
+            if method in candidate.methods and candidate.path.fullmatch(path):
+                return candidate
+        return None
+
+    def __call__(self, method: str, path: str) -> str | None:
+        """The scope the request needs; None: any authenticated caller."""
+        found = self.rule(method, path)
+        return self.strictest if found is None else found.scope
 
 
 def bearer_of(scope: Scope) -> str | None:
@@ -553,18 +592,18 @@ def audit(what: str, principal: Principal | None, resource: str, **more: Any) ->
 @dataclass
 class AuthMiddleware:
     """Authenticates every request but those to ``open_paths`` and checks the scope its
-    method and path need; a refusal is answered with ``refuse(status, message)`` in the
-    service's own error format. The caller is ``principal_of(request)`` in the handlers.
-    ``open_prefixes``: paths under these are open too; ``token_of``: where the token is (the
-    ``Authorization`` header unless told)."""
+    method and path need (``scopes``); a refusal is answered with ``refuse(status, message)``
+    in the service's own error format. The caller is ``principal_of(request)`` in the
+    handlers. ``open_prefixes``: paths under these are open too; ``token_of``: where the token
+    is (the ``Authorization`` header unless told)."""
 
     app: ASGIApp
     authenticator: Authenticator
     refuse: Refuse
     _: KW_ONLY
+    scopes: ScopeTable
     open_paths: frozenset[str] = frozenset()
     open_prefixes: tuple[str, ...] = ()
-    scope_of: ScopeOf = lambda method, path: None
     token_of: TokenOf = bearer_of
 
     def is_open(self, path: str) -> bool:
@@ -583,7 +622,7 @@ class AuthMiddleware:
                 audit("refused", None, path, method=method, status=401, reason=error)
                 await self.refuse(401, str(error))(scope, receive, send)
                 return
-            needed = self.scope_of(method, path)
+            needed = self.scopes(method, path)
             if needed is not None and not principal.has_scope(needed):
                 message = f"the token lacks the scope {needed}"
                 audit("refused", principal, path, method=method, status=403, reason=message)

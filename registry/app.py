@@ -344,10 +344,30 @@ class Scopes:
     read: str = "registry.read"
     write: str = "registry.write"
 
-    def of(self, method: str, path: str) -> str:
-        # Testing compatibility is a POST that changes nothing: a read.
-        reads = method in ("GET", "HEAD") or path.startswith("/compatibility/")
-        return self.read if reads else self.write
+    def table(self) -> auth.ScopeTable:
+        """Reads need ``read`` (testing compatibility is a POST that changes nothing: a read),
+        writes and anything else ``write``."""
+        subject = r"/subjects/[^/]+"
+        reads = [
+            r"/schemas?/[^/]+",
+            r"/schemas/[^/]+/subject",
+            r"/subjects",
+            subject,
+            subject + "/versions",
+            subject + r"/versions/[^/]+/schema",
+            r"/config/[^/]+",
+            r"/metrics",
+        ]
+        return auth.ScopeTable(
+            (
+                auth.rule("GET", "|".join(reads), self.read),
+                auth.rule("POST", r"/compatibility" + subject + r"/versions/[^/]+", self.read),
+                auth.rule("POST", subject + "/?|" + subject + "/versions", self.write),
+                auth.rule("DELETE", subject + "|" + subject + r"/versions/[^/]+", self.write),
+                auth.rule("PUT", r"/config/[^/]+", self.write),
+            ),
+            strictest=self.write,
+        )
 
 
 def create_app(
@@ -395,5 +415,5 @@ def create_app(
         authenticator or auth.Off(),
         _refuse,
         open_paths=frozenset({"/health"}),
-        scope_of=scopes.of,
+        scopes=scopes.table(),
     )
