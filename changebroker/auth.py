@@ -12,8 +12,9 @@ Four modes, chosen with ``--auth`` (env ``CHANGEBROKER_AUTH``):
 - ``introspect``: an RFC 7662 introspection endpoint (POST ``token=``) or a Zalando-style
   tokeninfo URL (one whose path ends in ``tokeninfo``: GET with the token as bearer).
 
-A token is checked once: the answer is cached until the token expires (tokens files excepted:
-their answer follows the file). Each request then carries a ``Principal``: its subject, its
+A token is checked once: the answer is cached until the token expires, an introspection
+answer at most ``--auth-introspect-cache`` (a revoked token is refused after that at the
+latest); tokens files follow the file. Each request then carries a ``Principal``: its subject, its
 ``type`` (what a Nakadi authorization attribute's ``data_type`` matches) and its scopes.
 """
 
@@ -49,8 +50,9 @@ DEFAULT_TYPE = "service"
 ALGORITHMS = ("HS256", "RS256", "ES256")
 # Bounds of the verified-token cache: enough for every client of a busy service.
 CACHE_SIZE = 10_000
-# How long an introspection answer without an expiry, or a refusal, is trusted.
-UNDATED_ANSWER_TTL = 60.0
+# How long an introspection answer is trusted at most (the issuer may revoke a token before
+# it expires), and a refusal.
+DEFAULT_INTROSPECT_CACHE = 60.0
 REFUSAL_TTL = 5.0
 # A JWK set from a URL is fetched again this often, and at most this often for an unknown kid.
 JWKS_REFRESH = 300.0
@@ -321,6 +323,7 @@ class Introspector:
 
     url: str
     client: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(timeout=10))
+    cache_seconds: float = DEFAULT_INTROSPECT_CACHE
     mode: str = "introspect"
     _cache: _Cache = field(default_factory=_Cache)
 
@@ -349,7 +352,10 @@ class Introspector:
             except ValueError:
                 answer = None
         now = time.time()
-        if not isinstance(answer, dict) or answer.get("active") is False:
+        # RFC 7662: active is the JSON boolean true, nothing else ("false" is not false). A
+        # tokeninfo answer has no such member: its 200 is the token's validity.
+        active = isinstance(answer, dict) and answer.get("active", self.tokeninfo) is True
+        if not active:
             refusal = Unauthenticated("the token is not active")
             if response.status_code < 500:
                 self._cache.put(token, now + REFUSAL_TTL, refusal)
@@ -365,12 +371,11 @@ class Introspector:
         realm = str(answer.get("realm", ""))
         kind = answer.get("type") or ("user" if realm.strip("/") == "employees" else DEFAULT_TYPE)
         principal = Principal(str(sub), str(kind), _scopes(answer.get("scope")))
+        until = now + self.cache_seconds
         if "exp" in answer:
-            until = float(answer["exp"])
+            until = min(until, float(answer["exp"]))
         elif "expires_in" in answer:
-            until = now + float(answer["expires_in"])
-        else:
-            until = now + UNDATED_ANSWER_TTL
+            until = min(until, now + float(answer["expires_in"]))
         self._cache.put(token, until, principal)
         return principal
 
@@ -389,6 +394,7 @@ class AuthSettings:
     issuer: str | None = None
     introspect_url: str | None = None
     clock_skew: float = 30.0
+    introspect_cache: float = DEFAULT_INTROSPECT_CACHE
     admins: tuple[str, ...] = ()
     ca_file: Path | None = None  # trust for the JWK set and introspection URLs over TLS
 
@@ -410,12 +416,13 @@ class AuthSettings:
         if self.mode == "introspect":
             if not self.introspect_url:
                 raise ValueError("--auth introspect needs --auth-introspect-url URL")
-            return Introspector(self.introspect_url, client)
+            return Introspector(self.introspect_url, client, self.introspect_cache)
         raise ValueError(f"--auth is one of {', '.join(MODES)}, not {self.mode!r}")
 
     def args(self) -> list[str]:
         """These settings as flags, for a service started with them (``up --auth ...``)."""
         flags = ["--auth", self.mode, "--auth-clock-skew", f"{self.clock_skew:g}s"]
+        flags += ["--auth-introspect-cache", f"{self.introspect_cache:g}s"]
         for flag, value in [
             ("--auth-tokens", self.tokens_file),
             ("--auth-jwks", self.jwks),
@@ -450,6 +457,7 @@ class AuthSettings:
             issuer=args.auth_issuer or None,
             introspect_url=args.auth_introspect_url or None,
             clock_skew=args.auth_clock_skew,
+            introspect_cache=args.auth_introspect_cache,
             admins=args.admins,
             ca_file=getattr(args, "tls_ca", None),
         )
@@ -481,6 +489,14 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         type=config.parse_duration,
         default=30.0,
         help="tolerance for exp/nbf",
+    )
+    add(
+        parser,
+        "--auth-introspect-cache",
+        scope="",
+        type=config.parse_duration,
+        default=DEFAULT_INTROSPECT_CACHE,
+        help="longest an introspection answer is trusted: a revoked token is refused after it",
     )
     add(
         parser,
