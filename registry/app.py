@@ -36,7 +36,14 @@ from changebroker.numerals import whole_number
 from registry import errors, metrics
 from registry.definitions import text_column
 from registry.errors import RegistryError, violations_json
-from registry.store import CHANGES_CHANNEL, Store, SubjectKey, parse_version
+from registry.store import (
+    CHANGES_CHANNEL,
+    Store,
+    SubjectKey,
+    brokers,
+    brokers_subject,
+    parse_version,
+)
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +257,10 @@ async def get_subject(request: Request, store: Store) -> Any:
 
 async def put_subject(request: Request, store: Store) -> Any:
     body = await read_json(request)
-    return await store.put_subject(subject_key(request, body), body)
+    key = subject_key(request, body)
+    if brokers(key):  # named whole: the store asks for tenant and namespace here
+        raise brokers_subject(key)
+    return await store.put_subject(key, body)
 
 
 async def delete_subject(request: Request, store: Store) -> Any:
@@ -268,7 +278,15 @@ async def get_version_schema(request: Request, store: Store) -> Any:
 
 async def register(request: Request, store: Store) -> Any:
     body = await read_json(request)
-    return {"id": await store.register(subject_key(request), body)}
+    key = await store.pinned(subject_key(request))
+    if brokers(key):
+        # New versions come through the broker; a definition the subject has answers its id
+        # here as any registration of it does (clients look ids up so).
+        found = await store.registered(key, body)
+        if found is None:
+            raise brokers_subject(key)
+        return {"id": str(found)}
+    return {"id": await store.register(key, body)}
 
 
 async def delete_version(request: Request, store: Store) -> Any:
@@ -303,9 +321,10 @@ async def put_config(request: Request, store: Store) -> Any:
         raise RegistryError(
             errors.INVALID_INPUT, 'send {"compatibility": "BACKWARD"} or another mode'
         )
-    return {
-        "compatibility": await store.set_compatibility(subject_key(request), body["compatibility"])
-    }
+    key = await store.pinned(subject_key(request))
+    if brokers(key):
+        raise brokers_subject(key)
+    return {"compatibility": await store.set_compatibility(key, body["compatibility"])}
 
 
 # POSTs that only read: what they keep (the parsed history, verdicts) stays.

@@ -592,3 +592,66 @@ def test_a_head_of_a_stream_opens_no_stream_and_no_session(
     stream = world.broker.get(path, params=params, headers=admin)
     assert stream.status_code == 200, stream.text
     assert b'"partition":"0"' in stream.content
+
+
+# -- the broker's subjects in the registry --------------------------------------------------
+
+
+def test_the_brokers_subjects_take_no_foreign_versions(
+    world: World, resources: Resources, unique_name: Callable[[str], str]
+) -> None:
+    """Whoever holds registry.write, the administrators too: an event type's subject takes no
+    version, metadata or mode through the registry (the registry's latest would no longer be
+    the event type's schema), and nobody creates one ahead of its event type."""
+    name = resources.event_type
+    owned = {"tenant": "changebroker", "namespace": "event-types"}
+    schema = {"serialization": "json", "schemaDefinition": {"type": "object", "title": "mine"}}
+    latest = f"/subjects/{name}/versions/latest/schema"
+    before = world.registry.get(latest, headers=world.as_admin()).json()
+    for who in ("intruder", "ops"):
+        headers = {"authorization": f"Bearer {world.token(who)}"}
+        for refused in (
+            world.registry.post(f"/subjects/{name}/versions", json=schema, headers=headers),
+            world.registry.post(
+                f"/subjects/{name}/versions", params=owned, json=schema, headers=headers
+            ),
+            world.registry.put(f"/config/{name}", json={"compatibility": "FULL"}, headers=headers),
+            world.registry.post(
+                f"/subjects/{name}", json={**owned, "description": "mine"}, headers=headers
+            ),
+        ):
+            assert refused.status_code == 409, refused.text
+            assert refused.json()["errorCode"] == 40902
+            assert f"PUT /event-types/{name}" in refused.json()["errorMessage"]
+    # Subject and schema as they were (mode, metadata, modification time included), and the
+    # registry's latest still the event type's schema.
+    assert world.registry.get(latest, headers=world.as_admin()).json() == before
+    event_type = world.broker.get(f"/event-types/{name}", headers=world.as_admin()).json()
+    assert event_type["schema"]["schema"] == before["schema"]["schemaDefinition"]
+    # Registering the definition it has looks its id up, as for any subject.
+    current = {"serialization": "json", "schemaDefinition": before["schema"]["schemaDefinition"]}
+    found = world.registry.post(
+        f"/subjects/{name}/versions",
+        json=current,
+        headers={"authorization": "Bearer " + world.token("intruder")},
+    )
+    assert found.json() == {"id": before["schema"]["id"]}
+
+    # A name no event type has yet cannot be taken in the broker's namespace either.
+    future = unique_name("future")
+    squatted = world.registry.post(
+        f"/subjects/{future}/versions", params=owned, json=schema, headers=world.as_admin()
+    )
+    assert squatted.status_code == 409, squatted.text
+    created = world.broker.post(
+        "/event-types", json=business_event_type(future), headers=world.as_admin()
+    )
+    assert created.status_code == 201, created.text
+    # A subject of the same name in a tenant of one's own is one's own.
+    mine = world.registry.post(
+        f"/subjects/{name}/versions",
+        params={"tenant": "shop", "namespace": "orders"},
+        json=schema,
+        headers=world.as_admin(),
+    )
+    assert mine.status_code == 200, mine.text
