@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
@@ -44,7 +44,7 @@ from broker.streams import api as streams
 from broker.streams.watermarks import Watermarks
 from broker.subscriptions.lag import SubscriptionLag
 from broker.subscriptions.service import SubscriptionService
-from changebroker import auth, pg
+from changebroker import auth, http, pg
 from changebroker import metrics as service_metrics
 
 log = logging.getLogger(__name__)
@@ -127,6 +127,7 @@ def create_app(settings: Settings) -> ASGIApp:
         exception_handlers={
             BrokerError: render,
             HTTPException: _http_problem,
+            ClientDisconnect: _client_left,
             auth.Forbidden: _forbidden,
             Exception: _internal_problem,
         },
@@ -147,6 +148,11 @@ def _refused(status: int, detail: str) -> Response:
     if status == 401:
         response.headers["WWW-Authenticate"] = "Bearer"
     return response
+
+
+async def _client_left(request: Request, exc: Exception) -> Response:
+    """Its client left before the body was read: nothing failed, and nobody reads an answer."""
+    return Response(status_code=http.CLIENT_LEFT)
 
 
 async def _forbidden(request: Request, exc: Exception) -> Response:
