@@ -469,8 +469,25 @@ def _mode(text: str) -> str:
     return text
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(name.strip() for name in text.split(",") if name.strip())
+def admin_attribute(entry: str) -> tuple[str, str]:
+    """An ``--admins`` entry as (data_type, value): ``service:ops`` is that caller alone; a
+    bare ``ops`` keeps its first meaning, the subject under any data type (``*``)."""
+    data_type, colon, value = entry.partition(":")
+    if not colon:
+        return "*", entry
+    if not data_type or not value:
+        raise ValueError(f"{entry!r} is not <data_type>:<value> (e.g. service:ops) or a subject")
+    return data_type, value
+
+
+def _admins(text: str) -> tuple[str, ...]:
+    entries = tuple(entry.strip() for entry in text.split(",") if entry.strip())
+    for entry in entries:
+        try:
+            admin_attribute(entry)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return entries
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -502,9 +519,11 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         parser,
         "--admins",
         scope="",
-        type=_names,
+        type=_admins,
         default=(),
-        help="comma-separated subjects that administer the service from its start",
+        help="comma-separated data_type:value callers (e.g. service:ops, user:alice) that"
+        " administer the broker until /settings/admins is set; a bare value is that subject"
+        " under any data_type",
     )
 
 
