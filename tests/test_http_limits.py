@@ -38,15 +38,19 @@ def registry_dsn(pg_server_dsn: str) -> Iterator[str]:
         yield dsn
 
 
-async def _trickle(port: int, opened: asyncio.Queue[None]) -> bytes:
-    """Send a request one byte a second until the server answers; what it answered.
+async def _trickle(
+    port: int, at_once: bytes, trickled: bytes, every: float, opened: asyncio.Queue[None]
+) -> tuple[bytes, float]:
+    """Send ``at_once``, then ``trickled`` one byte every ``every`` seconds until the server
+    answers; what it answered, and how long after opening it closed the connection.
 
     Reading runs beside the writing and keeps every block as it arrives: after the server's
     408 and close, the next byte written draws a reset, and an answer read only between
     writes (or dropped by a cancelled read) would be lost to it."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    started = time.monotonic()
     opened.put_nowait(None)
-    request = b"GET /subjects HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"y" * 100 + b"\r\n\r\n"
+    writer.write(at_once)
     received: list[bytes] = []
 
     async def read_until_closed() -> None:
@@ -58,7 +62,7 @@ async def _trickle(port: int, opened: asyncio.Queue[None]) -> bytes:
 
     reading = asyncio.create_task(read_until_closed())
     try:
-        for byte in request:
+        for byte in trickled:
             if received or reading.done():
                 break
             writer.write(bytes([byte]))
@@ -66,9 +70,9 @@ async def _trickle(port: int, opened: asyncio.Queue[None]) -> bytes:
                 await writer.drain()
             except ConnectionError:
                 break
-            await asyncio.wait({reading}, timeout=1.0)  # the next byte a second later
+            await asyncio.wait({reading}, timeout=every)
         await asyncio.wait_for(reading, timeout=30)
-        return b"".join(received)
+        return b"".join(received), time.monotonic() - started
     finally:
         writer.close()
 
@@ -81,11 +85,15 @@ def test_slow_clients_are_cut_off_while_others_are_served(registry: str) -> None
         async def abuse() -> tuple[list[bytes], list[float], float]:
             opened: asyncio.Queue[None] = asyncio.Queue()
             started = time.monotonic()
-            slow = [asyncio.create_task(_trickle(port, opened)) for _ in range(SLOW_CLIENTS)]
+            request = b"GET /subjects HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"y" * 100 + b"\r\n\r\n"
+            slow = [
+                asyncio.create_task(_trickle(port, b"", request, 1.0, opened))
+                for _ in range(SLOW_CLIENTS)
+            ]
             for _ in range(SLOW_CLIENTS):  # every slow connection is open before measuring
                 await opened.get()
             during = await asyncio.to_thread(_latencies, client, 20)
-            answers = await asyncio.gather(*slow)
+            answers = [answer for answer, _ in await asyncio.gather(*slow)]
             return answers, during, time.monotonic() - started
 
         answers, during, took = asyncio.run(abuse())
@@ -148,40 +156,13 @@ def guarded_registry(
         yield url, "writer"
 
 
-async def _trickle_body(port: int, token: str | None, subject: str) -> tuple[bytes, float]:
-    """A registration whose head comes at once and whose 1000-byte body comes one byte every
-    half second: what the server answered, and when it closed the connection."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    started = time.monotonic()
+def _registration_head(subject: str, token: str | None) -> bytes:
+    """A registration's head and its body's first byte, of the 1000 it says will come."""
     credentials = f"Authorization: Bearer {token}\r\n" if token else ""
-    writer.write(
+    return (
         f"POST /subjects/{subject}/versions HTTP/1.1\r\nHost: x\r\n{credentials}"
-        "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{".encode()
-    )
-    received: list[bytes] = []
-
-    async def read_until_closed() -> None:
-        try:
-            while block := await reader.read(65536):
-                received.append(block)
-        except ConnectionError:
-            pass
-
-    reading = asyncio.create_task(read_until_closed())
-    try:
-        for _ in range(999):
-            if reading.done():
-                break
-            writer.write(b" ")
-            try:
-                await writer.drain()
-            except ConnectionError:
-                break
-            await asyncio.wait({reading}, timeout=0.5)
-        await asyncio.wait_for(reading, timeout=30)
-        return b"".join(received), time.monotonic() - started
-    finally:
-        writer.close()
+        "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+    ).encode()
 
 
 def test_a_body_sent_byte_by_byte_is_cut_off_at_the_body_timeout(
@@ -194,8 +175,15 @@ def test_a_body_sent_byte_by_byte_is_cut_off_at_the_body_timeout(
     subject = unique_name("trickled")
 
     async def abuse() -> list[tuple[bytes, float]]:
-        slow = [asyncio.create_task(_trickle_body(port, token, subject)) for _ in range(10)]
-        refused = asyncio.create_task(_trickle_body(port, None, subject))
+        opened: asyncio.Queue[None] = asyncio.Queue()
+        body = b" " * 999  # a byte every half second
+
+        def trickle(token: str | None) -> asyncio.Task[tuple[bytes, float]]:
+            head = _registration_head(subject, token)
+            return asyncio.create_task(_trickle(port, head, body, 0.5, opened))
+
+        slow = [trickle(token) for _ in range(10)]
+        refused = trickle(None)
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
             for _ in range(5):
                 assert (await client.get("/health")).status_code == 200
