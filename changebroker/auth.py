@@ -594,7 +594,7 @@ class ScopeTable:
 
     HEAD is checked as GET, since Starlette serves a HEAD with the GET route's handler. A
     method or path no rule names needs ``strictest``: a route added without its rule is
-    closed, never open (``tests/test_scope_tables.py`` walks every service's routes)."""
+    closed, never open (``tests/test_security_matrix.py`` walks every service's routes)."""
 
     rules: tuple[ScopeRule, ...]
     strictest: str
