@@ -35,7 +35,7 @@ from broker import authorization
 from broker.authorization import Operation
 from broker.bodies import json_body
 from broker.errors import BadRequest, Unavailable, Unprocessable
-from changebroker.auth import Principal, audit, principal_of
+from changebroker.auth import Principal, admin_attribute, audit, principal_of
 
 REFRESH = 1.0  # seconds a process trusts its copy of the settings
 
@@ -59,9 +59,12 @@ class Feature(StrEnum):
 FEATURE_NAMES = ", ".join(Feature)
 
 
-def initial_admins(subjects: tuple[str, ...]) -> dict[str, list[dict[str, str]]]:
-    """The administrators before the first POST: ``--admins`` subjects, of any type."""
-    attributes = [{"data_type": "*", "value": subject} for subject in subjects]
+def initial_admins(entries: tuple[str, ...]) -> dict[str, list[dict[str, str]]]:
+    """The administrators before the first POST: the ``--admins`` callers."""
+    attributes = [
+        {"data_type": data_type, "value": value}
+        for data_type, value in map(admin_attribute, entries)
+    ]
     return {"admins": attributes, "readers": attributes, "writers": attributes}
 
 

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
@@ -47,10 +47,16 @@ from broker.streams import api as streams
 from broker.streams.watermarks import Watermarks
 from broker.subscriptions.lag import SubscriptionLag
 from broker.subscriptions.service import SubscriptionService
-from changebroker import auth, pg
+from changebroker import auth, http, pg
 from changebroker import metrics as service_metrics
 
 log = logging.getLogger(__name__)
+
+# Endless responses that hold Kafka consumers or a subscription's partitions while they last:
+# Starlette would serve a HEAD of them with the GET handler (a stream opened, its events
+# discarded, and a subscription session holding partitions its real consumer then cannot
+# get), so a HEAD of them answers 405.
+STREAMS = frozenset({"/event-types/{name}/events", "/subscriptions/{id}/events"})
 
 
 def create_app(settings: Settings) -> ASGIApp:
@@ -117,12 +123,16 @@ def create_app(settings: Settings) -> ASGIApp:
         *subscriptions.routes(),
         *admin.routes(),
     ]
+    for route in routes:
+        if isinstance(route, Route) and route.path in STREAMS and route.methods:
+            route.methods.discard("HEAD")
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
         exception_handlers={
             BrokerError: render,
             HTTPException: _http_problem,
+            ClientDisconnect: _client_left,
             auth.Forbidden: _forbidden,
             Exception: _internal_problem,
         },
@@ -134,7 +144,7 @@ def create_app(settings: Settings) -> ASGIApp:
         _refused,
         # Load balancers probe /health without credentials.
         open_paths=frozenset({"/health"}),
-        scope_of=settings.scopes.of,
+        scopes=settings.scopes.table(),
     )
 
 
@@ -145,14 +155,21 @@ def _refused(status: int, detail: str) -> Response:
     return response
 
 
+async def _client_left(request: Request, exc: Exception) -> Response:
+    """Its client left before the body was read: nothing failed, and nobody reads an answer."""
+    return Response(status_code=http.CLIENT_LEFT)
+
+
 async def _forbidden(request: Request, exc: Exception) -> Response:
     return problem(403, str(exc))
 
 
 async def _http_problem(request: Request, exc: Exception) -> Response:
-    status = exc.status_code if isinstance(exc, HTTPException) else 500
-    detail = exc.detail if isinstance(exc, HTTPException) else None
-    return problem(status, detail)
+    if not isinstance(exc, HTTPException):
+        return problem(500)
+    response = problem(exc.status_code, exc.detail)
+    response.headers.update(exc.headers or {})  # a 405's Allow
+    return response
 
 
 async def _internal_problem(request: Request, exc: Exception) -> Response:

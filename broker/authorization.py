@@ -2,7 +2,7 @@
 
 Three layers, each answering 403 (after authentication answered 401):
 
-- OAuth2 scopes per endpoint (``Scopes.of``), as the Nakadi API's ``security`` sections list
+- OAuth2 scopes per endpoint (``Scopes.table``), as the Nakadi API's ``security`` sections list
   them; the scope names are configurable.
 - Per-resource authorization: an event type's ``authorization`` has ``admins`` (update,
   delete), ``readers`` (streams, cursors) and ``writers`` (publishing); a subscription's has
@@ -17,13 +17,12 @@ With authentication off every caller is unrestricted and nothing here refuses.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from broker.errors import BadRequest
-from changebroker.auth import Forbidden, Principal, audit
+from changebroker.auth import Forbidden, Principal, ScopeTable, audit, rule
 
 Operation = Literal["admin", "read", "write"]
 LISTS: dict[Operation, str] = {"admin": "admins", "read": "readers", "write": "writers"}
@@ -38,36 +37,39 @@ class Scopes:
     event_stream_write: str = "nakadi.event_stream.write"
     event_stream_read: str = "nakadi.event_stream.read"
 
-    def of(self, method: str, path: str) -> str | None:
-        """The scope a request needs, as the API's ``security`` sections say; None: any
-        authenticated caller."""
-        for methods, pattern, attribute in _SCOPED:
-            if method in methods and pattern.fullmatch(path):
-                scope: str = getattr(self, attribute)
-                return scope
-        return None
-
-
-_NAME = r"/event-types/[^/]+"
-_SCOPED: list[tuple[frozenset[str], re.Pattern[str], str]] = [
-    (frozenset({"POST"}), re.compile(r"/event-types/?"), "event_type_write"),
-    (frozenset({"PUT"}), re.compile(_NAME), "event_type_write"),
-    (frozenset({"DELETE"}), re.compile(_NAME), "config_write"),
-    (frozenset({"POST"}), re.compile(_NAME + "/events"), "event_stream_write"),
-    (frozenset({"GET"}), re.compile(_NAME + "/events"), "event_stream_read"),
-    (
-        frozenset({"POST"}),
-        re.compile(_NAME + "/(cursor-distances|cursors-lag|shifted-cursors)"),
-        "event_stream_read",
-    ),
-    (frozenset({"GET"}), re.compile(_NAME + r"/partitions(/[^/]+)?"), "event_stream_read"),
-    (
-        frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"}),
-        re.compile(r"/subscriptions(/.*)?"),
-        "event_stream_read",
-    ),
-    (frozenset({"GET"}), re.compile(r"/registry/.+"), "event_stream_read"),
-]
+    def table(self) -> ScopeTable:
+        """The scope each route needs, as the API's ``security`` sections say (None: any
+        authenticated caller; the settings' own administrators decide there). Any other
+        method or path needs ``config_write``, the strictest."""
+        name = r"/event-types/[^/]+"
+        subscription = r"/subscriptions/[^/]+"
+        read, write = self.event_stream_read, self.event_stream_write
+        return ScopeTable(
+            (
+                # Publishing first: the most frequent request.
+                rule("POST", name + "/events", write),
+                rule("GET", name + "/events", read),
+                rule("GET", r"/event-types/?", None),
+                rule("POST", r"/event-types/?", self.event_type_write),
+                rule("GET", name, None),
+                rule("PUT", name, self.event_type_write),
+                rule("DELETE", name, self.config_write),
+                rule("GET", name + r"/(schemas(/[^/]+)?|timelines)", None),
+                rule("GET", name + r"/partitions(/[^/]+)?", read),
+                rule("POST", name + "/(cursor-distances|cursors-lag|shifted-cursors)", read),
+                rule("GET POST", r"/subscriptions", read),
+                rule("GET PUT DELETE", subscription, read),
+                rule("GET POST", subscription + "/events", read),
+                rule("GET POST PATCH", subscription + "/cursors", read),
+                rule("GET", subscription + "/stats", read),
+                rule("GET", r"/registry/(enrichment|partition)-strategies", read),
+                rule("GET POST", r"/settings/(admins|features)", None),
+                rule("GET", r"/settings/blacklist", None),
+                rule("PUT DELETE", r"/settings/blacklist/[^/]+/[^/]+", None),
+                rule("GET", r"/(metrics|status)", None),
+            ),
+            strictest=self.config_write,
+        )
 
 
 def matches(attribute: Mapping[str, Any], principal: Principal) -> bool:

@@ -142,6 +142,13 @@ def run(args: argparse.Namespace) -> int:
         ),
     )
     auth.start(settings.auth, "broker")
+    for entry in settings.auth.admins:
+        if auth.admin_attribute(entry)[0] == "*":
+            log.warning(
+                "--admins names a subject under any data_type: a user and a service of that"
+                " name both administer the broker",
+                extra=logs.fields(admin=entry, instead=f"service:{entry} or user:{entry}"),
+            )
     tls = http.tls_of(args)
     log.info(
         "broker starting", extra=logs.fields(host=args.host, port=args.port, workers=args.workers)

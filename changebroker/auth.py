@@ -12,8 +12,9 @@ Four modes, chosen with ``--auth`` (env ``CHANGEBROKER_AUTH``):
 - ``introspect``: an RFC 7662 introspection endpoint (POST ``token=``) or a Zalando-style
   tokeninfo URL (one whose path ends in ``tokeninfo``: GET with the token as bearer).
 
-A token is checked once: the answer is cached until the token expires (tokens files excepted:
-their answer follows the file). Each request then carries a ``Principal``: its subject, its
+A token is checked once: the answer is cached until the token expires, an introspection
+answer at most ``--auth-introspect-cache`` (a revoked token is refused after that at the
+latest); tokens files follow the file. Each request then carries a ``Principal``: its subject, its
 ``type`` (what a Nakadi authorization attribute's ``data_type`` matches) and its scopes.
 """
 
@@ -24,6 +25,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import re
 import ssl
 import time
 from collections import OrderedDict
@@ -48,8 +50,9 @@ DEFAULT_TYPE = "service"
 ALGORITHMS = ("HS256", "RS256", "ES256")
 # Bounds of the verified-token cache: enough for every client of a busy service.
 CACHE_SIZE = 10_000
-# How long an introspection answer without an expiry, or a refusal, is trusted.
-UNDATED_ANSWER_TTL = 60.0
+# How long an introspection answer is trusted at most (the issuer may revoke a token before
+# it expires), and a refusal.
+DEFAULT_INTROSPECT_CACHE = 60.0
 REFUSAL_TTL = 5.0
 # A JWK set from a URL is fetched again this often, and at most this often for an unknown kid.
 JWKS_REFRESH = 300.0
@@ -320,6 +323,7 @@ class Introspector:
 
     url: str
     client: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(timeout=10))
+    cache_seconds: float = DEFAULT_INTROSPECT_CACHE
     mode: str = "introspect"
     _cache: _Cache = field(default_factory=_Cache)
 
@@ -348,7 +352,10 @@ class Introspector:
             except ValueError:
                 answer = None
         now = time.time()
-        if not isinstance(answer, dict) or answer.get("active") is False:
+        # RFC 7662: active is the JSON boolean true, nothing else ("false" is not false). A
+        # tokeninfo answer has no such member: its 200 is the token's validity.
+        active = isinstance(answer, dict) and answer.get("active", self.tokeninfo) is True
+        if not active:
             refusal = Unauthenticated("the token is not active")
             if response.status_code < 500:
                 self._cache.put(token, now + REFUSAL_TTL, refusal)
@@ -364,12 +371,11 @@ class Introspector:
         realm = str(answer.get("realm", ""))
         kind = answer.get("type") or ("user" if realm.strip("/") == "employees" else DEFAULT_TYPE)
         principal = Principal(str(sub), str(kind), _scopes(answer.get("scope")))
+        until = now + self.cache_seconds
         if "exp" in answer:
-            until = float(answer["exp"])
+            until = min(until, float(answer["exp"]))
         elif "expires_in" in answer:
-            until = now + float(answer["expires_in"])
-        else:
-            until = now + UNDATED_ANSWER_TTL
+            until = min(until, now + float(answer["expires_in"]))
         self._cache.put(token, until, principal)
         return principal
 
@@ -388,6 +394,7 @@ class AuthSettings:
     issuer: str | None = None
     introspect_url: str | None = None
     clock_skew: float = 30.0
+    introspect_cache: float = DEFAULT_INTROSPECT_CACHE
     admins: tuple[str, ...] = ()
     ca_file: Path | None = None  # trust for the JWK set and introspection URLs over TLS
 
@@ -409,12 +416,13 @@ class AuthSettings:
         if self.mode == "introspect":
             if not self.introspect_url:
                 raise ValueError("--auth introspect needs --auth-introspect-url URL")
-            return Introspector(self.introspect_url, client)
+            return Introspector(self.introspect_url, client, self.introspect_cache)
         raise ValueError(f"--auth is one of {', '.join(MODES)}, not {self.mode!r}")
 
     def args(self) -> list[str]:
         """These settings as flags, for a service started with them (``up --auth ...``)."""
         flags = ["--auth", self.mode, "--auth-clock-skew", f"{self.clock_skew:g}s"]
+        flags += ["--auth-introspect-cache", f"{self.introspect_cache:g}s"]
         for flag, value in [
             ("--auth-tokens", self.tokens_file),
             ("--auth-jwks", self.jwks),
@@ -449,6 +457,7 @@ class AuthSettings:
             issuer=args.auth_issuer or None,
             introspect_url=args.auth_introspect_url or None,
             clock_skew=args.auth_clock_skew,
+            introspect_cache=args.auth_introspect_cache,
             admins=args.admins,
             ca_file=getattr(args, "tls_ca", None),
         )
@@ -460,8 +469,25 @@ def _mode(text: str) -> str:
     return text
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(name.strip() for name in text.split(",") if name.strip())
+def admin_attribute(entry: str) -> tuple[str, str]:
+    """An ``--admins`` entry as (data_type, value): ``service:ops`` is that caller alone; a
+    bare ``ops`` keeps its first meaning, the subject under any data type (``*``)."""
+    data_type, colon, value = entry.partition(":")
+    if not colon:
+        return "*", entry
+    if not data_type or not value:
+        raise ValueError(f"{entry!r} is not <data_type>:<value> (e.g. service:ops) or a subject")
+    return data_type, value
+
+
+def _admins(text: str) -> tuple[str, ...]:
+    entries = tuple(entry.strip() for entry in text.split(",") if entry.strip())
+    for entry in entries:
+        try:
+            admin_attribute(entry)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return entries
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -483,11 +509,21 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )
     add(
         parser,
+        "--auth-introspect-cache",
+        scope="",
+        type=config.parse_duration,
+        default=DEFAULT_INTROSPECT_CACHE,
+        help="longest an introspection answer is trusted: a revoked token is refused after it",
+    )
+    add(
+        parser,
         "--admins",
         scope="",
-        type=_names,
+        type=_admins,
         default=(),
-        help="comma-separated subjects that administer the service from its start",
+        help="comma-separated data_type:value callers (e.g. service:ops, user:alice) that"
+        " administer the broker until /settings/admins is set; a bare value is that subject"
+        " under any data_type",
     )
 
 
@@ -534,8 +570,46 @@ def bearer(headers: Mapping[str, str] | list[tuple[bytes, bytes]]) -> str | None
 
 # The answer to a refused request: a Response, or any ASGI app (a page that needs the request).
 Refuse = Callable[[int, str], Response | ASGIApp]
-ScopeOf = Callable[[str, str], str | None]
 TokenOf = Callable[[Scope], str | None]
+
+
+@dataclass(frozen=True)
+class ScopeRule:
+    """Requests with one of ``methods`` whose path ``path`` matches whole need ``scope``
+    (None: any authenticated caller)."""
+
+    methods: frozenset[str]
+    path: re.Pattern[str]
+    scope: str | None
+
+
+def rule(methods: str, path: str, scope: str | None) -> ScopeRule:
+    """``rule("GET POST", r"/subscriptions", "nakadi.event_stream.read")``."""
+    return ScopeRule(frozenset(methods.split()), re.compile(path), scope)
+
+
+@dataclass(frozen=True)
+class ScopeTable:
+    """The scope each request needs, by method and path: the first rule naming both decides.
+
+    HEAD is checked as GET, since Starlette serves a HEAD with the GET route's handler. A
+    method or path no rule names needs ``strictest``: a route added without its rule is
+    closed, never open (``tests/test_security_matrix.py`` walks every service's routes)."""
+
+    rules: tuple[ScopeRule, ...]
+    strictest: str
+
+    def rule(self, method: str, path: str) -> ScopeRule | None:
+        method = "GET" if method == "HEAD" else method
+        for candidate in self.rules:
+            if method in candidate.methods and candidate.path.fullmatch(path):
+                return candidate
+        return None
+
+    def __call__(self, method: str, path: str) -> str | None:
+        """The scope the request needs; None: any authenticated caller."""
+        found = self.rule(method, path)
+        return self.strictest if found is None else found.scope
 
 
 def bearer_of(scope: Scope) -> str | None:
@@ -553,18 +627,18 @@ def audit(what: str, principal: Principal | None, resource: str, **more: Any) ->
 @dataclass
 class AuthMiddleware:
     """Authenticates every request but those to ``open_paths`` and checks the scope its
-    method and path need; a refusal is answered with ``refuse(status, message)`` in the
-    service's own error format. The caller is ``principal_of(request)`` in the handlers.
-    ``open_prefixes``: paths under these are open too; ``token_of``: where the token is (the
-    ``Authorization`` header unless told)."""
+    method and path need (``scopes``); a refusal is answered with ``refuse(status, message)``
+    in the service's own error format. The caller is ``principal_of(request)`` in the
+    handlers. ``open_prefixes``: paths under these are open too; ``token_of``: where the token
+    is (the ``Authorization`` header unless told)."""
 
     app: ASGIApp
     authenticator: Authenticator
     refuse: Refuse
     _: KW_ONLY
+    scopes: ScopeTable
     open_paths: frozenset[str] = frozenset()
     open_prefixes: tuple[str, ...] = ()
-    scope_of: ScopeOf = lambda method, path: None
     token_of: TokenOf = bearer_of
 
     def is_open(self, path: str) -> bool:
@@ -583,7 +657,7 @@ class AuthMiddleware:
                 audit("refused", None, path, method=method, status=401, reason=error)
                 await self.refuse(401, str(error))(scope, receive, send)
                 return
-            needed = self.scope_of(method, path)
+            needed = self.scopes(method, path)
             if needed is not None and not principal.has_scope(needed):
                 message = f"the token lacks the scope {needed}"
                 audit("refused", principal, path, method=method, status=403, reason=message)

@@ -16,6 +16,7 @@ import signal
 import socket
 import threading
 import time
+import urllib.parse
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from typing import Any
 
 import httptools
 import uvicorn
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import (
@@ -39,7 +41,10 @@ from changebroker import logs, metrics
 from changebroker.config import add_option, parse_duration
 
 FLOW_ID_HEADER = "x-flow-id"
+# The access line's status of a request whose client left before its body was read (nginx's).
+CLIENT_LEFT = 499
 DEFAULT_HEADER_TIMEOUT = 10.0
+DEFAULT_BODY_TIMEOUT = 60.0
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
 DEFAULT_IDLE_TIMEOUT = 5.0  # uvicorn's keep-alive default
 # How long a draining service keeps an idle keep-alive connection open: a request its client
@@ -147,16 +152,19 @@ class FlowIdMiddleware:
 
         try:
             await self.app(scope, receive, send_with_flow_id)
+        except ClientDisconnect:
+            # Gone before its body was read (or cut off at the body timeout): nobody to answer,
+            # nothing failed here.
+            status = CLIENT_LEFT
         finally:
             seconds = time.perf_counter() - started
             metrics.observe_request(scope, status, seconds)
             if access_log.isEnabledFor(logging.INFO):
-                fields = logs.fields(
-                    method=scope["method"],
-                    path=scope["path"],
-                    status=status,
-                    ms=round(seconds * 1000, 2),
-                )
+                request = {"method": scope["method"], "path": scope["path"]}
+                if query := scope.get("query_string"):
+                    # As the handlers read it: percent-decoded (the log line escapes).
+                    request["query"] = urllib.parse.unquote(query.decode("latin-1"))
+                fields = logs.fields(**request, status=status, ms=round(seconds * 1000, 2))
                 # makeRecord, not info(): the caller's file and line, which no line shows,
                 # cost a stack walk per request (a tenth of a woken long poll's CPU).
                 record = access_log.makeRecord(
@@ -232,11 +240,14 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
     """
 
     _reparsing = False
-    # A request's head must arrive within this time and size: a client that sends it byte by
-    # byte, or sends endless headers, is answered 408 / 431 and its connection closed.
+    # A request's head must arrive within this time and size, and its body within
+    # ``body_timeout`` of the head: a client that sends either byte by byte, or sends endless
+    # headers, is answered 408 / 431 and its connection closed.
     header_timeout = DEFAULT_HEADER_TIMEOUT
+    body_timeout = DEFAULT_BODY_TIMEOUT
     max_header_bytes = DEFAULT_MAX_HEADER_BYTES
     _header_deadline: asyncio.TimerHandle | None = None
+    _body_deadline: asyncio.TimerHandle | None = None
     _header_bytes = 0
     _refused = False
     _draining = False
@@ -251,6 +262,7 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
         self._disarm_header_deadline()
+        self._disarm_body_deadline()
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
@@ -276,6 +288,7 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
         self._reparsing = self.parser.should_upgrade() and self.parser.get_method() != b"CONNECT"
         if not self._reparsing:
             super().on_headers_complete()
+            self._arm_body_deadline()
             cycle = self.cycle
             if cycle is not None and cycle.scope is self.scope:
                 scope: dict[str, Any] = self.scope  # type: ignore[assignment]
@@ -416,6 +429,37 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
         self._header_deadline = None
         self._refuse(b"408 Request Timeout", "request head not received in time")
 
+    def _arm_body_deadline(self) -> None:
+        self._disarm_body_deadline()
+        self._body_deadline = self.loop.call_later(self.body_timeout, self._body_too_slow)
+
+    def _disarm_body_deadline(self) -> None:
+        if self._body_deadline is not None:
+            self._body_deadline.cancel()
+            self._body_deadline = None
+
+    def _body_too_slow(self) -> None:
+        self._body_deadline = None
+        cycle = self.cycle
+        if self.flow.read_paused or (cycle is not None and cycle.waiting_for_100_continue):
+            # The server is not reading yet (the app has not taken what came, or not asked
+            # for the body): the client is not the slow one.
+            self._arm_body_deadline()
+            return
+        if cycle is not None and cycle.response_started:
+            # Answered already without the body (a refusal): the rest is not waited for.
+            self._refused = True
+            self.logger.warning(
+                "request body not received in time", extra=logs.fields(client=self.client)
+            )
+            self._close()
+            return
+        if cycle is not None:
+            # The app waiting for the body ends now (``http.disconnect``) instead of at close.
+            cycle.disconnected = True
+            cycle.message_event.set()
+        self._refuse(b"408 Request Timeout", "request body not received in time")
+
     def _refuse(self, status: bytes, reason: str) -> None:
         """Answer ``status`` and close: the client held the connection without a request."""
         self._refused = True
@@ -431,6 +475,7 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
             super().on_body(body)
 
     def on_message_complete(self) -> None:
+        self._disarm_body_deadline()
         if not self._reparsing and not self._refused:
             super().on_message_complete()
 
@@ -539,14 +584,16 @@ class ConnectionLimits:
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
 
     def protocol(self) -> type[UpgradeIgnoringProtocol]:
-        if (self.header_timeout, self.max_header_bytes) == (
-            DEFAULT_HEADER_TIMEOUT,
-            DEFAULT_MAX_HEADER_BYTES,
-        ):
+        limits = {
+            "header_timeout": self.header_timeout,
+            "max_header_bytes": self.max_header_bytes,
+            "body_timeout": self.body_timeout,
+        }
+        if limits == {name: getattr(UpgradeIgnoringProtocol, name) for name in limits}:
             return UpgradeIgnoringProtocol
-        limits = {"header_timeout": self.header_timeout, "max_header_bytes": self.max_header_bytes}
         return type("LimitedProtocol", (UpgradeIgnoringProtocol,), limits)
 
 
@@ -557,8 +604,8 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_limit_options(parser: argparse.ArgumentParser) -> None:
-    """``--header-timeout``, ``--max-header-bytes``, ``--idle-timeout``: what a slow or
-    abusive client may hold of a server."""
+    """``--header-timeout``, ``--body-timeout``, ``--max-header-bytes``, ``--idle-timeout``:
+    what a slow or abusive client may hold of a server."""
     add_option(
         parser,
         "--header-timeout",
@@ -566,6 +613,15 @@ def add_limit_options(parser: argparse.ArgumentParser) -> None:
         type=parse_duration,
         default=DEFAULT_HEADER_TIMEOUT,
         help="a request's head must arrive within this (else 408 and the connection closes)",
+    )
+    add_option(
+        parser,
+        "--body-timeout",
+        scope="",
+        type=parse_duration,
+        default=DEFAULT_BODY_TIMEOUT,
+        help="a request's body must arrive within this of its head (else 408 and the"
+        " connection closes)",
     )
     add_option(
         parser,
@@ -586,7 +642,9 @@ def add_limit_options(parser: argparse.ArgumentParser) -> None:
 
 
 def limits_of(args: argparse.Namespace) -> ConnectionLimits:
-    return ConnectionLimits(args.header_timeout, args.max_header_bytes, args.idle_timeout)
+    return ConnectionLimits(
+        args.header_timeout, args.max_header_bytes, args.idle_timeout, args.body_timeout
+    )
 
 
 def config(

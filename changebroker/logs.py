@@ -15,6 +15,7 @@ import sys
 from contextvars import ContextVar
 from typing import Any
 
+from changebroker.controls import CLASS, CODES
 from changebroker.timestamps import utc_second
 
 flow_id: ContextVar[str | None] = ContextVar("flow_id", default=None)
@@ -27,13 +28,23 @@ def fields(**values: Any) -> dict[str, Any]:
     return {"fields": values}
 
 
-_NEEDS_QUOTES = re.compile(r'[ ="\n\t]')
+# A value with a space, '=', a quote or a control character is quoted, its backslashes, quotes
+# and control characters escaped as in a JSON string (\n, \r, \t, else \uXXXX; also DEL, C1
+# and U+2028/2029, which JSON would leave raw): whatever a request carries, a line stays one
+# line that a terminal shows as written, and json.loads reads a quoted value back.
+_NEEDS_QUOTES = re.compile(f'[ ="{CLASS}]')
+_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_ESCAPES = {
+    ord("\\"): "\\\\",
+    ord('"'): '\\"',
+    **{code: _SHORT_ESCAPES.get(chr(code), f"\\u{code:04x}") for code in CODES},
+}
 
 
 def _quote(value: Any) -> str:
     text = str(value)
     if text == "" or _NEEDS_QUOTES.search(text):
-        return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+        return '"' + text.translate(_ESCAPES) + '"'
     return text
 
 

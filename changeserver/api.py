@@ -482,7 +482,7 @@ async def _stack(request: Request) -> Response:
 
 def stack_route(prefix: str) -> Route:
     """``/diagnostics/stack`` under ``prefix`` (transicator serves it beside /changes)."""
-    return Route(_base(prefix) + "/diagnostics/stack", _stack, methods=["GET"])
+    return Route(base(prefix) + "/diagnostics/stack", _stack, methods=["GET"])
 
 
 def management_routes(state: State) -> list[Route]:
@@ -516,14 +516,14 @@ def management_routes(state: State) -> list[Route]:
     ]
 
 
-def _base(prefix: str) -> str:
+def base(prefix: str) -> str:
     """``v1``, ``/v1`` and ``/v1/`` all give ``/v1``; none gives ``""``."""
     return "/" + prefix.strip("/") if prefix.strip("/") else ""
 
 
 def changes_route(state: State, reader: LogReader, prefix: str) -> Route:
     """``/changes`` under ``prefix``."""
-    return Route(_base(prefix) + "/changes", ChangesEndpoint(state, reader), methods=["GET"])
+    return Route(base(prefix) + "/changes", ChangesEndpoint(state, reader), methods=["GET"])
 
 
 class ChangesFirst:

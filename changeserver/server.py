@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,19 +97,24 @@ class ChangeServer:
         handlers = api.EXCEPTION_HANDLERS
         authenticator = authenticator or auth.Off()
 
-        def guarded(app: ASGIApp) -> ASGIApp:
-            # Load balancers probe /health and /ready without credentials; /markdown stops the
-            # service and the stack dump shows its internals: admins only.
-            def scope_of(method: str, path: str) -> str:
-                admin = path == "/markdown" or path.endswith("/diagnostics/stack")
-                return admin_scope if admin else read_scope
+        base = re.escape(api.base(settings.prefix))
+        # Load balancers probe /health and /ready without credentials; /markdown stops the
+        # service and the stack dump shows its internals: admins only.
+        scopes = auth.ScopeTable(
+            (
+                auth.rule("GET", f"{base}/(changes|snapshots)|/metrics|/status", read_scope),
+                auth.rule("GET", f"/markdown|({base})?/diagnostics/stack", admin_scope),
+            ),
+            strictest=admin_scope,
+        )
 
+        def guarded(app: ASGIApp) -> ASGIApp:
             return auth.AuthMiddleware(
                 app,
                 authenticator,
                 api.refuse,
                 open_paths=frozenset({"/health", "/ready"}),
-                scope_of=scope_of,
+                scopes=scopes,
             )
 
         self.api_app = guarded(

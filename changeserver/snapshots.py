@@ -420,5 +420,4 @@ def snapshots_route(state: api.State, directory: Path, selector_column: str, pre
         headers["Vary"] = "Accept-Encoding"
         return StreamingResponse(body, media_type=query.media_type, headers=headers)
 
-    base = "/" + prefix.strip("/") if prefix.strip("/") else ""
-    return Route(base + "/snapshots", snapshots, methods=["GET"])
+    return Route(api.base(prefix) + "/snapshots", snapshots, methods=["GET"])

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from changebroker import auth, metrics
 from console import (
@@ -75,4 +75,34 @@ def create_app(
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.console = console
-    return login.protect(app, console, authenticator, read_scope, admin_scope)
+    return SecurityHeaders(login.protect(app, console, authenticator, read_scope, admin_scope))
+
+
+# The pages show names and payloads others chose: everything is escaped, and a browser is also
+# told to run no script and load nothing but this console's own files, to show the console in
+# no frame (clickjacking), and to take each file as the type it is served as.
+SECURITY_HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';"
+        b" connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
+    ),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+]
+
+
+class SecurityHeaders:
+    """``SECURITY_HEADERS`` on every answer: pages, refusals, the sign-in form, static files."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [*message.get("headers", []), *SECURITY_HEADERS]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

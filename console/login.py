@@ -10,6 +10,7 @@ With authentication off nothing is asked and the sign-in page leads to the overv
 
 from __future__ import annotations
 
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -37,8 +38,22 @@ def _local(target: str | None) -> str:
     return target
 
 
+def scope_table(routes: list[BaseRoute], read_scope: str, admin_scope: str) -> auth.ScopeTable:
+    """Every page (a GET route) needs ``read_scope``, every action (a POST route)
+    ``admin_scope``; anything else the latter."""
+    needs = {"GET": read_scope, "POST": admin_scope}
+    rules = [
+        auth.ScopeRule(frozenset({method}), route.path_regex, needs[method])
+        for route in routes
+        if isinstance(route, Route)
+        for method in sorted(route.methods or ())
+        if method in needs
+    ]
+    return auth.ScopeTable(tuple(rules), strictest=admin_scope)
+
+
 def protect(
-    app: ASGIApp,
+    app: Starlette,
     console: Console,
     authenticator: auth.Authenticator,
     read_scope: str,
@@ -65,7 +80,7 @@ def protect(
         refuse,
         open_paths=OPEN_PATHS,
         open_prefixes=OPEN_PREFIXES,
-        scope_of=lambda method, path: admin_scope if method == "POST" else read_scope,
+        scopes=scope_table(app.routes, read_scope, admin_scope),
         token_of=token_of,
     )
 

@@ -14,7 +14,7 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,12 +29,21 @@ from starlette.types import ASGIApp
 
 from changebroker import auth, http, logs, pg
 from changebroker import metrics as service_metrics
+from changebroker.controls import CONTROL
 from changebroker.http import OneWriteResponse
 from changebroker.notified import NotifiedCache
 from changebroker.numerals import whole_number
 from registry import errors, metrics
+from registry.definitions import text_column
 from registry.errors import RegistryError, violations_json
-from registry.store import CHANGES_CHANNEL, Store, SubjectKey, parse_version
+from registry.store import (
+    CHANGES_CHANNEL,
+    Store,
+    SubjectKey,
+    brokers,
+    brokers_subject,
+    parse_version,
+)
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +109,39 @@ async def read_json(request: Request) -> dict[str, Any]:
     return body
 
 
-def subject_key(request: Request) -> SubjectKey:
+# A subject is usually a Kafka topic's name (249 characters at most) with "-key" or "-value".
+MAX_NAME_LENGTH = 255
+
+
+def _name(kind: str, value: Any) -> str | None:
+    """A subject, tenant or namespace name as given (None: not given); 42201 unless it is
+    text Postgres can store, at most ``MAX_NAME_LENGTH`` characters, none of them a control
+    character."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise RegistryError(errors.INVALID_INPUT, f"the {kind} must be a string")
+    if len(value) > MAX_NAME_LENGTH:
+        raise RegistryError(
+            errors.INVALID_INPUT, f"the {kind} is longer than {MAX_NAME_LENGTH} characters"
+        )
+    if CONTROL.search(value):
+        raise RegistryError(
+            errors.INVALID_INPUT,
+            f"the {kind} {value!r} holds a control character (C0, DEL, C1, U+2028 or U+2029):"
+            " name it with printable characters",
+        )
+    return text_column(value, f"the {kind}")
+
+
+def subject_key(request: Request, body: Mapping[str, Any] | None = None) -> SubjectKey:
+    """The subject the path names, in the tenant and namespace the query names (``body``'s,
+    when it has them)."""
+    query, given = request.query_params, body or {}
     return SubjectKey(
-        request.path_params["subject"],
-        request.query_params.get("tenant"),
-        request.query_params.get("namespace"),
+        str(_name("subject", request.path_params["subject"])),
+        _name("tenant", given.get("tenant", query.get("tenant"))),
+        _name("namespace", given.get("namespace", query.get("namespace"))),
     )
 
 
@@ -207,7 +244,11 @@ async def get_schema_subject(request: Request, store: Store) -> Any:
 
 async def list_subjects(request: Request, store: Store) -> Any:
     query = request.query_params
-    return {"name": await store.list_subjects(query.get("tenant"), query.get("namespace"))}
+    tenant, namespace = (
+        _name("tenant", query.get("tenant")),
+        _name("namespace", query.get("namespace")),
+    )
+    return {"name": await store.list_subjects(tenant, namespace)}
 
 
 async def get_subject(request: Request, store: Store) -> Any:
@@ -216,12 +257,9 @@ async def get_subject(request: Request, store: Store) -> Any:
 
 async def put_subject(request: Request, store: Store) -> Any:
     body = await read_json(request)
-    query = request.query_params
-    tenant = body.get("tenant", query.get("tenant"))
-    namespace = body.get("namespace", query.get("namespace"))
-    if not all(isinstance(v, str | None) for v in (tenant, namespace)):
-        raise RegistryError(errors.INVALID_INPUT, "tenant and namespace must be strings")
-    key = SubjectKey(request.path_params["subject"], tenant, namespace)
+    key = subject_key(request, body)
+    if brokers(key):  # named whole: the store asks for tenant and namespace here
+        raise brokers_subject(key)
     return await store.put_subject(key, body)
 
 
@@ -240,7 +278,15 @@ async def get_version_schema(request: Request, store: Store) -> Any:
 
 async def register(request: Request, store: Store) -> Any:
     body = await read_json(request)
-    return {"id": await store.register(subject_key(request), body)}
+    key = await store.pinned(subject_key(request))
+    if brokers(key):
+        # New versions come through the broker; a definition the subject has answers its id
+        # here as any registration of it does (clients look ids up so).
+        found = await store.registered(key, body)
+        if found is None:
+            raise brokers_subject(key)
+        return {"id": str(found)}
+    return {"id": await store.register(key, body)}
 
 
 async def delete_version(request: Request, store: Store) -> Any:
@@ -275,9 +321,10 @@ async def put_config(request: Request, store: Store) -> Any:
         raise RegistryError(
             errors.INVALID_INPUT, 'send {"compatibility": "BACKWARD"} or another mode'
         )
-    return {
-        "compatibility": await store.set_compatibility(subject_key(request), body["compatibility"])
-    }
+    key = await store.pinned(subject_key(request))
+    if brokers(key):
+        raise brokers_subject(key)
+    return {"compatibility": await store.set_compatibility(key, body["compatibility"])}
 
 
 # POSTs that only read: what they keep (the parsed history, verdicts) stays.
@@ -344,10 +391,30 @@ class Scopes:
     read: str = "registry.read"
     write: str = "registry.write"
 
-    def of(self, method: str, path: str) -> str:
-        # Testing compatibility is a POST that changes nothing: a read.
-        reads = method in ("GET", "HEAD") or path.startswith("/compatibility/")
-        return self.read if reads else self.write
+    def table(self) -> auth.ScopeTable:
+        """Reads need ``read`` (testing compatibility is a POST that changes nothing: a read),
+        writes and anything else ``write``."""
+        subject = r"/subjects/[^/]+"
+        reads = [
+            r"/schemas?/[^/]+",
+            r"/schemas/[^/]+/subject",
+            r"/subjects",
+            subject,
+            subject + "/versions",
+            subject + r"/versions/[^/]+/schema",
+            r"/config/[^/]+",
+            r"/metrics",
+        ]
+        return auth.ScopeTable(
+            (
+                auth.rule("GET", "|".join(reads), self.read),
+                auth.rule("POST", r"/compatibility" + subject + r"/versions/[^/]+", self.read),
+                auth.rule("POST", subject + "/?|" + subject + "/versions", self.write),
+                auth.rule("DELETE", subject + "|" + subject + r"/versions/[^/]+", self.write),
+                auth.rule("PUT", r"/config/[^/]+", self.write),
+            ),
+            strictest=self.write,
+        )
 
 
 def create_app(
@@ -395,5 +462,5 @@ def create_app(
         authenticator or auth.Off(),
         _refuse,
         open_paths=frozenset({"/health"}),
-        scope_of=scopes.of,
+        scopes=scopes.table(),
     )

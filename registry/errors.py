@@ -29,7 +29,8 @@ NOT_ACCEPTABLE = 40601
 UNSUPPORTED_MEDIA_TYPE = 41501
 PAYLOAD_TOO_LARGE = 41301
 FORBIDDEN = 40301  # a valid token without the scope the call needs
-IN_USE = 40902  # a delete of what the broker's event types still use
+# A delete of what the broker's event types still use, or a change of their subjects.
+IN_USE = 40902
 
 
 class RegistryError(Exception):

@@ -46,6 +46,27 @@ log = logging.getLogger(__name__)
 # What sql/registry/003's trigger notifies on every write to subjects or schemas.
 CHANGES_CHANNEL = "registry_changed"
 
+# The tenant and namespace of the broker's event types' subjects (broker/event_types/store.py):
+# they change only through the broker, in the transaction that changes the event type.
+BROKER_TENANT = "changebroker"
+BROKER_NAMESPACE = "event-types"
+
+
+def brokers(key: SubjectKey) -> bool:
+    """Is ``key`` (named whole) a subject of the broker's event types?"""
+    return (key.tenant, key.namespace) == (BROKER_TENANT, BROKER_NAMESPACE)
+
+
+def brokers_subject(key: SubjectKey) -> RegistryError:
+    """A change of the broker's subject through the registry: 40902."""
+    return RegistryError(
+        errors.IN_USE,
+        f"subject {key.subject!r} (tenant {BROKER_TENANT}, namespace {BROKER_NAMESPACE}) holds"
+        f" the schemas of the broker's event type {key.subject!r}: change them through the"
+        f" broker (PUT /event-types/{key.subject}, or DELETE to remove them)",
+    )
+
+
 SUBJECT_COLUMNS = (
     "id, tenant, namespace, subject, app, description, status, compatibility, coordinate,"
     " format, protobuf_category, created_time, last_modified_time"
@@ -270,6 +291,31 @@ class Store:
                 )
             ).fetchall()
         return [r["subject"] for r in rows]
+
+    async def pinned(self, key: SubjectKey) -> SubjectKey:
+        """The one subject ``key`` names, or would create, named whole (tenant and namespace
+        too: a subject created meanwhile elsewhere, the broker's above all, is not the one
+        written)."""
+        if key.tenant is not None and key.namespace is not None:
+            return key
+        async with self.pool.connection() as conn:
+            row = await _find(conn, key)
+        if row is None:
+            return SubjectKey(key.subject, key.tenant or "", key.namespace or "")
+        return SubjectKey(key.subject, row["tenant"], row["namespace"])
+
+    async def registered(self, key: SubjectKey, body: Mapping[str, Any]) -> int | None:
+        """The id of the version of the subject that has ``body``'s definition, or None (also
+        when there is no such subject); 42201 for a body no registration would take. Nothing
+        is written."""
+        async with self.pool.connection() as conn:
+            subject = await _find(conn, key)
+            if subject is None:
+                return None
+            [outcome] = await check_registrations(conn, key, subject, [body])
+        if isinstance(outcome, RegistryError) and outcome.code != errors.INCOMPATIBLE:
+            raise outcome
+        return outcome.id if isinstance(outcome, Registered) else None
 
     async def subject(self, key: SubjectKey) -> dict[str, Any]:
         async with self.pool.connection() as conn:

@@ -10,15 +10,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from changebroker import auth
+from changebroker import auth, pg
 from changebroker.auth import AuthSettings, Principal, Unauthenticated
+from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
+from registry.app import create_app as registry_app
 from tests.support.credentials import AUDIENCE, ISSUER, Issuer, tokens_file
 
 # One loop for every call, as in a service: the HTTP clients' connections belong to it.
@@ -243,6 +246,50 @@ def test_introspection_answers_are_cached_for_their_lifetime(
     assert endpoint.calls == before + 2  # a refusal is cached for a while too
 
 
+def test_a_revoked_token_is_refused_by_a_service_within_the_introspection_cache(
+    introspection: tuple[Introspection, str], pg_server_dsn: str
+) -> None:
+    """The issuer's answer says the token is valid for an hour; revoked, the registry refuses
+    it once the cache (1 s here, 60 s by default) lets the answer go."""
+    endpoint, url = introspection
+    endpoint.tokens["revocable"] = {
+        "sub": "shop",
+        "scope": "registry.read",
+        "exp": time.time() + 3600,
+    }
+    settings = AuthSettings(
+        mode="introspect", introspect_url=f"{url}/introspect", introspect_cache=1.0
+    )
+    bearer = {"authorization": "Bearer revocable"}
+    with (
+        pg.scratch_database(pg_server_dsn, "t_introspect") as dsn,
+        serve_in_thread(registry_app(dsn, authenticator=settings.authenticator())) as registry,
+        httpx.Client(base_url=registry, timeout=10) as client,
+    ):
+        assert client.get("/subjects", headers=bearer).status_code == 200
+        del endpoint.tokens["revocable"]
+        revoked = time.monotonic()
+        wait_until(
+            lambda: client.get("/subjects", headers=bearer).status_code == 401,
+            timeout=30,
+            what="the revoked token to be refused",
+        )
+        assert time.monotonic() - revoked <= 1.0 + 1.0
+
+
+def test_active_is_the_json_boolean_true_or_the_token_is_refused(
+    introspection: tuple[Introspection, str],
+) -> None:
+    endpoint, url = introspection
+    introspector = AuthSettings(
+        mode="introspect", introspect_url=f"{url}/introspect"
+    ).authenticator()
+    for token, active in [("stringly", "false"), ("stringly-true", "true"), ("one", 1)]:
+        endpoint.tokens[token] = {"sub": "shop", "scope": "x", "active": active}
+        assert "not active" in refused(introspector, token)
+    assert principal(introspector, "good").sub == "shop"
+
+
 def test_settings_round_trip_through_flags(tmp_path: Path) -> None:
     import argparse
 
@@ -254,6 +301,7 @@ def test_settings_round_trip_through_flags(tmp_path: Path) -> None:
         audience="a",
         issuer="i",
         clock_skew=12.0,
+        introspect_cache=5.0,
         admins=("alice", "ops"),
     )
     assert AuthSettings.from_args(parser.parse_args(settings.args())) == settings

@@ -1,20 +1,23 @@
 """Slow and abusive clients: 200 connections sending their request one byte a second are closed
-with 408 once the header timeout passes, oversized heads get 431, and meanwhile the service
-answers /health and a well-behaved client at normal speed."""
+with 408 once the header timeout passes, bodies trickled past the body timeout too, oversized
+heads get 431, and meanwhile the service answers /health and a well-behaved client at normal
+speed."""
 
 from __future__ import annotations
 
 import asyncio
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
 
+from changebroker.auth import AuthSettings
 from changebroker.http import ConnectionLimits
 from changebroker.stack.run import serve_in_thread
 from registry.app import create_app
+from tests.support.credentials import tokens_file
 
 SLOW_CLIENTS = 200
 HEADER_TIMEOUT = 3.0
@@ -35,15 +38,19 @@ def registry_dsn(pg_server_dsn: str) -> Iterator[str]:
         yield dsn
 
 
-async def _trickle(port: int, opened: asyncio.Queue[None]) -> bytes:
-    """Send a request one byte a second until the server answers; what it answered.
+async def _trickle(
+    port: int, at_once: bytes, trickled: bytes, every: float, opened: asyncio.Queue[None]
+) -> tuple[bytes, float]:
+    """Send ``at_once``, then ``trickled`` one byte every ``every`` seconds until the server
+    answers; what it answered, and how long after opening it closed the connection.
 
     Reading runs beside the writing and keeps every block as it arrives: after the server's
     408 and close, the next byte written draws a reset, and an answer read only between
     writes (or dropped by a cancelled read) would be lost to it."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    started = time.monotonic()
     opened.put_nowait(None)
-    request = b"GET /subjects HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"y" * 100 + b"\r\n\r\n"
+    writer.write(at_once)
     received: list[bytes] = []
 
     async def read_until_closed() -> None:
@@ -55,7 +62,7 @@ async def _trickle(port: int, opened: asyncio.Queue[None]) -> bytes:
 
     reading = asyncio.create_task(read_until_closed())
     try:
-        for byte in request:
+        for byte in trickled:
             if received or reading.done():
                 break
             writer.write(bytes([byte]))
@@ -63,9 +70,9 @@ async def _trickle(port: int, opened: asyncio.Queue[None]) -> bytes:
                 await writer.drain()
             except ConnectionError:
                 break
-            await asyncio.wait({reading}, timeout=1.0)  # the next byte a second later
+            await asyncio.wait({reading}, timeout=every)
         await asyncio.wait_for(reading, timeout=30)
-        return b"".join(received)
+        return b"".join(received), time.monotonic() - started
     finally:
         writer.close()
 
@@ -78,11 +85,15 @@ def test_slow_clients_are_cut_off_while_others_are_served(registry: str) -> None
         async def abuse() -> tuple[list[bytes], list[float], float]:
             opened: asyncio.Queue[None] = asyncio.Queue()
             started = time.monotonic()
-            slow = [asyncio.create_task(_trickle(port, opened)) for _ in range(SLOW_CLIENTS)]
+            request = b"GET /subjects HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"y" * 100 + b"\r\n\r\n"
+            slow = [
+                asyncio.create_task(_trickle(port, b"", request, 1.0, opened))
+                for _ in range(SLOW_CLIENTS)
+            ]
             for _ in range(SLOW_CLIENTS):  # every slow connection is open before measuring
                 await opened.get()
             during = await asyncio.to_thread(_latencies, client, 20)
-            answers = await asyncio.gather(*slow)
+            answers = [answer for answer, _ in await asyncio.gather(*slow)]
             return answers, during, time.monotonic() - started
 
         answers, during, took = asyncio.run(abuse())
@@ -124,3 +135,89 @@ def test_the_registry_refuses_a_body_past_its_limit(registry_dsn: str) -> None:
         assert http.get("/subjects/huge/versions").status_code == 404
         small = {"serialization": "json", "schemaDefinition": {"type": "object"}}
         assert http.post("/subjects/huge/versions", json=small).status_code == 200
+
+
+BODY_TIMEOUT = 2.0
+
+
+@pytest.fixture(scope="module")
+def guarded_registry(
+    registry_dsn: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, str]]:
+    """The registry with authentication on and a short body timeout; its URL and a token that
+    may write."""
+    path = tokens_file(
+        tmp_path_factory.mktemp("auth") / "tokens.json",
+        {"writer": ("schemas", ["registry.read", "registry.write"])},
+    )
+    authenticator = AuthSettings(mode="tokens", tokens_file=path).authenticator()
+    limits = ConnectionLimits(body_timeout=BODY_TIMEOUT)
+    with serve_in_thread(create_app(registry_dsn, authenticator=authenticator), limits) as url:
+        yield url, "writer"
+
+
+def _registration_head(subject: str, token: str | None) -> bytes:
+    """A registration's head and its body's first byte, of the 1000 it says will come."""
+    credentials = f"Authorization: Bearer {token}\r\n" if token else ""
+    return (
+        f"POST /subjects/{subject}/versions HTTP/1.1\r\nHost: x\r\n{credentials}"
+        "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+    ).encode()
+
+
+def test_a_body_sent_byte_by_byte_is_cut_off_at_the_body_timeout(
+    guarded_registry: tuple[str, str], unique_name: Callable[[str], str]
+) -> None:
+    """Authenticated or not, a client trickling its body no longer holds a connection (and the
+    handler waiting for the body) indefinitely; meanwhile others are served."""
+    url, token = guarded_registry
+    port = int(url.rsplit(":", 1)[1])
+    subject = unique_name("trickled")
+
+    async def abuse() -> list[tuple[bytes, float]]:
+        opened: asyncio.Queue[None] = asyncio.Queue()
+        body = b" " * 999  # a byte every half second
+
+        def trickle(token: str | None) -> asyncio.Task[tuple[bytes, float]]:
+            head = _registration_head(subject, token)
+            return asyncio.create_task(_trickle(port, head, body, 0.5, opened))
+
+        slow = [trickle(token) for _ in range(10)]
+        refused = trickle(None)
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            for _ in range(5):
+                assert (await client.get("/health")).status_code == 200
+                await asyncio.sleep(0.2)
+        return await asyncio.gather(*slow, refused)
+
+    *authenticated, (unauthenticated, closed) = asyncio.run(abuse())
+    for answer, took in authenticated:
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:40]
+        assert BODY_TIMEOUT <= took < BODY_TIMEOUT + 5, took
+    # Refused at once, without the body; its connection no longer waits for it either.
+    assert unauthenticated.startswith(b"HTTP/1.1 401"), unauthenticated[:40]
+    assert closed < BODY_TIMEOUT + 5, closed
+    with httpx.Client(base_url=url, timeout=10) as client:
+        listed = client.get("/subjects", headers={"authorization": f"Bearer {token}"})
+        assert subject not in listed.json()["name"]
+
+
+def test_a_body_that_arrives_within_the_timeout_is_served(
+    guarded_registry: tuple[str, str], unique_name: Callable[[str], str]
+) -> None:
+    url, token = guarded_registry
+    body = b'{"serialization": "json", "schemaDefinition": {"type": "object"}}'
+
+    def slowly() -> Iterator[bytes]:
+        for start in range(0, len(body), 20):
+            time.sleep(BODY_TIMEOUT / 8)
+            yield body[start : start + 20]
+
+    headers = {"authorization": f"Bearer {token}", "content-type": "application/json"}
+    answer = httpx.post(
+        f"{url}/subjects/{unique_name('steady')}/versions",
+        content=slowly(),
+        headers={**headers, "content-length": str(len(body))},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text

@@ -190,7 +190,13 @@ def create_app(
         authenticator or auth.Off(),
         refuse,
         open_paths=frozenset({"/health"}),
-        scope_of=lambda method, path: admin_scope if method == "POST" else None,
+        scopes=auth.ScopeTable(
+            (
+                auth.rule("GET", "/status|/metrics", None),
+                auth.rule("POST", r"/units/[^/]+/(resume|snapshot)", admin_scope),
+            ),
+            strictest=admin_scope,
+        ),
     )
 
 

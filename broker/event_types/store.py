@@ -37,8 +37,8 @@ from registry import store as registry
 from registry.errors import RegistryError
 
 FIRST_VERSION = "1.0.0"
-SUBJECT_TENANT = "changebroker"
-SUBJECT_NAMESPACE = "event-types"
+SUBJECT_TENANT = registry.BROKER_TENANT
+SUBJECT_NAMESPACE = registry.BROKER_NAMESPACE
 # What the broker keeps saying about its subjects; NONE: see the module docstring.
 SUBJECT_METADATA = {
     "app": "changebroker-broker",

@@ -3,6 +3,8 @@ kept in Postgres and seen by every broker process."""
 
 from __future__ import annotations
 
+import argparse
+import json
 from collections.abc import Iterator
 
 import httpx
@@ -11,7 +13,8 @@ import pytest
 from broker.admin_settings import REFRESH
 from broker.app import create_app
 from broker.settings import Settings
-from changebroker.auth import AuthSettings
+from changebroker import pg
+from changebroker.auth import AuthSettings, add_options
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
 from tests.support.credentials import tokens_file
@@ -165,3 +168,56 @@ def test_event_type_deletion_disabled_leaves_it_to_the_administrators(
     finally:
         switch["enabled"] = False
         assert secured.post("/settings/features", json=switch, headers=ops).status_code == 204
+
+
+def test_admins_name_a_data_type_or_else_any(
+    pg_server_dsn: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """``--admins service:ops,alice``: the service ops administers, a user ops does not; the
+    bare alice is alice under any data type, as the flag always meant."""
+    tokens = tmp_path_factory.mktemp("admins") / "tokens.json"
+    callers = {
+        "ops-service": ("ops", "service"),
+        "ops-user": ("ops", "user"),
+        "alice-user": ("alice", "user"),
+        "alice-service": ("alice", "service"),
+    }
+    tokens.write_text(
+        json.dumps(
+            {
+                token: {"sub": sub, "type": kind, "scopes": ALL_SCOPES}
+                for token, (sub, kind) in callers.items()
+            }
+        )
+    )
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    flags = ["--auth", "tokens", "--auth-tokens", str(tokens), "--admins", "service:ops, alice"]
+    auth = AuthSettings.from_args(parser.parse_args(flags))
+    with (
+        # A database of its own: /settings/admins not set yet, so --admins decides.
+        pg.scratch_database(pg_server_dsn, "t_admins") as dsn,
+        serve_in_thread(
+            create_app(Settings(pg_dsn=dsn, kafka_bootstrap=kafka_bootstrap, auth=auth))
+        ) as url,
+        httpx.Client(base_url=url, timeout=60) as http,
+    ):
+        answers = {token: http.get("/settings/admins", headers=bearer(token)) for token in callers}
+    assert {token: answer.status_code for token, answer in answers.items()} == {
+        "ops-service": 200,
+        "ops-user": 403,
+        "alice-user": 200,
+        "alice-service": 200,
+    }
+    assert answers["ops-service"].json()["admins"] == [
+        {"data_type": "service", "value": "ops"},
+        {"data_type": "*", "value": "alice"},
+    ]
+
+
+@pytest.mark.parametrize("entry", [":ops", "service:", "ops,:x"])
+def test_an_admin_that_names_no_caller_is_refused_at_start(entry: str) -> None:
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--admins", entry])

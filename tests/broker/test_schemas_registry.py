@@ -7,20 +7,25 @@ broker writes, in the transaction that changed the event type.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import httpx
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from broker.app import create_app
+from broker.event_types.store import subject_key
 from broker.settings import Settings
 from changebroker import pg
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
 from registry.app import create_app as create_registry_app
+from registry.store import register_in
 from tests.support.event_types import business_event_type
 
 TENANT = {"tenant": "changebroker", "namespace": "event-types"}
@@ -126,21 +131,28 @@ def test_the_registry_refuses_to_delete_what_an_event_type_uses(
 
 
 def test_a_foreign_subject_of_the_same_name_is_a_conflict(
-    client: httpx.Client, registry: httpx.Client, unique_name
+    client: httpx.Client, registry: httpx.Client, broker_dsn: str, unique_name
 ) -> None:
     name = unique_name("taken")
-    registered = registry.post(
-        f"/subjects/{name}/versions",
-        params=TENANT,
-        json={"serialization": "json", "schemaDefinition": {"type": "object"}},
-    )
-    assert registered.status_code == 200, registered.text
+    # The registry API creates nothing in the broker's namespace: such a subject is one written
+    # before it refused that.
+    schema = {"serialization": "json", "schemaDefinition": {"type": "object"}}
+    refused = registry.post(f"/subjects/{name}/versions", params=TENANT, json=schema)
+    assert (refused.status_code, refused.json()["errorCode"]) == (409, 40902)
+    asyncio.run(_registered_in_the_brokers_namespace(broker_dsn, name, schema))
     refused = client.post("/event-types", json=_with_schema(name, FIRST))
     assert refused.status_code == 409, refused.text
     assert "already has schemas" in refused.json()["detail"]
     # Nothing of the event type was stored, the subject is as it was.
     assert client.get(f"/event-types/{name}").status_code == 404
     assert registry.get(f"/subjects/{name}/versions").json() == {"version": [1]}
+
+
+async def _registered_in_the_brokers_namespace(
+    dsn: str, name: str, schema: Mapping[str, Any]
+) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn, row_factory=dict_row) as conn:
+        await register_in(conn, subject_key(name), schema)
 
 
 def test_migration_moves_schema_rows_into_the_registry(

@@ -106,3 +106,53 @@ def test_an_operator_signs_in_acts_and_signs_out_in_a_browser(
     expect(page).to_have_url(f"{base}/login")
     page.goto(f"{base}/")
     expect(page.get_by_label("Token")).to_be_visible()
+
+
+SECURITY_HEADERS = {
+    "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self';"
+    " img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none';"
+    " frame-ancestors 'none'",
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+}
+
+
+def test_every_answer_carries_the_security_headers(signed: httpx.Client) -> None:
+    answers = [signed.get("/health"), signed.get("/static/console.css"), signed.get("/login")]
+    for path in PAGES:
+        for token in (None, "stranger-token", "viewer-token"):  # 401, 403, 200
+            answers.append(signed.get(path, headers=bearer(token) if token else None))
+    answers.append(signed.post(ACTIONS[0], headers=bearer("viewer-token")))
+    assert {a.status_code for a in answers} >= {200, 401, 403}
+    for answer in answers:
+        assert {k: answer.headers.get(k) for k in SECURITY_HEADERS} == SECURITY_HEADERS, (
+            answer.request.url
+        )
+
+
+def test_the_console_works_under_its_policy_and_shows_in_no_frame(
+    signed: httpx.Client, page: Page
+) -> None:
+    """Styles and the live-update script are the console's own files: the policy blocks
+    nothing of it. Another page that frames the console shows nothing of it."""
+    base = str(signed.base_url).rstrip("/")
+    refused: list[str] = []
+    page.on("console", lambda message: refused.append(message.text))
+    page.goto(f"{base}/login")
+    page.get_by_label("Token").fill("viewer-token")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator(".signed-in")).to_contain_text("viewer")
+    # The stylesheet applied, and the live updates' script ran and fetched the page again.
+    expect(page.locator("nav .brand")).to_have_css("color", "rgb(255, 210, 77)")
+    with page.expect_response(lambda response: response.url == f"{base}/"):
+        page.get_by_label("Live updates (every 5 s)").check()
+    assert [text for text in refused if "Content Security Policy" in text] == []
+
+    # A page of no origin of the console's (about:blank) framing it: the browser refuses.
+    elsewhere = page.context.new_page()
+    try:
+        with elsewhere.expect_console_message(lambda m: "frame-ancestors 'none'" in m.text):
+            elsewhere.set_content(f'<iframe src="{base}/login" title="framed"></iframe>')
+        assert [frame.url for frame in elsewhere.frames][1].startswith("chrome-error:")
+    finally:
+        elsewhere.close()

@@ -169,7 +169,7 @@ def test_subject_create_update_and_get(client: httpx.Client, subject: str) -> No
         ({"tenant": "t", "namespace": "n", "status": "x", "compatibility": "SIDEWAYS"}, "SIDEWAYS"),
         ({"tenant": "t", "namespace": "n", "status": "x", "format": "XML"}, "XML"),
         ({"tenant": "t", "namespace": "n", "status": 3}, "'status' must be a string"),
-        ({"tenant": 1, "namespace": "n", "status": "x"}, "must be strings"),
+        ({"tenant": 1, "namespace": "n", "status": "x"}, "the tenant must be a string"),
     ],
 )
 def test_subject_update_rejects_bad_metadata(
