@@ -42,6 +42,24 @@ def server_cpu(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def listening_pid(port: int) -> int:
+    """The process listening on TCP ``port`` of this machine (Linux): how a benchmark finds
+    the Postgres or Kafka it was given by address, to read their CPU too."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        with contextlib.suppress(OSError):
+            for fd in fd_dir.iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) in inodes:
+                        return int(fd_dir.parent.name)
+    raise LookupError(f"no process of this machine listens on port {port}")
+
+
 def machine_busy_cpu() -> float:
     """CPU seconds every core of the machine has spent busy so far (all processes, the
     kernel's interrupt work too): what a benchmark of several processes shares out."""
