@@ -30,15 +30,19 @@ def rss_bytes(pid: int) -> int:
 
 
 def server_cpu(pid: int) -> float:
-    """CPU seconds of ``pid`` and its children (the workers) so far: steadier than rates on
-    a shared machine."""
+    """CPU seconds of ``pid`` and its children (the workers, Postgres's backends), the ones
+    that ended too, so far: steadier than rates on a shared machine."""
     pids = [pid]
     for task in Path(f"/proc/{pid}/task").iterdir():
-        pids += [int(child) for child in (task / "children").read_text().split()]
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            pids += [int(child) for child in (task / "children").read_text().split()]
     ticks = 0
     for each in pids:
-        fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks += int(fields[11]) + int(fields[12])  # utime + stime
+        with contextlib.suppress(OSError):  # a child that ended meanwhile: counted below
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime + stime
+            if each == pid:
+                ticks += int(fields[13]) + int(fields[14])  # cutime + cstime: children reaped
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
