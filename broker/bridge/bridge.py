@@ -775,6 +775,11 @@ class Bridge:
             return in_force
         known = self._row_types.get(table, {})
         published = self._published.get(table)
+        if table not in self.position.snapshots and table not in self._snapshot_requests:
+            # A table first heard of in the stream (created since the last look): its first
+            # run starts at the next step, while it holds few rows, not up to 30 s later with
+            # every row inserted meanwhile published twice (C, then S).
+            self._next_discovery = 0.0
         assert self._catalog is not None and self._event_types is not None
         described = await self._describe(table)
         if described is None and table in self.refused:
