@@ -23,8 +23,9 @@ steady phase before the burst.
     .venv/bin/python -m bench.cdc_peers --changes 20000 --steady-seconds 5 --pairs 1  # smaller
 
 Flags: ``--changes`` (``CHANGEBROKER_BENCH_CHANGES``, default 200,000), ``--steady-seconds``
-(``CHANGEBROKER_BENCH_STEADY_SECONDS``, 30), ``--steady-rate`` (5,000), ``--pairs``
-(``CHANGEBROKER_BENCH_PAIRS``, 3).
+(``CHANGEBROKER_BENCH_STEADY_SECONDS``, 30), ``--steady-rate``
+(``CHANGEBROKER_BENCH_STEADY_RATE``, 5,000), ``--pairs`` (``CHANGEBROKER_BENCH_PAIRS``, 3); the
+variables reach it through ``python -m bench cdc_peers`` too.
 """
 
 from __future__ import annotations
@@ -89,7 +90,9 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
         type=float,
         default=float(env("CHANGEBROKER_BENCH_STEADY_SECONDS", "30")),
     )
-    parser.add_argument("--steady-rate", type=float, default=5000.0)
+    parser.add_argument(
+        "--steady-rate", type=float, default=float(env("CHANGEBROKER_BENCH_STEADY_RATE", "5000"))
+    )
     parser.add_argument("--pairs", type=int, default=int(env("CHANGEBROKER_BENCH_PAIRS", "3")))
     return parser.parse_args(argv)
 
@@ -118,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         with psycopg.connect(app_dsn, autocommit=True) as conn:
             conn.execute(_SETUP)
         peers = every_peer(server_dsn, app_dsn, bootstrap, TABLES)
+        for peer in peers:
+            print(f"{peer.label}: {peer.guarantee}")
         ids = Ids()
         for pair in range(args.pairs):
             for peer in peers if pair % 2 == 0 else reversed(peers):

@@ -43,6 +43,7 @@ PARTITIONS = 4  # the bridge's default; Debezium's topics get as many
 
 class Peer(Protocol):
     label: str
+    guarantee: str  # its delivery guarantee, as printed beside the figures
     pids: dict[str, int]  # the pipeline's own processes, by name
 
     def running(self) -> contextlib.AbstractContextManager[None]: ...
@@ -62,6 +63,7 @@ class Peer(Protocol):
 
 class Ours:
     label = "ours"
+    guarantee = "exactly once (each batch's events and the position in one Kafka transaction)"
 
     def __init__(self, server_dsn: str, app_dsn: str, bootstrap: str, tables: list[str]) -> None:
         self._server_dsn, self._app_dsn, self._bootstrap = server_dsn, app_dsn, bootstrap
@@ -110,6 +112,10 @@ class Ours:
 
 class Debezium:
     label = "Debezium"
+    guarantee = (
+        "at least once (offsets stored after Kafka acknowledged the records, every"
+        " offset.flush.interval.ms: a crash re-sends what followed the last stored offset)"
+    )
 
     def __init__(self, app_dsn: str, bootstrap: str, tables: list[str], classpath: str) -> None:
         self._app_dsn, self._bootstrap, self._tables = app_dsn, bootstrap, tables

@@ -15,8 +15,10 @@ whether the writer lost to CPU or to something else (the disk).
     .venv/bin/python -m bench writer_overhead
     .venv/bin/python -m bench.writer_overhead --seconds 10 --scale 1  # smaller
 
-Flags: ``--seconds`` (``CHANGEBROKER_BENCH_PGBENCH_SECONDS``, default 60), ``--clients`` (4),
-``--scale`` (2), ``--rounds`` (``CHANGEBROKER_BENCH_ROUNDS``, 1: each phase once).
+Flags: ``--seconds`` (``CHANGEBROKER_BENCH_PGBENCH_SECONDS``, default 60), ``--clients``
+(``CHANGEBROKER_BENCH_PGBENCH_CLIENTS``, 4), ``--scale`` (``CHANGEBROKER_BENCH_PGBENCH_SCALE``,
+2), ``--rounds`` (``CHANGEBROKER_BENCH_ROUNDS``, 1: each phase once); the variables reach it
+through ``python -m bench writer_overhead`` too.
 """
 
 from __future__ import annotations
@@ -58,8 +60,12 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--seconds", type=int, default=int(env("CHANGEBROKER_BENCH_PGBENCH_SECONDS", "60"))
     )
-    parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--scale", type=int, default=2)
+    parser.add_argument(
+        "--clients", type=int, default=int(env("CHANGEBROKER_BENCH_PGBENCH_CLIENTS", "4"))
+    )
+    parser.add_argument(
+        "--scale", type=int, default=int(env("CHANGEBROKER_BENCH_PGBENCH_SCALE", "2"))
+    )
     parser.add_argument("--rounds", type=int, default=int(env("CHANGEBROKER_BENCH_ROUNDS", "1")))
     return parser.parse_args(argv)
 
@@ -85,10 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         with psycopg.connect(app_dsn, autocommit=True) as conn:
             conn.execute("ALTER TABLE pgbench_history ADD COLUMN id bigserial PRIMARY KEY")
         ours, debezium = every_peer(server_dsn, app_dsn, bootstrap, TABLES)
+        print(f"{ours.label}: {ours.guarantee}\n{debezium.label}: {debezium.guarantee}")
         for _ in range(args.rounds):
-            for peer in (None, debezium, ours):
-                label = NONE if peer is None else peer.label
-                figures = _phase(peer, app_dsn, postgres, args)
+            for capture in (None, debezium, ours):
+                label = NONE if capture is None else capture.label
+                figures = _phase(capture, app_dsn, postgres, args)
                 phases.setdefault(label, []).append(figures)
                 print(f"{label}: " + ", ".join(
                     f"{name} {value:,.1f}" for name, value in figures.items()
