@@ -183,7 +183,7 @@ def _steady(
     wait_until(lambda: committed.keys() <= readable.seen.keys(), timeout=300, what="steady rows")
     latencies = sorted(readable.seen[i] - t for i, t in committed.items())
     return {
-        "steady changes/s": rate,
+        "steady phase: changes/s the writer reached": rate,
         "commit->readable p50 ms": latencies[len(latencies) // 2] * 1000,
         "commit->readable p99 ms": latencies[int(len(latencies) * 0.99)] * 1000,
     }
