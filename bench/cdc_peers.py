@@ -6,9 +6,10 @@ each alone on the database with a replication slot of its own, on three empty ta
 bridge benchmark's shape (``id bigint`` key, text, numeric, selector column):
 
 * steady: a writer commits 10-row transactions into the tables in turn at ``--steady-rate``
-  changes/s (what it reached is in the figure's name) for ``--steady-seconds``; each
-  transaction's latency is from its commit returning until its last row is readable by a
-  ``read_committed`` Kafka consumer: p50 and p99;
+  changes/s (what it reached is a figure) for ``--warmup-seconds`` (not counted: Debezium's
+  JVM compiles its hot code then) and ``--steady-seconds`` more; each transaction's latency
+  is from its commit returning until its last row is readable by a ``read_committed`` Kafka
+  consumer: p50 and p99;
 * burst: ``--changes`` changes in transactions of 100 rows, committed inside Postgres as fast
   as it can; the sustained rate (first commit to the last row readable), the lag after the
   burst's last commit, and CPU per change of each of the pipeline's processes, of the Kafka
@@ -20,10 +21,12 @@ ours is better). Debezium's JVM starts anew each turn, as ours does, and warms u
 steady phase before the burst.
 
     .venv/bin/python -m bench cdc_peers
-    .venv/bin/python -m bench.cdc_peers --changes 20000 --steady-seconds 5 --pairs 1  # smaller
+    .venv/bin/python -m bench.cdc_peers --changes 20000 --warmup-seconds 2 --steady-seconds 5 \
+        --pairs 1  # smaller
 
 Flags: ``--changes`` (``CHANGEBROKER_BENCH_CHANGES``, default 200,000), ``--steady-seconds``
-(``CHANGEBROKER_BENCH_STEADY_SECONDS``, 30), ``--steady-rate``
+(``CHANGEBROKER_BENCH_STEADY_SECONDS``, 30), ``--warmup-seconds``
+(``CHANGEBROKER_BENCH_WARMUP_SECONDS``, 10), ``--steady-rate``
 (``CHANGEBROKER_BENCH_STEADY_RATE``, 5,000), ``--pairs`` (``CHANGEBROKER_BENCH_PAIRS``, 3); the
 variables reach it through ``python -m bench cdc_peers`` too.
 """
@@ -89,6 +92,11 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
         "--steady-seconds",
         type=float,
         default=float(env("CHANGEBROKER_BENCH_STEADY_SECONDS", "30")),
+    )
+    parser.add_argument(
+        "--warmup-seconds",
+        type=float,
+        default=float(env("CHANGEBROKER_BENCH_WARMUP_SECONDS", "10")),
     )
     parser.add_argument(
         "--steady-rate", type=float, default=float(env("CHANGEBROKER_BENCH_STEADY_RATE", "5000"))
@@ -166,8 +174,9 @@ def _steady(
     committed: dict[int, float] = {}  # last row id of each transaction -> its commit's return
     interval = STEADY_ROWS / args.steady_rate
     start = time.monotonic()
+    measured = start + args.warmup_seconds  # commits from here on count
     n = 0
-    while (now := time.monotonic()) - start < args.steady_seconds:
+    while (now := time.monotonic()) - measured < args.steady_seconds:
         # On a schedule, not a sleep after each commit: a slow commit is caught up on.
         time.sleep(max(0.0, start + n * interval - now))
         first = ids.take(STEADY_ROWS)
@@ -181,7 +190,7 @@ def _steady(
         n += 1
     rate = n * STEADY_ROWS / (max(committed.values()) - start)
     wait_until(lambda: committed.keys() <= readable.seen.keys(), timeout=300, what="steady rows")
-    latencies = sorted(readable.seen[i] - t for i, t in committed.items())
+    latencies = sorted(readable.seen[i] - t for i, t in committed.items() if t >= measured)
     return {
         "steady phase: changes/s the writer reached": rate,
         "commit->readable p50 ms": latencies[len(latencies) // 2] * 1000,

@@ -79,10 +79,13 @@ class Ours:
         ):
             state = Path(tmp) / f"peer_{uuid.uuid4().hex[:8]}"
             state.mkdir()
-            with services(self._app_dsn, meta_dsn, self._bootstrap, state) as (url, pids):
-                self._meta_dsn, self._bridge_url = meta_dsn, url
-                self.pids = pids._asdict()
-                yield
+            try:
+                with services(self._app_dsn, meta_dsn, self._bootstrap, state) as (url, pids):
+                    self._meta_dsn, self._bridge_url = meta_dsn, url
+                    self.pids = pids._asdict()
+                    yield
+            finally:
+                _delete_topics(self._bootstrap, list(self._event_types().values()))
 
     def _event_types(self) -> dict[str, str]:
         names = [f"changebroker.{table}" for table in self._tables]
@@ -162,6 +165,7 @@ class Debezium:
                 _drop_slot(self._app_dsn, name)
                 with psycopg.connect(self._app_dsn, autocommit=True) as conn:
                     conn.execute(f'DROP PUBLICATION IF EXISTS "{name}"')
+                _delete_topics(self._bootstrap, self.topics())
 
     def topics(self) -> list[str]:
         return [f"{self._prefix}.{table}" for table in self._tables]
@@ -237,6 +241,15 @@ def _create_topics(bootstrap: str, topics: list[str]) -> None:
     ]
     admin = kafka.admin(bootstrap)  # held until the answers came: the futures need it alive
     for future in admin.create_topics(new).values():
+        future.result()
+
+
+def _delete_topics(bootstrap: str, topics: list[str]) -> None:
+    """A turn's topics, gone with it: runs after runs would otherwise pile them up."""
+    if not topics:
+        return
+    admin = kafka.admin(bootstrap)  # held until the answers came: the futures need it alive
+    for future in admin.delete_topics(topics).values():
         future.result()
 
 
