@@ -141,6 +141,9 @@ class Position:
     # Tables an operator moved to another event type (a change their old one refuses).
     renamed: dict[str, str] = field(default_factory=dict)
     snapshots: dict[str, Run] = field(default_factory=dict)  # table -> its newest run
+    # The units whose Progress and Run objects are this position's own, not shared with the
+    # position it was copied from (see copy).
+    _own: set[str] = field(default_factory=set, init=False, compare=False, repr=False)
 
     def floor(self, unit: str) -> Sequence:
         return self.held.get(unit, self.since)
@@ -167,13 +170,28 @@ class Position:
         )
 
     def copy(self) -> Position:
+        """A position to change for the next batch. Its Progress and Run objects are this
+        one's until :meth:`own` copies a unit's: a batch copies the units it touches, not
+        every unit ever seen (dropped tables too), and this position (committed, or being
+        committed) stays as it is."""
         return Position(
             self.since,
             dict(self.held),
-            {unit: dataclasses.replace(p) for unit, p in self.progress.items()},
+            dict(self.progress),
             dict(self.renamed),
-            {table: dataclasses.replace(run) for table, run in self.snapshots.items()},
+            dict(self.snapshots),
         )
+
+    def own(self, unit: str) -> Progress:
+        """The unit's progress (and run, if it has one) to change: copied on first use."""
+        if unit not in self._own:
+            self._own.add(unit)
+            progress = self.progress.get(unit)
+            self.progress[unit] = Progress() if progress is None else dataclasses.replace(progress)
+            run = self.snapshots.get(unit)
+            if run is not None:
+                self.snapshots[unit] = dataclasses.replace(run)
+        return self.progress[unit]
 
 
 def _code(answer: Answer) -> str | None:
@@ -529,10 +547,11 @@ class Bridge:
             reason = exc.detail if isinstance(exc, ItemFailure) else str(exc)
             self._stop(table, reason, Sequence.parse(change["sequence"]), position)
             return []
+        progress = position.own(table)
+        run = position.snapshots[table]
         if chunk.last_key is not None:
             run.last_key = chunk.last_key
         run.rows_read += chunk.read
-        progress = position.progress.setdefault(table, Progress())
         progress.event_type = target.name
         progress.events += len(out)
         fields = logs.fields(
@@ -622,7 +641,7 @@ class Bridge:
                 continue
             unit, event_type, produced = published
             messages.extend(produced)
-            progress = position.progress.setdefault(unit, Progress())
+            progress = position.own(unit)
             progress.event_type = event_type
             progress.sequence = change["sequence"]
             progress.events += len(produced)
@@ -634,7 +653,7 @@ class Bridge:
             position.held[unit] = max(held, last)
             if position.held[unit] >= position.since:
                 del position.held[unit]
-        if position.as_json() != self.position.as_json():
+        if position != self.position:  # the fields' equality: as the records would compare
             await self._commit(commits, messages, position)
 
     async def _after_gap(self, commits: Commits[Position], since: Sequence) -> None:
