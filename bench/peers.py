@@ -79,9 +79,10 @@ class Ours:
         ):
             state = Path(tmp) / f"peer_{uuid.uuid4().hex[:8]}"
             state.mkdir()
+            self._meta_dsn = meta_dsn
             try:
                 with services(self._app_dsn, meta_dsn, self._bootstrap, state) as (url, pids):
-                    self._meta_dsn, self._bridge_url = meta_dsn, url
+                    self._bridge_url = url
                     self.pids = pids._asdict()
                     yield
             finally:
@@ -106,7 +107,11 @@ class Ours:
         return data
 
     def snapshotted(self) -> bool:
-        units = httpx.get(f"{self._bridge_url}/status", timeout=30).json()["units"]
+        try:
+            # Converting a chunk of rows holds the bridge's loop: its answer may be slow.
+            units = httpx.get(f"{self._bridge_url}/status", timeout=60).json()["units"]
+        except httpx.TimeoutException:
+            return False
         return all(
             (units.get(table, {}).get("snapshot") or {}).get("state") == "done"
             for table in self._tables
