@@ -21,7 +21,7 @@ from bench.report import RESULTS_ENV, Figure, format_table
 from bench.services import local_stack
 
 BENCH_DIR = Path(__file__).resolve().parent
-NOT_BENCHMARKS = {"__init__", "__main__", "report", "services"}  # helpers, not benchmarks
+NOT_BENCHMARKS = {"__init__", "__main__", "peers", "report", "services"}  # helpers, not benchmarks
 
 
 def discover() -> list[str]:

@@ -73,6 +73,8 @@ END $$;
 class Pids(NamedTuple):
     bridge: int
     changeserver: int
+    registry: int
+    broker: int
 
 
 class Deliveries:
@@ -152,7 +154,8 @@ def services(
                     )
                 )
                 wait_until(functools.partial(answers, ready), timeout=120, what=args[0])
-            yield f"{loopback}:{ports['bridge']}", Pids(processes[-1].pid, processes[0].pid)
+            changeserver, registry, broker, bridge = (p.pid for p in processes)
+            yield f"{loopback}:{ports['bridge']}", Pids(bridge, changeserver, registry, broker)
             httpx.get(f"{loopback}:{ports['csm']}/markdown")  # the slot goes at shutdown
         finally:
             for process in reversed(processes):
@@ -204,7 +207,7 @@ def _measure(app_dsn: str, meta_dsn: str, bootstrap: str, pids: Pids) -> list[Fi
             burst = BURST_TRANSACTIONS * BURST_ROWS
             final = first + burst
             conn.execute("SET synchronous_commit = off")
-            cpu_before = {pid: server_cpu(pid) for pid in pids}
+            cpu_before = {pid: server_cpu(pid) for pid in (pids.bridge, pids.changeserver)}
             machine_before = machine_busy_cpu()
             began = time.monotonic()
             conn.execute("CALL burst(%s, %s, %s)", (BURST_TRANSACTIONS, BURST_ROWS, first - 1))

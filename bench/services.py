@@ -30,16 +30,38 @@ def rss_bytes(pid: int) -> int:
 
 
 def server_cpu(pid: int) -> float:
-    """CPU seconds of ``pid`` and its children (the workers) so far: steadier than rates on
-    a shared machine."""
+    """CPU seconds of ``pid`` and its children (the workers, Postgres's backends), the ones
+    that ended too, so far: steadier than rates on a shared machine."""
     pids = [pid]
     for task in Path(f"/proc/{pid}/task").iterdir():
-        pids += [int(child) for child in (task / "children").read_text().split()]
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            pids += [int(child) for child in (task / "children").read_text().split()]
     ticks = 0
     for each in pids:
-        fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks += int(fields[11]) + int(fields[12])  # utime + stime
+        with contextlib.suppress(OSError):  # a child that ended meanwhile: counted below
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime + stime
+            if each == pid:
+                ticks += int(fields[13]) + int(fields[14])  # cutime + cstime: children reaped
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def listening_pid(port: int) -> int:
+    """The process listening on TCP ``port`` of this machine (Linux): how a benchmark finds
+    the Postgres or Kafka it was given by address, to read their CPU too."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        with contextlib.suppress(OSError):
+            for fd in fd_dir.iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) in inodes:
+                        return int(fd_dir.parent.name)
+    raise LookupError(f"no process of this machine listens on port {port}")
 
 
 def machine_busy_cpu() -> float:

@@ -29,7 +29,9 @@ fi
 if [[ -n "$extras" ]] && ! command -v promtool >/dev/null; then
   missing+=(prometheus)
 fi
+# Debian's server package brings pgbench too (bench/writer_overhead.py runs it).
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+compgen -G "/usr/lib/postgresql/*/bin/pgbench" >/dev/null || missing+=(postgresql-contrib)
 # `up --broker-processes N` puts the broker processes behind HAProxy (the cluster tests too).
 [[ -x /usr/sbin/haproxy ]] || command -v haproxy >/dev/null || missing+=(haproxy)
 if ((${#missing[@]})); then

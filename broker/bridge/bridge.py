@@ -64,14 +64,16 @@ EID_NAMESPACE = uuid.UUID("6f1c2f4e-1b0a-5c39-9b7e-2f1d0c4b8a11")
 _EID_PREFIX = EID_NAMESPACE.bytes
 
 
+# The variant digit of a hex digest's 17th digit: its top two bits set to 10 (RFC 4122).
+_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+
+
 def eid(name: str) -> str:
     """``str(uuid.uuid5(EID_NAMESPACE, name))`` without the UUID object: one per event, and a
-    snapshot makes millions."""
-    digest = bytearray(hashlib.sha1(_EID_PREFIX + name.encode()).digest()[:16])
-    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
-    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
-    h = digest.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    snapshot makes millions. Cut from the hex digest with the version and variant digits set
+    (1.5 against 1.9 µs with the bits set on the bytes first)."""
+    h = hashlib.sha1(_EID_PREFIX + name.encode()).hexdigest()
+    return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
 
 
 _DISCOVER_EVERY = 30.0  # seconds between looks for newly published tables to snapshot
@@ -139,6 +141,9 @@ class Position:
     # Tables an operator moved to another event type (a change their old one refuses).
     renamed: dict[str, str] = field(default_factory=dict)
     snapshots: dict[str, Run] = field(default_factory=dict)  # table -> its newest run
+    # The units whose Progress and Run objects are this position's own, not shared with the
+    # position it was copied from (see copy).
+    _own: set[str] = field(default_factory=set, init=False, compare=False, repr=False)
 
     def floor(self, unit: str) -> Sequence:
         return self.held.get(unit, self.since)
@@ -165,13 +170,28 @@ class Position:
         )
 
     def copy(self) -> Position:
+        """A position to change for the next batch. Its Progress and Run objects are this
+        one's until :meth:`own` copies a unit's: a batch copies the units it touches, not
+        every unit ever seen (dropped tables too), and this position (committed, or being
+        committed) stays as it is."""
         return Position(
             self.since,
             dict(self.held),
-            {unit: dataclasses.replace(p) for unit, p in self.progress.items()},
+            dict(self.progress),
             dict(self.renamed),
-            {table: dataclasses.replace(run) for table, run in self.snapshots.items()},
+            dict(self.snapshots),
         )
+
+    def own(self, unit: str) -> Progress:
+        """The unit's progress (and run, if it has one) to change: copied on first use."""
+        if unit not in self._own:
+            self._own.add(unit)
+            progress = self.progress.get(unit)
+            self.progress[unit] = Progress() if progress is None else dataclasses.replace(progress)
+            run = self.snapshots.get(unit)
+            if run is not None:
+                self.snapshots[unit] = dataclasses.replace(run)
+        return self.progress[unit]
 
 
 def _code(answer: Answer) -> str | None:
@@ -527,10 +547,11 @@ class Bridge:
             reason = exc.detail if isinstance(exc, ItemFailure) else str(exc)
             self._stop(table, reason, Sequence.parse(change["sequence"]), position)
             return []
+        progress = position.own(table)
+        run = position.snapshots[table]
         if chunk.last_key is not None:
             run.last_key = chunk.last_key
         run.rows_read += chunk.read
-        progress = position.progress.setdefault(table, Progress())
         progress.event_type = target.name
         progress.events += len(out)
         fields = logs.fields(
@@ -620,7 +641,7 @@ class Bridge:
                 continue
             unit, event_type, produced = published
             messages.extend(produced)
-            progress = position.progress.setdefault(unit, Progress())
+            progress = position.own(unit)
             progress.event_type = event_type
             progress.sequence = change["sequence"]
             progress.events += len(produced)
@@ -632,7 +653,7 @@ class Bridge:
             position.held[unit] = max(held, last)
             if position.held[unit] >= position.since:
                 del position.held[unit]
-        if position.as_json() != self.position.as_json():
+        if position != self.position:  # the fields' equality: as the records would compare
             await self._commit(commits, messages, position)
 
     async def _after_gap(self, commits: Commits[Position], since: Sequence) -> None:
@@ -775,6 +796,11 @@ class Bridge:
             return in_force
         known = self._row_types.get(table, {})
         published = self._published.get(table)
+        if table not in self.position.snapshots and table not in self._snapshot_requests:
+            # A table first heard of in the stream (created since the last look): its first
+            # run starts at the next step, while it holds few rows, not up to 30 s later with
+            # every row inserted meanwhile published twice (C, then S).
+            self._next_discovery = 0.0
         assert self._catalog is not None and self._event_types is not None
         described = await self._describe(table)
         if described is None and table in self.refused:

@@ -10,6 +10,13 @@ bridge benchmark's steady phase that was a third of the bridge's CPU.
 One request at a time: a request cancelled or failed part way (a read ahead the bridge no
 longer wants, a timeout) leaves the connection in an unknown state, so it is closed and the
 next request opens another.
+
+The server closes a connection left idle for its keep-alive timeout (5 s by default), which
+a paused bridge (a long garbage collection, a stopped process) outlives. A kept-alive
+connection the server closed is replaced before the request goes out when the close was
+seen already, and otherwise the request, which reached no one, is sent again once on a new
+connection: ``GET /changes`` reads only, so sending it twice is harmless. Either way the
+bridge reads on in the same session.
 """
 
 from __future__ import annotations
@@ -36,6 +43,10 @@ class Answer:
 
 class ChangesUnreadable(Exception):
     """The changeserver did not answer, or not in HTTP/1.1 the bridge can read."""
+
+
+class _ClosedWhileIdle(ChangesUnreadable):
+    """A kept-alive connection was closed by the server before any of the answer came."""
 
 
 class ChangesClient:
@@ -68,7 +79,11 @@ class ChangesClient:
         async with self._lock:
             try:
                 async with asyncio.timeout(self._timeout):
-                    return await self._exchange(target)
+                    try:
+                        return await self._exchange(target)
+                    except _ClosedWhileIdle:
+                        self._close()
+                        return await self._exchange(target)
             except BaseException:
                 self._close()
                 raise
@@ -77,6 +92,9 @@ class ChangesClient:
         self._close()
 
     async def _exchange(self, target: str) -> Answer:
+        if self._stream is not None and self._stream[0].at_eof():
+            self._close()  # the server closed it while it idled
+        reused = self._stream is not None
         if self._stream is None:
             try:
                 reader, writer = await asyncio.open_connection(
@@ -88,13 +106,13 @@ class ChangesClient:
                 ) from exc
             self._stream = (reader, writer, h11.Connection(h11.CLIENT))
         reader, writer, connection = self._stream
+        status = 0
+        body: list[bytes] = []
         try:
             writer.write(
                 connection.send(h11.Request(method="GET", target=target, headers=self._headers))
                 + connection.send(h11.EndOfMessage())
             )
-            status = 0
-            body: list[bytes] = []
             while True:
                 event = connection.next_event()
                 if event is h11.NEED_DATA:
@@ -106,8 +124,10 @@ class ChangesClient:
                 elif isinstance(event, h11.EndOfMessage):
                     break
                 elif isinstance(event, h11.ConnectionClosed):
-                    raise ChangesUnreadable("the changeserver closed the connection mid-answer")
+                    raise ConnectionResetError("the changeserver closed the connection mid-answer")
         except (h11.ProtocolError, OSError) as exc:
+            if reused and not status:
+                raise _ClosedWhileIdle(f"the kept-alive connection was closed: {exc}") from exc
             raise ChangesUnreadable(f"reading the changeserver's answer: {exc}") from exc
         if connection.our_state is h11.DONE and connection.their_state is h11.DONE:
             connection.start_next_cycle()

@@ -18,6 +18,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
@@ -142,7 +143,8 @@ class Transactions:
             if messages and producer.flush(60) > 0:
                 raise TimeoutError("the batch's events were not acknowledged within 60 s")
             record = {**position, "offsets": offsets}
-            self._produce(POSITIONS_TOPIC, 0, self._name, json.dumps(record).encode())
+            # orjson: the record holds every unit, so it is written whole each transaction.
+            self._produce(POSITIONS_TOPIC, 0, self._name, orjson.dumps(record))
             producer.commit_transaction(60)
             self._offsets = offsets
         except KafkaException as exc:

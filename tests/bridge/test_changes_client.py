@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -177,3 +178,26 @@ def test_https_with_the_stacks_ca_and_the_bearer_token(tmp_path: Path) -> None:
 def test_a_url_that_is_not_http_is_refused() -> None:
     with pytest.raises(ValueError, match="http:// or https://"):
         ChangesClient("ftp://127.0.0.1:1", headers={}, ca_file=None, timeout=1)
+
+
+def test_a_connection_the_server_closed_during_a_pause_is_replaced_unseen() -> None:
+    """The event loop blocked past the server's keep-alive timeout (as a long garbage
+    collection or a stopped process blocks it): the next read goes out before the loop has
+    seen the close, reaches no one, and is sent again on a new connection."""
+    served = Server()
+    app = Starlette(routes=[Route("/changes", served.changes)])
+    with serve_in_thread(app, limits=http.ConnectionLimits(idle_timeout=1)) as url:
+
+        async def run() -> list[Answer]:
+            client = ChangesClient(url, headers={}, ca_file=None, timeout=10)
+            try:
+                first = await client.get([("since", "1")])
+                time.sleep(2)  # the pause under test: the loop hears nothing meanwhile
+                return [first, await client.get([("since", "2")])]
+            finally:
+                await client.aclose()
+
+        answers = asyncio.run(run())
+    assert [a.status for a in answers] == [200, 200]
+    assert b'"since":"2"' in answers[1].body
+    assert served.clients[0] != served.clients[-1]

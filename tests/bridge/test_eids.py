@@ -8,5 +8,7 @@ from broker.bridge.bridge import EID_NAMESPACE, eid
 
 
 def test_eid_is_uuid5_of_the_name() -> None:
-    for name in ("public.t/0.1a.2", "public.t/0.1a.2/old", 'public.t/snapshot/r/["1","x"]', "ü"):
+    named = ["public.t/0.1a.2", "public.t/0.1a.2/old", 'public.t/snapshot/r/["1","x"]', "ü"]
+    # Enough names that every value of the digest's version and variant digits comes up.
+    for name in [*named, *(f"public.t/0.{n:x}.0" for n in range(1000))]:
         assert eid(name) == str(uuid.uuid5(EID_NAMESPACE, name))
