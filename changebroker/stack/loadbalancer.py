@@ -21,11 +21,13 @@ Over HTTPS the fleet is passed through in TCP mode as the brokers are, without t
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import resource
 import shutil
 import socket
 import ssl
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,7 +96,10 @@ class LoadBalancer:
 
     @property
     def stats_socket(self) -> Path:
-        return self.state.data(NAME) / "haproxy.sock"
+        # A Unix socket's path has at most ~100 bytes: a short name in the temp folder, one
+        # per state folder.
+        digest = hashlib.sha1(str(self.state.root.resolve()).encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"changebroker-haproxy-{digest}.sock"
 
     @property
     def pid_file(self) -> Path:
