@@ -96,6 +96,7 @@ class Service:
     # What ``status`` adds from the running service (the bridge's per-table progress).
     status_url: str | None = None
     command: str | None = None  # when several processes of one service have names of their own
+    management_url: str | None = None  # a changeserver's /health /ready /markdown /status
 
     @property
     def argv(self) -> list[str]:
@@ -326,7 +327,14 @@ class LocalStack:
             ]
             base, management = f"{loopback}:{api}", f"{loopback}:{mgmt}"
             return [
-                Service("changeserver", args, base, f"{management}/ready", f"{management}/status")
+                Service(
+                    "changeserver",
+                    args,
+                    base,
+                    f"{management}/ready",
+                    f"{management}/status",
+                    management_url=management,
+                )
             ]
         fleet = []
         for i, (api, mgmt) in enumerate(pairs, start=1):
@@ -345,6 +353,7 @@ class LocalStack:
                     f"{loopback}:{mgmt}/ready",
                     f"{loopback}:{mgmt}/status",
                     command="changeserver",
+                    management_url=f"{loopback}:{mgmt}",
                 )
             )
         return fleet
@@ -518,6 +527,8 @@ class LocalStack:
             pid = read_pid(self.state.pid_file(service.name))
             if pid is not None:
                 result[service.name] = {"url": service.base_url, "pid": pid}
+                if service.management_url:
+                    result[service.name]["management"] = service.management_url
                 if service.ready_url:
                     # Running is not serving: a frozen or cut-off service is not ready.
                     result[service.name]["ready"] = answers(service.ready_url, self.ssl_context())
