@@ -472,6 +472,14 @@ class LocalStack:
         stopped = [SUPERVISOR] if stop_pid(self.state.pid_file(SUPERVISOR)) else []
         # The scheduled replay whether or not this ``down`` was told about it.
         names = [REPLAY, *(s.name for s in reversed(self.services()) if s.name != REPLAY)]
+        # And the processes of a shape an ``up`` before this one had (more changeservers or
+        # broker processes than now asked for), by the pid files they left.
+        names += sorted(
+            f.stem
+            for pattern in ("changeserver-*.pid", "broker-*.pid")
+            for f in self.state.run.glob(pattern)
+            if f.stem not in names
+        )
         stopped += [name for name in names if stop_pid(self.state.pid_file(name))]
         if self.load_balancer.stop():
             stopped.append("loadbalancer")
