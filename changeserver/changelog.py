@@ -152,14 +152,16 @@ class ChangeLog:
         return meta["durable_lsn"], meta["end_lsn"]
 
     def slot_created(self) -> bool:
-        return self._meta()["slot_created"] == 1
+        with self._lock:  # a peer's seed request asks from the event loop's thread
+            return self._meta()["slot_created"] == 1
 
     def note_slot_created(self) -> None:
         with self._lock:
             self._conn.execute("UPDATE meta SET value = 1 WHERE key = 'slot_created'")
 
     def retired(self) -> bool:
-        return self._meta()["retired"] == 1
+        with self._lock:
+            return self._meta()["retired"] == 1
 
     def note_retired(self) -> None:
         """Our slot is about to be dropped for good (a markdown's shutdown)."""

@@ -61,7 +61,7 @@ def route(changelog: ChangeLog, state: api.State, confirmed: Callable[[], int]) 
             return api.error_response(503, "MARKED_DOWN", "the server is marked down")
         if (failure := state.failure()) is not None:
             return api.error_response(503, "NOT_READY", failure)
-        if changelog.retired() or not changelog.slot_created():
+        if not await asyncio.to_thread(_has_history, changelog):
             return api.error_response(
                 409, "NO_HISTORY", "this server has not streamed yet: it has nothing to seed"
             )
@@ -92,9 +92,16 @@ def _remove(folder: Path) -> None:
     folder.rmdir()
 
 
+def _has_history(changelog: ChangeLog) -> bool:
+    """Whether this log streamed from a slot it still has (a peer may copy it)."""
+    return changelog.slot_created() and not changelog.retired()
+
+
 def needs_seed(changelog: ChangeLog) -> bool:
-    """A log that never streamed, or whose slot a markdown dropped: nothing continues it."""
-    return changelog.retired() or not changelog.slot_created()
+    """A new log (nothing durable, no slot yet), or one whose slot a markdown dropped: nothing
+    continues it. A log with changes from before ``slot_created`` was kept is not new."""
+    new = not changelog.slot_created() and changelog.durable() == (0, 0)
+    return new or changelog.retired()
 
 
 def seed(

@@ -28,7 +28,8 @@ def test_a_since_not_reached_yet_waits_until_the_server_has_it(
     make_server: MakeServer, pg_dsn: str
 ) -> None:
     ahead = make_server()
-    link = Link("postgres", free_port(), int(psycopg.conninfo.conninfo_to_dict(pg_dsn)["port"]))
+    port = psycopg.conninfo.conninfo_to_dict(pg_dsn)["port"] or 5432
+    link = Link("postgres", free_port(), int(port))
     proxies = Proxies([link])
     proxies.start()
     try:
