@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import ssl
 import tempfile
 import threading
@@ -50,6 +51,8 @@ def route(changelog: ChangeLog, state: api.State, confirmed: Callable[[], int]) 
     """``GET /changelog?through=LSN`` on the management port: a copy of the whole log once
     everything committed before ``LSN`` is durable here (``confirmed``: the position this
     server confirmed to Postgres)."""
+    for left in changelog.path.parent.glob("seed-*"):  # copies a stopped server never sent
+        _remove(left)
 
     async def copy(request: Request) -> Response:
         raw = request.query_params.get("through", "")
@@ -87,9 +90,7 @@ def route(changelog: ChangeLog, state: api.State, confirmed: Callable[[], int]) 
 
 
 def _remove(folder: Path) -> None:
-    for child in folder.iterdir():
-        child.unlink(missing_ok=True)
-    folder.rmdir()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _has_history(changelog: ChangeLog) -> bool:

@@ -105,9 +105,10 @@ class ChangeServer:
 
         def guarded(app: ASGIApp) -> ASGIApp:
             # Load balancers probe /health and /ready without credentials; /markdown stops the
-            # service and the stack dump shows its internals: admins only.
+            # service, the stack dump shows its internals, and /changelog hands out the whole
+            # log (to a fleet's new server): admins only.
             def scope_of(method: str, path: str) -> str:
-                admin = path == "/markdown" or path.endswith("/diagnostics/stack")
+                admin = path in ("/markdown", seeding.PATH) or path.endswith("/diagnostics/stack")
                 return admin_scope if admin else read_scope
 
             return auth.AuthMiddleware(
