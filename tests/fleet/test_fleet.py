@@ -160,6 +160,12 @@ def test_the_bridge_through_the_balancer_publishes_every_row_once(
             )
             stack.start_bridge()
             try:
+                # Taken up (its snapshot, empty, done) before any row is written.
+                def taken_up() -> bool:
+                    unit = stack.status()["units"].get("public.fleet_rows") or {}
+                    return (unit.get("snapshot") or {}).get("state") == "done"
+
+                wait_until(taken_up, timeout=60, what="the bridge to take the table up")
                 writers = [Writer(fleet.dsn, i, SEED) for i in (1, 2)]
                 for writer in writers:
                     writer.start()
@@ -175,7 +181,9 @@ def test_the_bridge_through_the_balancer_publishes_every_row_once(
                     )
                     events = [e for e in rebuilt.events if e["data_type"] == "public.fleet_rows"]
                     assert rebuilt.duplicate_eids() == [], done
-                    assert len(events) == committed, done
+                    # One event per row written, each a change: the table was empty when the
+                    # bridge took it up, and no gap made it snapshot the table again.
+                    assert [e["data_op"] for e in events] == ["C"] * committed, done
             finally:
                 stack.stop_bridge()
 
@@ -223,9 +231,16 @@ def test_markdown_leaves_rotation_within_one_check_interval_and_drops_the_slot(
         for thread in parked:
             thread.join(timeout=10)
         assert answers == [200, 200, 200]  # answered at once, not cut
-        wait_until(lambda: not fleet.routed(leaving), timeout=10, what="the balancer to drop it")
+        wait_until(
+            lambda: not fleet.routed(leaving),
+            timeout=10,
+            what="the balancer to drop it",
+            interval=0.02,
+        )
+        # One interval until the next check, plus its round trip and this test's own look
+        # at HAProxy on a machine other work keeps busy.
         left_after = time.monotonic() - marked
-        assert left_after <= CHECK_INTERVAL + 0.5, left_after
+        assert left_after <= CHECK_INTERVAL + 0.75, left_after
 
         before = _access_lines(leaving, "/changes")
         for _ in range(10):
