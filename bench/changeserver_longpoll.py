@@ -53,7 +53,7 @@ CONNECTING_AT_ONCE = 200  # below uvicorn's listen backlog
 ONE_AMONG_IDLE_SAMPLES = 10
 
 
-def _settle(pid: int) -> None:
+def settle(pid: int) -> None:
     """Until the server has gone idle: every request read and its waiter registered."""
     previous = -1.0
     while (cpu := server_cpu(pid)) != previous:
@@ -66,7 +66,7 @@ class _LongPoll(asyncio.Protocol):
     server's latency on a machine they share, so this one does the least a client can: no
     future or task per client, and no close until the whole round is answered."""
 
-    def __init__(self, request: bytes, group: _Group) -> None:
+    def __init__(self, request: bytes, group: Group) -> None:
         self.request = request
         self.group = group
         self.received = bytearray()
@@ -100,7 +100,7 @@ class _LongPoll(asyncio.Protocol):
         return bytes(self.received[: self.end])
 
 
-class _Group:
+class Group:
     """Long polls sent together: done once every one has its whole answer."""
 
     def __init__(self, port: int, path: str, clients: int) -> None:
@@ -145,20 +145,20 @@ async def _round(
     """Latencies, memory per idle client, server and client CPU seconds per response, one
     client's whole answer, last sequence."""
     rss_before = rss_bytes(pid)
-    group = _Group(port, f"/changes?selector=lp&since={since}&block=300", clients)
+    group = Group(port, f"/changes?selector=lp&since={since}&block=300", clients)
     try:
         await group.open()
-        await asyncio.to_thread(_settle, pid)
+        await asyncio.to_thread(settle, pid)
         per_client = (rss_bytes(pid) - rss_before) / clients
         cpu = server_cpu(pid)
-        with psycopg.connect(dsn) as conn, _measuring():
+        with psycopg.connect(dsn) as conn, measuring():
             conn.execute("INSERT INTO items (name, _change_selector) VALUES ('wake', 'lp')")
             client_cpu = time.process_time()
             committing = time.perf_counter()
             conn.commit()
             await group.done
             client_per_response = (time.process_time() - client_cpu) / clients
-        await asyncio.to_thread(_settle, pid)  # what the server does after the answers counts
+        await asyncio.to_thread(settle, pid)  # what the server does after the answers counts
         cpu_per_response = (server_cpu(pid) - cpu) / clients
     finally:
         group.close()
@@ -239,7 +239,7 @@ async def _bare_round(
     """Latencies of ``clients`` held by the bare ``servers`` (port, control), an equal share
     each, every one sent ``answer`` in one pass once all are told to answer."""
     share = clients // len(servers)
-    groups = [_Group(port, "/changes?selector=lp&block=300", share) for port, _ in servers]
+    groups = [Group(port, "/changes?selector=lp&block=300", share) for port, _ in servers]
     for _, control in servers:
         control.send(("expect", (share, answer)))
     try:
@@ -247,7 +247,7 @@ async def _bare_round(
             await group.open()
         for _, control in servers:
             await asyncio.to_thread(control.recv)  # every request held
-        with _measuring():
+        with measuring():
             answering = time.perf_counter()
             for _, control in servers:
                 control.send(("answer", None))
@@ -274,7 +274,7 @@ def _bare_server_process() -> Iterator[tuple[int, Connection]]:
 
 
 @contextlib.contextmanager
-def _measuring() -> Iterator[None]:
+def measuring() -> Iterator[None]:
     """The clients' garbage collector off while answers arrive: a full collection of their
     thousands of connections would be counted as the server's latency."""
     gc.disable()
@@ -291,17 +291,17 @@ async def _one_among_idle(
 
     The cost of a wake should not grow with the number of idle waiters.
     """
-    idle = _Group(port, f"/changes?selector=idle&since={since}&block=300", clients - 1)
+    idle = Group(port, f"/changes?selector=idle&since={since}&block=300", clients - 1)
     latencies: list[float] = []
     try:
         await idle.open()
         with psycopg.connect(dsn, autocommit=True) as conn:
             for _ in range(ONE_AMONG_IDLE_SAMPLES):
-                woken = _Group(port, f"/changes?selector=lp&since={since}&block=300", 1)
+                woken = Group(port, f"/changes?selector=lp&since={since}&block=300", 1)
                 try:
                     await woken.open()
-                    await asyncio.to_thread(_settle, pid)  # every waiter registered first
-                    with _measuring():
+                    await asyncio.to_thread(settle, pid)  # every waiter registered first
+                    with measuring():
                         committing = time.perf_counter()
                         conn.execute(
                             "INSERT INTO items (name, _change_selector) VALUES ('wake', 'lp')"

@@ -67,6 +67,7 @@ def _stack(args: argparse.Namespace) -> LocalStack:
     stack.replay_every = getattr(args, "replay_every", None)
     stack.kafka_nodes = getattr(args, "kafka_nodes", None)
     stack.broker_processes = getattr(args, "broker_processes", None)
+    stack.changeservers = getattr(args, "changeservers", None)
     stack.auth = auth.AuthSettings.from_args(args)
     stack.client_token = args.client_token or None
     stack.tls = http.tls_of(args)
@@ -190,6 +191,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=_at_least_one,
         help="broker processes; above 1 they run on ports of their own behind HAProxy on"
         " --broker-port, health-checked on /health (default: as the last `up`, else 1)",
+    )
+    config.add_option(
+        up,
+        "--changeservers",
+        scope="",
+        type=_at_least_one,
+        help="changeservers, each with its own slot and change log; above 1 they run on"
+        " ports of their own behind HAProxy on --changeserver-port, checked on /health and"
+        " /ready, a new one seeded from the others (default: as the last `up`, else 1)",
     )
     up.set_defaults(handler=cmd_up)
 

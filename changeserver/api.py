@@ -253,9 +253,9 @@ def parse_query(request: Request) -> Query:
     return Query(selectors, since, limit, block, snapshot, media_type, tables)
 
 
-# An answer: (any changes?, body, response headers, the same as lines for ``http.RESPOND``),
-# shared by identical queries.
-Answer = tuple[bool, bytes, list[tuple[bytes, bytes]], bytes]
+# An answer: (any changes?, behind the query's ``since``?, body, response headers, the same as
+# lines for ``http.RESPOND``), shared by identical queries.
+Answer = tuple[bool, bool, bytes, list[tuple[bytes, bytes]], bytes]
 
 
 class ChangesEndpoint:
@@ -292,7 +292,7 @@ class ChangesEndpoint:
             return
         if answer is None:
             return  # written when the waiter was woken
-        _, body, headers, head = answer
+        _, _, body, headers, head = answer
         if respond is not None and respond(200, head, body):
             return
         await send({"type": "http.response.start", "status": 200, "headers": list(headers)})
@@ -315,8 +315,12 @@ class ChangesEndpoint:
         return bounds, rows
 
     def _answer(self, query: Query, *, checked: bool = False) -> Answer:
-        """(any changes?, body, headers, header lines), shared by identical queries until the
-        change log changes.
+        """(any changes?, behind?, body, headers, header lines), shared by identical queries
+        until the change log changes.
+
+        Behind: this server has not yet made durable the transaction ``since`` names (the
+        client read it from another server of a fleet); such an answer holds no changes, and
+        its ``lastSequence`` is ``since``, never a position before the client's own.
 
         When a batch wakes thousands of waiters on one selector, they all ask the same
         question: the first reads and renders, the rest reuse its bytes. ``checked``: the
@@ -345,12 +349,14 @@ class ChangesEndpoint:
             ]
             # A ``table`` read that only moved past other tables' changes has news too.
             found = bool(rows) or (bool(query.tables) and bounds.last > query.since)
-            answer = self._answers[key] = (found, body, headers, http.header_lines(headers))
+            behind = query.since.lsn > bounds.durable
+            answer = (found, behind, body, headers, http.header_lines(headers))
+            self._answers[key] = answer
         return answer
 
     async def _changes(self, query: Query, respond: http.Respond | None) -> Answer | None:
         """The answer to send; None when a wake already wrote it through ``respond``."""
-        answer = found, _, _, _ = self._answer(query)
+        answer = found, behind, _, _, _ = self._answer(query)
         if found or query.block <= 0:
             return answer
         version = self._version  # the change log's, as this answer read it
@@ -362,18 +368,26 @@ class ChangesEndpoint:
         loop = asyncio.get_running_loop()
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or http.draining.is_set():
+            if remaining <= 0 or http.draining.is_set() or self.state.marked_down:
                 return answer
+            # Behind ``since``: every durable batch may be the one that catches up, whatever
+            # its selectors; once caught up, only the query's own selectors' news matters.
+            selectors = query.selectors
+            if behind and ANY_SELECTOR not in selectors:
+                selectors = [*selectors, ANY_SELECTOR]
             waiter = _LongPoll(self, query, once, respond, loop.create_future())
             future = waiter.future
-            waiters.register(query.selectors, waiter)
+            waiters.register(selectors, waiter)
             try:
                 # Ask again once registered: a batch made durable before is not missed.
-                if once and self.reader.version() != version:
+                if once and not behind and self.reader.version() != version:
                     return self._answer(query)
-                answer = found, _, _, _ = self._answer(query)
-                if found:
+                answer = found, now_behind, _, _, _ = self._answer(query)
+                if found or (once and behind and not now_behind):
                     return answer
+                if behind and not now_behind:
+                    behind = False
+                    continue  # caught up: wait on the query's own selectors
                 # A timer on the future itself: cheaper than wait_for, per waiter.
                 timer = loop.call_later(remaining, _expire, future)
                 try:
@@ -382,10 +396,11 @@ class ChangesEndpoint:
                 finally:
                     timer.cancel()
             finally:
-                waiters.unregister(query.selectors, waiter)
-            answer = found, _, _, _ = self._answer(query)
-            if found or once:
+                waiters.unregister(selectors, waiter)
+            answer = found, now_behind, _, _, _ = self._answer(query)
+            if found or (once and not now_behind):
                 return answer
+            behind = now_behind
 
     def _respond(self, query: Query, once: bool, respond: http.Respond) -> bool:
         """On a wake: write the answer now if it is final; False leaves it to the request."""
@@ -393,10 +408,11 @@ class ChangesEndpoint:
         checked = self._checked_wake == waiters.wakes
         self._checked_wake = waiters.wakes
         try:
-            found, body, _, head = self._answer(query, checked=checked)
+            found, behind, body, _, head = self._answer(query, checked=checked)
         except BadRequest:
             return False  # the request's task answers the error
-        return (found or once) and respond(200, head, body)
+        final = found or (once and not behind) or self.state.marked_down
+        return final and respond(200, head, body)
 
 
 class _LongPoll:
@@ -456,6 +472,9 @@ def _render(
     last = bounds.last
     if rows and len(rows) == query.limit:
         last = Sequence(rows[-1][0], rows[-1][1])
+    # A server behind ``since`` (another server of a fleet answered it first) holds nothing
+    # after it: the client stays where it is rather than be sent back to read changes again.
+    last = max(last, query.since)
     if query.media_type == PROTOBUF:
         message = pb.ChangeListPb(
             firstSequence=str(bounds.first),
@@ -507,6 +526,9 @@ def management_routes(state: State) -> list[Route]:
         if request.method != "GET":
             raise HTTPException(405, headers={"Allow": "GET"})
         state.marked_down = True
+        # Parked long polls answer now, with what there is: their clients' next polls go to
+        # a server that stays (the load balancer sees /ready 503 from now on).
+        state.waiters.wake_all()
         return PlainTextResponse("marked down")
 
     return [

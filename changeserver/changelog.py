@@ -31,6 +31,7 @@ SQLite transaction keeps the fsync cost per change small.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fnmatch
 import marshal
 import sqlite3
@@ -70,7 +71,9 @@ _META_KEYS = (
     "purged_lsn",
     "purged_idx",
     "slot_created",  # 1 once replication started from our slot: its absence is then a loss
+    "retired",  # 1 once a markdown dropped our slot at shutdown: nothing continues this log
 )
+_TABLES = ("changes", "commits", "relations", "selectors", "meta")
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,9 @@ class Bounds:
     first: Sequence
     last: Sequence
     purged: Sequence  # the newest sequence retention removed; ZERO when none
+    # Commit LSN of the newest transaction made durable: every transaction that committed at
+    # or before it is held (a ``since`` past it names a change this log has yet to receive).
+    durable: int = 0
 
 
 @dataclass(frozen=True)
@@ -146,11 +152,63 @@ class ChangeLog:
         return meta["durable_lsn"], meta["end_lsn"]
 
     def slot_created(self) -> bool:
-        return self._meta()["slot_created"] == 1
+        with self._lock:  # a peer's seed request asks from the event loop's thread
+            return self._meta()["slot_created"] == 1
 
     def note_slot_created(self) -> None:
         with self._lock:
             self._conn.execute("UPDATE meta SET value = 1 WHERE key = 'slot_created'")
+
+    def retired(self) -> bool:
+        with self._lock:
+            return self._meta()["retired"] == 1
+
+    def note_retired(self) -> None:
+        """Our slot is about to be dropped for good (a markdown's shutdown)."""
+        with self._lock:
+            self._conn.execute("UPDATE meta SET value = 1 WHERE key = 'retired'")
+
+    def copy_to(self, target: Path) -> None:
+        """A consistent copy of the whole log at ``target`` (SQLite's online backup)."""
+        source = _connect(self.path)
+        copy = sqlite3.connect(target)
+        try:
+            source.backup(copy)
+        finally:
+            copy.close()
+            source.close()
+
+    def import_seed(self, seed: Path) -> None:
+        """Replace this log's content, whole, by a peer's copy (``copy_to``): its changes, its
+        relations and its bounds and durable position; replication goes on from there with a
+        slot that is already ours (``slot_created``), skipping what the copy holds."""
+        with self._lock:
+            conn = self._conn
+            conn.execute("ATTACH DATABASE ? AS seed", (str(seed),))
+            try:
+                ours = conn.execute("PRAGMA main.user_version").fetchone()[0]
+                theirs = conn.execute("PRAGMA seed.user_version").fetchone()[0]
+                if ours != theirs:
+                    raise ValueError(
+                        f"the peer's change log is format {theirs}, ours {ours}:"
+                        " run the same changebroker version on every server of a fleet"
+                    )
+                with _immediate(conn):
+                    for table in _TABLES:
+                        conn.execute(f"DELETE FROM main.{table}")
+                        conn.execute(f"INSERT INTO main.{table} SELECT * FROM seed.{table}")
+                    conn.executemany(
+                        "INSERT OR IGNORE INTO meta (key, value) VALUES (?, 0)",
+                        [(k,) for k in _META_KEYS],
+                    )
+                    _set_meta(conn, {"slot_created": 1, "retired": 0})
+            finally:
+                conn.execute("DETACH DATABASE seed")
+            self._relations = {
+                _load_relation(data): id
+                for id, data in conn.execute("SELECT id, data FROM relations")
+            }
+            self._new_relations = []
 
     def restart_after_gap(self, start_lsn: int) -> None:
         """Changes up to ``start_lsn`` (a new slot's start) are lost: drop what the log holds,
@@ -331,7 +389,7 @@ class LogReader:
                 [*selectors, since.lsn, since.index, end.lsn, end.index],
             ).fetchall()
             wanted = [row for row in rows if self._matches(row[3], patterns)]
-            return Bounds(bounds.first, end, bounds.purged), wanted
+            return dataclasses.replace(bounds, last=end), wanted
         finally:
             conn.execute("COMMIT")
 
@@ -483,4 +541,5 @@ def _bounds(conn: sqlite3.Connection) -> Bounds:
         Sequence(meta["first_lsn"], meta["first_idx"]),
         Sequence(meta["last_lsn"], meta["last_idx"]),
         Sequence(meta["purged_lsn"], meta["purged_idx"]),
+        meta["durable_lsn"],
     )

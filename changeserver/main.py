@@ -83,7 +83,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=default_snapshots_dir(),
         help="the replay's snapshots, served at /snapshots",
     )
+    option(
+        "--seed-from",
+        type=_url_list,
+        default=(),
+        help="comma-separated management URLs of a fleet's other servers: a new change log"
+        " (or one whose slot a markdown dropped) is seeded from one of them before serving",
+    )
+    option(
+        "--seed-timeout",
+        type=config.parse_duration,
+        default=60.0,
+        help="how long to wait for a peer that can seed before the change log starts at the"
+        " new slot (positions before it are then SNAPSHOT_TOO_OLD here)",
+    )
     auth.add_options(parser)
+    auth.add_client_options(parser)
     option(
         "--read-scope",
         default=DEFAULT_READ_SCOPE,
@@ -105,6 +120,14 @@ def _slot_loss_policy(text: str) -> str:
 
 def _table_list(text: str) -> tuple[str, ...]:
     return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def _url_list(text: str) -> tuple[str, ...]:
+    urls = _table_list(text)
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise argparse.ArgumentTypeError(f"invalid peer URL {url!r}: use http:// or https://")
+    return urls
 
 
 class _Server(uvicorn.Server):
@@ -140,6 +163,7 @@ async def _serve(changeserver: ChangeServer, args: argparse.Namespace) -> None:
         # Long polls answer now with what they have, rather than be cut at the graceful
         # timeout: a client's next request (elsewhere, or after a restart) goes on from there.
         http.draining.set()
+        changeserver.replicator.stop()  # and any seeding under way
         changeserver.state.waiters.wake_all()
         for server in servers:
             server.should_exit = True

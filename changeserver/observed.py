@@ -166,9 +166,14 @@ class Observed:
 
     def status(self) -> dict[str, Any]:
         """The reading as JSON, with the selectors most long polls wait on."""
-        waiters = self.server.state.waiters
+        server = self.server
+        waiters = server.state.waiters
         return {
             **asdict(self.reading),
+            # Which server of a fleet this is, and whether it takes traffic (its /ready).
+            "slot": server.settings.slot,
+            "marked_down": server.state.marked_down,
+            "streaming": server.replicator.streaming.is_set(),
             "longpoll_waiters": waiters.waiting,
             "waiters_by_selector": waiters.by_selector_counts(limit=20),
         }

@@ -75,10 +75,15 @@ def ensure_slot(
                 if tables
                 else sql.SQL("ALL TABLES")
             )
-            conn.execute(
-                sql.SQL("CREATE PUBLICATION {} FOR {}").format(sql.Identifier(publication), covered)
-            )
-            log.info("publication created", extra=logs.fields(publication=publication))
+            try:
+                conn.execute(
+                    sql.SQL("CREATE PUBLICATION {} FOR {}").format(
+                        sql.Identifier(publication), covered
+                    )
+                )
+                log.info("publication created", extra=logs.fields(publication=publication))
+            except psycopg.errors.DuplicateObject:
+                pass  # a fleet's other server, starting at the same moment, made it first
         row = conn.execute(
             "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (slot,)
         ).fetchone()

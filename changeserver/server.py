@@ -17,7 +17,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from changebroker import auth, logs, metrics
-from changeserver import api, snapshots
+from changeserver import api, seeding, snapshots
 from changeserver.changelog import ChangeLog, LogReader
 from changeserver.observed import Observed
 from changeserver.replication import Replicator, drop_slot
@@ -43,6 +43,12 @@ class Settings:
     on_slot_loss: str = "fail"  # or "recreate": a new slot, readers told SNAPSHOT_TOO_OLD
     # The longest the slot's and the change log's numbers in /metrics and /status may be old.
     metrics_interval: float = 10.0
+    # A fleet's peers (management URLs): a new or retired change log is seeded from one of
+    # them before this server streams (``seeding``); how long to wait for one that can.
+    seed_from: tuple[str, ...] = ()
+    seed_timeout: float = 60.0
+    client_token: str | None = None  # sent to the peers, when they check credentials
+    tls_ca: Path | None = None  # what the peers' certificates are checked against
 
 
 class ChangeServer:
@@ -87,6 +93,7 @@ class ChangeServer:
         refresh = metrics.Interval(settings.metrics_interval, self.observed.refresh)
         management = [
             *api.management_routes(self.state),
+            seeding.route(self.changelog, self.state, lambda: replicator.confirmed_lsn),
             metrics.route([self.observed], [refresh]),
             Route("/status", self._status(refresh), methods=["GET"]),
         ]
@@ -99,11 +106,14 @@ class ChangeServer:
 
         base = re.escape(api.base(settings.prefix))
         # Load balancers probe /health and /ready without credentials; /markdown stops the
-        # service and the stack dump shows its internals: admins only.
+        # service, the stack dump shows its internals, and /changelog hands out the whole log
+        # (to a fleet's new server): admins only.
         scopes = auth.ScopeTable(
             (
                 auth.rule("GET", f"{base}/(changes|snapshots)|/metrics|/status", read_scope),
-                auth.rule("GET", f"/markdown|({base})?/diagnostics/stack", admin_scope),
+                auth.rule(
+                    "GET", f"/markdown|{seeding.PATH}|({base})?/diagnostics/stack", admin_scope
+                ),
             ),
             strictest=admin_scope,
         )
@@ -141,17 +151,40 @@ class ChangeServer:
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
         self.state.waiters.bind(asyncio.get_running_loop())
+        if self.settings.seed_from and seeding.needs_seed(self.changelog):
+            # Before the API port opens: nothing is served from a log that is not whole yet.
+            await asyncio.to_thread(self._seed)
         self.replicator.start()
         try:
             yield
         finally:
             await asyncio.to_thread(self.shutdown)
 
+    def _seed(self) -> None:
+        s = self.settings
+        seeding.seed(
+            self.changelog,
+            dsn=s.dsn,
+            slot=s.slot,
+            publication=s.publication or s.slot,
+            tables=s.tables,
+            peers=s.seed_from,
+            timeout=s.seed_timeout,
+            stopping=self.replicator.stopping,
+            headers=auth.client_headers(s.client_token),
+            verify=auth.client_verify(s.tls_ca),
+        )
+        self.replicator.confirmed_lsn = self.changelog.durable()[1]
+
     def shutdown(self) -> None:
         """Stop replicating; after a markdown, also drop the slot (nothing will resume it)."""
         self.replicator.stop()
-        self.replicator.join(timeout=30)
+        if self.replicator.is_alive():
+            self.replicator.join(timeout=30)
         if self.state.marked_down:
+            # Noted first: a restart then knows the log has no slot behind it, even if the
+            # drop below did not happen (a fleet's server seeds itself again from a peer).
+            self.changelog.note_retired()
             drop_slot(self.settings.dsn, self.settings.slot)
         self.reader.close()
         self.observed.close()

@@ -32,7 +32,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     option(
         "--changeserver-mgmt-url",
         default=f"{loopback}:{config.DEFAULT_CHANGESERVER_MGMT_PORT}",
-        help="the changeserver's management API (/health /ready /markdown)",
+        help="the changeserver's management API (/health /ready /markdown); a fleet's"
+        " servers' comma-separated, the first shown on the overview",
     )
     option(
         "--bridge-url",
@@ -75,11 +76,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def endpoints_of(args: argparse.Namespace) -> Endpoints:
+    fleet = tuple(url.strip().rstrip("/") for url in args.changeserver_mgmt_url.split(","))
     return Endpoints(
         broker=args.broker_url.rstrip("/"),
         registry=args.registry_url.rstrip("/"),
         changeserver=args.changeserver_url.rstrip("/"),
-        changeserver_mgmt=args.changeserver_mgmt_url.rstrip("/"),
+        changeserver_mgmt=fleet[0],
+        changeserver_fleet=fleet if len(fleet) > 1 else (),
         bridge=args.bridge_url.rstrip("/"),
         token=args.client_token or None,
         ca_file=args.tls_ca,

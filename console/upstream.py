@@ -23,6 +23,8 @@ class Endpoints:
     changeserver: str
     changeserver_mgmt: str
     bridge: str
+    # A fleet's servers, each by its management URL (none: the one at ``changeserver_mgmt``).
+    changeserver_fleet: tuple[str, ...] = ()
     # Sent to every service (they check it when their authentication is on).
     token: str | None = None
     ca_file: Path | None = None  # trusted for the services' HTTPS besides the system's CAs
@@ -120,8 +122,9 @@ class Upstream:
     async def changeserver(self, path: str, **kwargs: Any) -> Reply:
         return await self.call("GET", self.endpoints.changeserver + path, **kwargs)
 
-    async def changeserver_mgmt(self, path: str) -> Reply:
-        return await self.call("GET", self.endpoints.changeserver_mgmt + path)
+    async def changeserver_mgmt(self, path: str, server: str | None = None) -> Reply:
+        """``path`` on the changeserver's management port (``server``: one of a fleet's)."""
+        return await self.call("GET", (server or self.endpoints.changeserver_mgmt) + path)
 
     async def bridge(self, method: str, path: str, **kwargs: Any) -> Reply:
         return await self.call(method, self.endpoints.bridge + path, **kwargs)

@@ -2,14 +2,15 @@
 with faults injected on a seeded random schedule, and invariants checked as it runs and at
 the end. Exit status 1 on any violation.
 
-The stack is a private one (its own state folder, free ports) with two broker processes,
-the supervisor, the changeserver on ``--on-slot-loss recreate`` and its change log on a
-small filesystem of its own; our services reach Postgres, the registry, the changeserver
-and the broker through the fault proxy (``proxy.py``). Fault categories come in rounds, each
-round every category once in a seeded order, so each is injected about as often. ``lanes``
-injectors run side by side, never two faults on one component at once; after each fault
-the time until its component is healthy again is measured (and bounded), and, when no other
-fault was under way, the time until the whole stack is.
+The stack is a private one (its own state folder, free ports) with two broker processes and
+two changeservers, each pair behind the load balancer, and the supervisor; the changeservers
+run ``--on-slot-loss recreate``, the first one's change log on a small filesystem of its
+own; our services reach Postgres, the registry, the changeservers and the broker through
+the fault proxy (``proxy.py``), the latter two by the load balancer. Fault categories come
+in rounds, each round every category once in a seeded order, so each is injected about as
+often. ``lanes`` injectors run side by side, never two faults on one component at once;
+after each fault the time until its component is healthy again is measured (and bounded),
+and, when no other fault was under way, the time until the whole stack is.
 """
 
 from __future__ import annotations
@@ -39,11 +40,12 @@ from changebroker import kafka as kafka_client
 from changebroker.chaos import faults, workload
 from changebroker.chaos.proxy import BLACKHOLE, CUT, SLOW, Link, Proxies
 from changebroker.chaos.workload import Violations
-from changebroker.stack.local import LocalStack, Ports
+from changebroker.stack.local import FIRST_SLOT, LocalStack, Ports
 from changebroker.stack.processes import answers, free_port, read_pid, wait_until
 from changebroker.stack.state import REPO_ROOT, StateDir
 
-SERVICES = ("changeserver", "broker-1", "broker-2", "bridge", "registry")
+CHANGESERVERS = ("changeserver-1", "changeserver-2")  # the first holds the slot faults hit
+SERVICES = (*CHANGESERVERS, "broker-1", "broker-2", "bridge", "registry")
 PROCESSES = (*SERVICES, "kafka", "postgres")
 LINKS = ("postgres", "changeserver", "broker", "registry")
 RECOVERY_BOUND = 180.0  # seconds every part has to be healthy again after a fault ends
@@ -94,9 +96,9 @@ def claims(kind: str) -> set[str]:
     if action in (CUT, SLOW, BLACKHOLE):
         return {f"{target} link"}
     if action == "slot":
-        return {"changeserver", "postgres"}  # the slot's reader, and Postgres to reach it
+        return {CHANGESERVERS[0], "postgres"}  # the slot's reader, and Postgres to reach it
     if action == "disk":
-        return {"changeserver"}
+        return {CHANGESERVERS[0]}
     return {target}
 
 
@@ -105,6 +107,8 @@ def recovered_by(component: str) -> tuple[str, ...]:
     balancer, before both broker processes)."""
     if component == "broker link":
         return ("broker-1", "broker-2")
+    if component == "changeserver link":
+        return CHANGESERVERS
     return (component.removesuffix(" link"),)
 
 
@@ -168,6 +172,7 @@ class Campaign:
             StateDir(root, cache_root=REPO_ROOT / ".state" / "cache"),
             ports,
             broker_processes=2,  # behind the load balancer on the broker port
+            changeservers=2,  # behind it on the changeserver port
             links=self.links,
         )
         self.disk: Path | None = None
@@ -176,7 +181,7 @@ class Campaign:
     # -- the stack ------------------------------------------------------------------------
 
     def _mount_disk(self) -> None:
-        folder = self.stack.state.data("changeserver")
+        folder = self.stack.state.data("changeserver")  # the first server's
         done = subprocess.run(
             ["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE}", "tmpfs", str(folder)],
             capture_output=True,
@@ -238,6 +243,9 @@ class Campaign:
     def kinds(self) -> list[str]:
         kinds = [f"{action}:{p}" for action in ("kill", "freeze") for p in PROCESSES]
         kinds += [f"term:{s}" for s in SERVICES]
+        # Taken out of the fleet as management software does: its slot goes at exit, and the
+        # supervisor's restart is a new server that seeds its log from the other.
+        kinds += [f"markdown:{s}" for s in CHANGESERVERS]
         kinds += [f"{mode}:{n}" for mode in (CUT, SLOW, BLACKHOLE) for n in LINKS]
         kinds += ["slot:drop", "slot:invalidate"]
         if self.disk is not None:
@@ -247,10 +255,14 @@ class Campaign:
     def inject(self, kind: str, rng: random.Random) -> tuple[str, faults.Heal]:
         """Start fault ``kind``; returns the component it hits and how to end it."""
         action, target = kind.split(":")
-        if action in ("kill", "freeze", "term"):
+        if action in ("kill", "freeze", "term", "markdown"):
             pid = self.pid(target)
             if pid is None:
                 raise RuntimeError(f"{target} is not running")
+            if action == "markdown":
+                service = next(s for s in self.stack.services() if s.name == target)
+                marked = httpx.get(f"{service.management_url}/markdown", timeout=10)
+                marked.raise_for_status()
             if action == "kill":
                 return target, faults.kill(pid)
             if action == "freeze":
@@ -269,23 +281,23 @@ class Campaign:
             delay = rng.uniform(0.05, 0.5) if action == SLOW else 0.0
             return f"{target} link", faults.link(self.proxies, target, action, delay)
         if kind == "slot:drop":
-            faults.drop_slot_behind(self.stack.pg_dsn, "changebroker")
-            return "changeserver", lambda: None
+            faults.drop_slot_behind(self.stack.pg_dsn, FIRST_SLOT)
+            return CHANGESERVERS[0], lambda: None
         if kind == "slot:invalidate":
-            reader = self.pid("changeserver")
+            reader = self.pid(CHANGESERVERS[0])
             if reader is None:
-                raise RuntimeError("the changeserver is not running")
-            faults.invalidate_slot(self.stack.pg_dsn, "changebroker", reader)
-            return "changeserver", lambda: None
+                raise RuntimeError(f"{CHANGESERVERS[0]} is not running")
+            faults.invalidate_slot(self.stack.pg_dsn, FIRST_SLOT, reader)
+            return CHANGESERVERS[0], lambda: None
         if kind == "disk:full":
             assert self.disk is not None
-            return "changeserver", faults.fill_disk(self.disk)
+            return CHANGESERVERS[0], faults.fill_disk(self.disk)
         raise ValueError(kind)
 
     def one_fault(self, kind: str, rng: random.Random, schedule: Schedule) -> None:
         # Mostly short, now and then a long one (a process frozen for a minute).
         hold = rng.uniform(1.0, self.hold) if rng.random() < 0.9 else LONG_HOLD
-        if kind.split(":")[0] in ("kill", "term", "slot"):
+        if kind.split(":")[0] in ("kill", "term", "markdown", "slot"):
             hold = 0.0  # over once injected: recovery (the supervisor, a new slot) is measured
         print(f"{time.strftime('%H:%M:%S')} fault {kind} for {hold:.0f}s", flush=True)
         try:
@@ -370,7 +382,9 @@ class Campaign:
             refused: set[str] = set()
             writers = [workload.Writer(i, app_dsn, self.seed, txns) for i in range(1, 4)]
             publishers = [workload.Publisher(i, brokers, acked, refused) for i in range(1, 3)]
-            changes = workload.ChangesReader(self.url("changeserver"), self.violations)
+            # Through the load balancer, on the public changeserver port.
+            public = f"http://127.0.0.1:{self.stack.ports.changeserver}"
+            changes = workload.ChangesReader(public, self.violations)
             subscription = workload.SubscriptionReader(brokers[1], self.violations)
             stream = workload.StreamReader(brokers[0], self.violations)
             readers = [changes, subscription, stream]

@@ -119,7 +119,8 @@ def invalidate_slot(dsn: str, slot: str, reader_pid: int) -> None:
 def fill_disk(folder: Path) -> Heal:
     """A file taking every free block of ``folder``'s filesystem; heal deletes it."""
     filler = folder / "chaos-filler"
-    with open(filler, "wb") as out:
+    # Unbuffered: a full disk fails a write inside the loop, never the close after it.
+    with open(filler, "wb", buffering=0) as out:
         try:
             while True:
                 out.write(b"\0" * (1 << 20))

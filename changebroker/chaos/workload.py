@@ -158,6 +158,9 @@ class ChangesReader(Worker):
         self.since = "0.0.0"
         self.seen: dict[int, tuple[str, int]] = {}  # v -> (table, id)
         self.last_of_writer: dict[int, int] = {}
+        # What was read since the last start from 0.0.0: after a SNAPSHOT_TOO_OLD a client
+        # starts over, and another server of a fleet may serve it what it read before.
+        self.since_start: set[int] = set()
         self.too_old_at: list[float] = []  # monotonic times we were told SNAPSHOT_TOO_OLD
         self.client = httpx.Client(timeout=30)
 
@@ -172,6 +175,8 @@ class ChangesReader(Worker):
         if response.status_code == 400 and response.json().get("code") == "SNAPSHOT_TOO_OLD":
             self.too_old_at.append(time.monotonic())
             self.since = "0.0.0"  # from what the log holds now; the gap is excused
+            self.since_start.clear()
+            self.last_of_writer.clear()
             return
         response.raise_for_status()
         for change in response.json()["changes"]:
@@ -185,8 +190,9 @@ class ChangesReader(Worker):
         row = change.get("newRow") or {}
         v, row_id = int(row["v"]["value"]), int(row["id"]["value"])
         table = change["table"].rsplit(".", 1)[-1]
-        if v in self.seen:
+        if v in self.since_start:
             self.violations.add("changes exactly once", f"v={v} once", f"again at {sequence}")
+        self.since_start.add(v)
         self.seen[v] = (table, row_id)
         writer = v // _WRITER_SPAN
         if v <= self.last_of_writer.get(writer, 0):

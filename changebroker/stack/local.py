@@ -4,7 +4,9 @@ Postgres and Kafka (one node, or a cluster of ``kafka_nodes``) are started here 
 CHANGEBROKER_PG_DSN / CHANGEBROKER_KAFKA_BOOTSTRAP point at existing ones; the project's
 own services then start as child processes of their own (``changebroker <service>``),
 each with a pid file, a log file and a readiness URL. With ``broker_processes`` above one,
-the broker port is HAProxy's, in front of that many broker processes on ports of their own.
+the broker port is HAProxy's, in front of that many broker processes on ports of their own;
+with ``changeservers`` above one, so is the changeserver port, in front of a fleet of
+changeservers, each with its own slot, change log, and API and management ports.
 The shape chosen at ``up`` is recorded (``run/layout.json``) for ``status`` and ``down``.
 """
 
@@ -61,11 +63,26 @@ class Ports:
 
 @dataclass
 class Layout:
-    """How many Kafka nodes and broker processes, and the processes' own ports."""
+    """How many Kafka nodes, broker processes and changeservers, and the processes' own
+    ports."""
 
     kafka_nodes: int = 1
     broker_processes: int = 1
     broker_ports: list[int] = field(default_factory=list)  # behind the load balancer
+    changeservers: int = 1
+    # Each changeserver's (API port, management port), behind the load balancer.
+    changeserver_ports: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def balanced(self) -> bool:
+        """Whether HAProxy runs: some service has several processes."""
+        return self.broker_processes > 1 or self.changeservers > 1
+
+
+# A fleet's first changeserver keeps the single server's slot and change log: growing from
+# one server to several goes on from its history (the others seed from it).
+FIRST_SLOT = "changebroker"
+PUBLICATION = "changebroker"
 
 
 @dataclass
@@ -79,6 +96,7 @@ class Service:
     # What ``status`` adds from the running service (the bridge's per-table progress).
     status_url: str | None = None
     command: str | None = None  # when several processes of one service have names of their own
+    management_url: str | None = None  # a changeserver's /health /ready /markdown /status
 
     @property
     def argv(self) -> list[str]:
@@ -103,6 +121,7 @@ class LocalStack:
     # None: as recorded by the last ``up`` (one of each before any).
     kafka_nodes: int | None = None
     broker_processes: int | None = None
+    changeservers: int | None = None
     # Ports our services reach Postgres, the registry, the changeserver and the broker at,
     # when something sits in between (the fault campaign's proxies); else their own ports.
     links: dict[str, int] = field(default_factory=dict)
@@ -132,15 +151,24 @@ class LocalStack:
             recorded = Layout(**json.loads(self.layout_file.read_text()))
         processes = self.broker_processes or recorded.broker_processes
         ports = recorded.broker_ports if len(recorded.broker_ports) == processes else []
-        return Layout(self.kafka_nodes or recorded.kafka_nodes, processes, ports)
+        changeservers = self.changeservers or recorded.changeservers
+        # Kept for the servers there were; a grown fleet's new ones get theirs at ``up``.
+        pairs = [(api, mgmt) for api, mgmt in recorded.changeserver_ports][:changeservers]
+        if changeservers == 1:
+            pairs = []
+        return Layout(
+            self.kafka_nodes or recorded.kafka_nodes, processes, ports, changeservers, pairs
+        )
 
     def _record_layout(self) -> Layout:
         layout = self.layout()
+        taken = set(layout.broker_ports) | {p for pair in layout.changeserver_ports for p in pair}
         if layout.broker_processes > 1 and not layout.broker_ports:
-            ports: set[int] = set()
-            while len(ports) < layout.broker_processes:
-                ports.add(free_port())
-            layout.broker_ports = sorted(ports)
+            layout.broker_ports = sorted(_free_ports(layout.broker_processes, taken))
+        if layout.changeservers > 1:
+            wanted = 2 * (layout.changeservers - len(layout.changeserver_ports))
+            ports = sorted(_free_ports(wanted, taken | set(layout.broker_ports)))
+            layout.changeserver_ports += list(zip(ports[::2], ports[1::2], strict=True))
         self.layout_file.write_text(json.dumps(asdict(layout)))
         return layout
 
@@ -152,12 +180,15 @@ class LocalStack:
 
     @property
     def load_balancer(self) -> LoadBalancer:
+        layout = self.layout()
         return LoadBalancer(
             self.state,
             self.ports.broker,
-            self.layout().broker_ports,
+            layout.broker_ports,
             tls=self.tls is not None,
             ca_file=self.ca_file,
+            changeserver_port=self.ports.changeserver,
+            changeservers=layout.changeserver_ports,
         )
 
     @property
@@ -226,24 +257,7 @@ class LocalStack:
                 f"{loopback}:{p.registry}",
                 f"{loopback}:{p.registry}/health",
             ),
-            Service(
-                "changeserver",
-                [
-                    "--port",
-                    str(p.changeserver),
-                    "--mgmt-port",
-                    str(p.changeserver_mgmt),
-                    "--db-dir",
-                    str(self.state.data("changeserver")),
-                    "--slot",
-                    "changebroker",
-                    "--snapshots-dir",
-                    str(self.snapshots_dir),
-                    *server,
-                ],
-                f"{loopback}:{p.changeserver}",
-                f"{loopback}:{p.changeserver_mgmt}/ready",
-            ),
+            *self._changeservers(),
             *self._broker_services(),
             # Last: it reads the changeserver, and creates event types on the broker.
             Service(
@@ -277,7 +291,7 @@ class LocalStack:
                     "--changeserver-url",
                     f"{loopback}:{p.changeserver}",
                     "--changeserver-mgmt-url",
-                    f"{loopback}:{p.changeserver_mgmt}",
+                    self._changeserver_management(),
                     "--bridge-url",
                     f"{loopback}:{p.bridge}",
                     *client,
@@ -289,6 +303,60 @@ class LocalStack:
             ),
             *self._replay_service(),
         ]
+
+    def _changeserver_management(self) -> str:
+        """The changeserver's management URL, or a fleet's, comma-separated (the console)."""
+        pairs = self.layout().changeserver_ports or [(0, self.ports.changeserver_mgmt)]
+        return ",".join(f"{self.scheme}://127.0.0.1:{mgmt}" for _, mgmt in pairs)
+
+    def _changeservers(self) -> list[Service]:
+        """One changeserver on the changeserver ports, or a fleet behind HAProxy: each on ports
+        of its own, with its own slot and change log, seeded from the others when new."""
+        loopback = f"{self.scheme}://127.0.0.1"
+        common = [
+            *("--snapshots-dir", str(self.snapshots_dir), "--publication", PUBLICATION),
+            *self._server_args(),
+            *self._client_args(),
+        ]
+        pairs = self.layout().changeserver_ports
+        if not pairs:
+            api, mgmt = self.ports.changeserver, self.ports.changeserver_mgmt
+            args = [
+                *("--port", str(api), "--mgmt-port", str(mgmt), "--slot", FIRST_SLOT),
+                *("--db-dir", str(self.state.data("changeserver")), *common),
+            ]
+            base, management = f"{loopback}:{api}", f"{loopback}:{mgmt}"
+            return [
+                Service(
+                    "changeserver",
+                    args,
+                    base,
+                    f"{management}/ready",
+                    f"{management}/status",
+                    management_url=management,
+                )
+            ]
+        fleet = []
+        for i, (api, mgmt) in enumerate(pairs, start=1):
+            peers = ",".join(f"{loopback}:{m}" for _, m in pairs if m != mgmt)
+            slot, data = (FIRST_SLOT, "changeserver") if i == 1 else (f"{FIRST_SLOT}_{i}", "")
+            args = [
+                *("--port", str(api), "--mgmt-port", str(mgmt), "--slot", slot),
+                *("--db-dir", str(self.state.data(data or f"changeserver-{i}"))),
+                *("--seed-from", peers, *common),
+            ]
+            fleet.append(
+                Service(
+                    f"changeserver-{i}",
+                    args,
+                    f"{loopback}:{api}",
+                    f"{loopback}:{mgmt}/ready",
+                    f"{loopback}:{mgmt}/status",
+                    command="changeserver",
+                    management_url=f"{loopback}:{mgmt}",
+                )
+            )
+        return fleet
 
     def _broker_services(self) -> list[Service]:
         """One broker on the broker port, or several on their own ports behind HAProxy (which
@@ -334,10 +402,20 @@ class LocalStack:
         if not self.external_kafka:
             self.kafka.start()
         if with_services:
-            for service in self.services():
+            services = self.services()
+            fleet = [s for s in services if s.command == "changeserver"]
+            for service in services:
+                if service in fleet:
+                    # Together: a new fleet's servers learn from each other that none has
+                    # history (one at a time, each would wait for the next to seed it).
+                    self.start_service(service, wait=False)
+                    if service is fleet[-1]:
+                        for each in fleet:
+                            self.start_service(each)
+                    continue
+                if service.name == "bridge" and layout.balanced:
+                    self.load_balancer.start()  # the bridge reads and writes through it
                 self.start_service(service)
-                if service.name == f"broker-{layout.broker_processes}":
-                    self.load_balancer.start()  # before the bridge, which uses the broker port
         if supervise:
             self._start_supervisor()
         endpoints = self.status()
@@ -394,6 +472,14 @@ class LocalStack:
         stopped = [SUPERVISOR] if stop_pid(self.state.pid_file(SUPERVISOR)) else []
         # The scheduled replay whether or not this ``down`` was told about it.
         names = [REPLAY, *(s.name for s in reversed(self.services()) if s.name != REPLAY)]
+        # And the processes of a shape an ``up`` before this one had (more changeservers or
+        # broker processes than now asked for), by the pid files they left.
+        names += sorted(
+            f.stem
+            for pattern in ("changeserver-*.pid", "broker-*.pid")
+            for f in self.state.run.glob(pattern)
+            if f.stem not in names
+        )
         stopped += [name for name in names if stop_pid(self.state.pid_file(name))]
         if self.load_balancer.stop():
             stopped.append("loadbalancer")
@@ -431,16 +517,26 @@ class LocalStack:
         balancer = self.load_balancer
         balancer_pid = read_pid(balancer.pid_file)
         if balancer_pid is not None:
-            result["loadbalancer"] = {
-                "url": balancer.url,
-                "pid": balancer_pid,
-                "backends": balancer.backend_urls,
-                "health_check": "GET /health",
-            }
+            result["loadbalancer"] = {"pid": balancer_pid}
+            if balancer.backends:
+                result["loadbalancer"].update(
+                    url=balancer.url,
+                    backends=balancer.backend_urls,
+                    health_check="GET /health",
+                )
+            if balancer.changeservers:
+                result["loadbalancer"]["changeserver"] = {
+                    "url": balancer.changeserver_url,
+                    "backends": balancer.changeserver_backend_urls,
+                    "health_check": "GET /health and GET /ready on each management port",
+                }
+                result["loadbalancer"].setdefault("url", balancer.changeserver_url)
         for service in self.services():
             pid = read_pid(self.state.pid_file(service.name))
             if pid is not None:
                 result[service.name] = {"url": service.base_url, "pid": pid}
+                if service.management_url:
+                    result[service.name]["management"] = service.management_url
                 if service.ready_url:
                     # Running is not serving: a frozen or cut-off service is not ready.
                     result[service.name]["ready"] = answers(service.ready_url, self.ssl_context())
@@ -497,6 +593,15 @@ class LocalStack:
                 return json.load(answer)
         except (urllib.error.URLError, OSError, ValueError):
             return None
+
+
+def _free_ports(count: int, taken: set[int]) -> set[int]:
+    ports: set[int] = set()
+    while len(ports) < count:
+        port = free_port()
+        if port not in taken:
+            ports.add(port)
+    return ports
 
 
 def newest_snapshot(directory: Path, bridge_position: str | None) -> dict[str, Any] | None:

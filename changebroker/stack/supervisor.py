@@ -75,7 +75,7 @@ def parts(stack: LocalStack) -> list[Part]:
         # Started, not waited for: one part not getting ready must not hold up the others.
         start = functools.partial(stack.start_service, service, wait=False)
         found.append(Part(service.name, functools.partial(read_pid, pid_file), start))
-    if stack.layout().broker_processes > 1:
+    if stack.layout().balanced:
         balancer = stack.load_balancer
         found.append(
             Part("loadbalancer", functools.partial(read_pid, balancer.pid_file), balancer.start)

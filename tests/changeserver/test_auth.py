@@ -64,6 +64,10 @@ def test_health_and_ready_stay_open_and_markdown_needs_the_admin_scope(secured: 
     assert forbidden.status_code == 403
     assert forbidden.json()["code"] == "FORBIDDEN"
     assert httpx.get(f"{mgmt}/diagnostics/stack", headers=READER).status_code == 403
+    # A copy of the whole change log, for a fleet's new server: an admin's too.
+    copy = {"through": "0"}
+    assert httpx.get(f"{mgmt}/changelog", params=copy, headers=READER).status_code == 403
+    assert httpx.get(f"{mgmt}/changelog", params=copy, headers=ADMIN).status_code == 200
     # Nothing was marked down by the refused calls.
     assert httpx.get(f"{mgmt}/ready").status_code == 200
     assert httpx.get(f"{mgmt}/markdown", headers=ADMIN).status_code == 200

@@ -33,7 +33,8 @@ def small_disk(path: Path, size: str) -> Iterator[Path]:
 def fill(disk: Path) -> Path:
     """A file taking every free block of ``disk``."""
     filler = disk / "filler"
-    with open(filler, "wb") as out:
+    # Unbuffered: a full disk fails a write inside the loop, never the close after it.
+    with open(filler, "wb", buffering=0) as out:
         try:
             while True:
                 out.write(b"\0" * 65536)
