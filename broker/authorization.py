@@ -43,13 +43,14 @@ class Scopes:
         authenticated caller."""
         for methods, pattern, attribute in _SCOPED:
             if method in methods and pattern.fullmatch(path):
-                scope: str = getattr(self, attribute)
-                return scope
+                return None if attribute is None else str(getattr(self, attribute))
         return None
 
 
 _NAME = r"/event-types/[^/]+"
-_SCOPED: list[tuple[frozenset[str], re.Pattern[str], str]] = [
+# None: no scope; the broker's administrators decide (/settings/admins), as Nakadi's API
+# names no scope there.
+_SCOPED: list[tuple[frozenset[str], re.Pattern[str], str | None]] = [
     (frozenset({"POST"}), re.compile(r"/event-types/?"), "event_type_write"),
     (frozenset({"PUT"}), re.compile(_NAME), "event_type_write"),
     (frozenset({"DELETE"}), re.compile(_NAME), "config_write"),
@@ -67,6 +68,12 @@ _SCOPED: list[tuple[frozenset[str], re.Pattern[str], str]] = [
         "event_stream_read",
     ),
     (frozenset({"GET"}), re.compile(r"/registry/.+"), "event_stream_read"),
+    # Storages, timelines and repartitioning: administrators only (broker/timelines/api.py).
+    (frozenset({"GET", "POST"}), re.compile(r"/storages"), None),
+    (frozenset({"GET", "DELETE"}), re.compile(r"/storages/[^/]+"), None),
+    (frozenset({"PUT"}), re.compile(r"/storages/default/[^/]+"), None),
+    (frozenset({"GET", "POST"}), re.compile(_NAME + "/timelines"), None),
+    (frozenset({"PUT"}), re.compile(_NAME + "/partition-count"), None),
 ]
 
 

@@ -18,6 +18,9 @@ DEFAULT_RETENTION_MS = 345_600_000
 MAX_COMMIT_TIMEOUT = 60.0
 STREAM_MEMORY_LIMIT = 50_000_000
 SUBSCRIPTION_MAX_PARTITIONS = 100
+# Nakadi's nakadi.timeline.wait.timeoutMs: how long a timeline switch waits for writers to
+# pause, and a write to a switching event type for the switch.
+TIMELINE_WAIT_TIMEOUT = 40.0
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class Settings:
     max_commit_timeout: float = MAX_COMMIT_TIMEOUT
     stream_memory_limit: int = STREAM_MEMORY_LIMIT
     subscription_max_partitions: int = SUBSCRIPTION_MAX_PARTITIONS
+    timeline_wait_timeout: float = TIMELINE_WAIT_TIMEOUT
     auth: AuthSettings = field(default_factory=AuthSettings)
     scopes: Scopes = field(default_factory=Scopes)
 

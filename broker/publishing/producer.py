@@ -149,7 +149,10 @@ def _statistics(text: str) -> None:
 
 class KafkaProducer:
     def __init__(
-        self, bootstrap: str, draining: threading.Event = http.draining, **overrides: Any
+        self,
+        cluster: kafka.Cluster,
+        draining: threading.Event = http.draining,
+        **overrides: Any,
     ) -> None:
         # Concurrent requests share Kafka batches: a 2 ms linger gathers what 64 connections
         # publishing single events send meanwhile (measured there: 2-3x the events/s and a
@@ -164,7 +167,7 @@ class KafkaProducer:
             "stats_cb": _statistics,
             **overrides,
         }
-        self._producer = Producer(kafka.producer_config(bootstrap, **config))
+        self._producer = Producer(cluster.producer_config(**config))
         self._stopping = threading.Event()
         self._draining = draining
         self._poller = threading.Thread(target=self._poll, name="kafka-producer-poll", daemon=True)

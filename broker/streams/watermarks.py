@@ -43,10 +43,9 @@ class Watermark:
         return self.high - 1 if self.last_event is None else self.last_event
 
 
-def consumer_config(bootstrap: str) -> dict[str, object]:
+def consumer_config(cluster: kafka.Cluster) -> dict[str, object]:
     """Readers assign partitions themselves: a group id is required, never joined or committed."""
-    return kafka.client_config(
-        bootstrap,
+    return cluster.config(
         **{
             "group.id": "changebroker-low-level",
             "enable.auto.commit": False,
@@ -180,10 +179,11 @@ def read_watermarks(
 
 
 class Watermarks:
-    """``await watermarks.of("topic", range(3))`` -> ``{0: Watermark(low, high), ...}``."""
+    """``await watermarks.of("topic", range(3))`` -> ``{0: Watermark(low, high), ...}``, of the
+    topics of one cluster."""
 
-    def __init__(self, bootstrap: str) -> None:
-        self._bootstrap = bootstrap
+    def __init__(self, cluster: kafka.Cluster) -> None:
+        self._cluster = cluster
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watermarks")
         # Created and used on the executor's one thread only.
         self._consumer: Consumer | None = None
@@ -191,7 +191,7 @@ class Watermarks:
 
     def _read(self, topic: str, partitions: list[int]) -> dict[int, Watermark]:
         if self._consumer is None:
-            settings = consumer_config(self._bootstrap) | {
+            settings = consumer_config(self._cluster) | {
                 # The tail read that finds a partition's newest event stops at its end.
                 "enable.partition.eof": True,
                 # Kafka answers a connection's requests in order: a fetch of the tail read,
