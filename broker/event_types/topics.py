@@ -4,6 +4,7 @@ event type or a new timeline, deleted with the event type or a timeline's retent
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -18,6 +19,10 @@ from confluent_kafka.admin import (
 )
 
 from changebroker import kafka
+
+
+# As Nakadi waits for new partitions to show before it answers a repartitioning.
+PARTITIONS_SHOWN_SECONDS = 10.0
 
 
 class TopicError(RuntimeError):
@@ -83,11 +88,20 @@ class Topics:
         return len(found.partitions)
 
     async def add_partitions(self, topic: str, count: int) -> None:
-        """Grow ``topic`` to ``count`` partitions (nothing when it has them already)."""
+        """Grow ``topic`` to ``count`` partitions (nothing when it has them already); returns
+        once the cluster's metadata shows them, so a writer asking next writes to them."""
         if await self.partitions(topic) >= count:
             return
         futures = self._admin.create_partitions([NewPartitions(topic, count)])
         await self._wait(futures[topic], f"add partitions to {topic}")
+        deadline = time.monotonic() + PARTITIONS_SHOWN_SECONDS
+        while await self.partitions(topic) < count:
+            if time.monotonic() > deadline:
+                raise TopicError(
+                    f"Kafka added partitions to {topic} but does not show {count} after"
+                    f" {PARTITIONS_SHOWN_SECONDS:g} s"
+                )
+            await asyncio.sleep(0.1)
 
     async def set_retention(self, topic: str, retention_ms: int) -> None:
         resource = ConfigResource(

@@ -196,6 +196,13 @@ class Publisher:
         if stored is None:
             return None
         target = Target.of(stored, self.clusters.own)
+        if (
+            cached is not None
+            and cached.topic == target.topic
+            and target.partitions > cached.partitions
+        ):
+            # Repartitioned: the producer must know the new partitions before it writes.
+            await self.clusters.producer(target.cluster).learn(target.topic)
         self._targets[name] = target
         return target
 

@@ -199,6 +199,11 @@ class KafkaProducer:
         for delivery in list(self._in_flight):
             delivery.check_late(now)
 
+    async def learn(self, topic: str) -> None:
+        """Ask Kafka about ``topic`` now: partitions added to it (repartitioning) are written
+        to at once, not after librdkafka's next metadata refresh (minutes away)."""
+        await asyncio.to_thread(self._producer.list_topics, topic, timeout=10)
+
     async def send(self, messages: Sequence[Message]) -> list[str | None]:
         """Write ``messages``; per message ``None`` when acknowledged, else Kafka's error."""
         delivery = await self.submit(messages)

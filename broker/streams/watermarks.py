@@ -59,7 +59,8 @@ def consumer_config(cluster: kafka.Cluster) -> dict[str, object]:
 
 
 def _watermark(consumer: Consumer, topic: str, partition: int) -> Watermark:
-    """One partition's watermarks; a topic created a moment ago may still lack a leader."""
+    """One partition's watermarks; a topic created a moment ago may still lack a leader, and
+    one given partitions since the consumer last looked is asked about again."""
     deadline = time.monotonic() + WATERMARK_TIMEOUT_SECONDS
     while True:
         try:
@@ -67,9 +68,11 @@ def _watermark(consumer: Consumer, topic: str, partition: int) -> Watermark:
                 TopicPartition(topic, partition), timeout=WATERMARK_TIMEOUT_SECONDS, cached=False
             )
             return Watermark(low, high)
-        except KafkaException:
+        except KafkaException as error:
             if time.monotonic() >= deadline:
                 raise
+            if error.args[0].code() == KafkaError._UNKNOWN_PARTITION:
+                consumer.list_topics(topic, timeout=WATERMARK_TIMEOUT_SECONDS)
             time.sleep(RETRY_PAUSE_SECONDS)
 
 
