@@ -20,7 +20,6 @@ from confluent_kafka.admin import (
 
 from changebroker import kafka
 
-
 # As Nakadi waits for new partitions to show before it answers a repartitioning.
 PARTITIONS_SHOWN_SECONDS = 10.0
 

@@ -31,18 +31,23 @@ log = logging.getLogger(__name__)
 
 
 def timeline_view(timeline: Timeline) -> dict[str, object]:
-    """Nakadi's TimelineView."""
-    return {
+    """Nakadi's TimelineView; what is not set yet (an active timeline's end) left out, as the
+    spec's types admit no null."""
+    view: dict[str, object] = {
         "id": timeline.id,
         "event_type": timeline.event_type,
         "order": timeline.order,
         "storage_id": timeline.storage,
         "topic": timeline.topic,
         "created_at": _utc(timeline.created_at),
-        "switched_at": None if timeline.switched_at is None else _utc(timeline.switched_at),
-        "cleaned_up_at": None if timeline.cleanup_at is None else _utc(timeline.cleanup_at),
-        "latest_position": None if timeline.latest is None else {"offsets": list(timeline.latest)},
     }
+    if timeline.switched_at is not None:
+        view["switched_at"] = _utc(timeline.switched_at)
+    if timeline.cleanup_at is not None:
+        view["cleaned_up_at"] = _utc(timeline.cleanup_at)
+    if timeline.latest is not None:
+        view["latest_position"] = {"offsets": list(timeline.latest)}
+    return view
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,8 @@ class TimelineApi:
         storage = parse(await json_body(request))
         await self.storages.create(storage)
         audit("storage created", principal, storage.id)
-        return Response(status_code=201)
+        # The spec's answer: the storage created (Nakadi's own sends no body).
+        return JSONResponse(storage.view(self.clusters.own), status_code=201)
 
     async def delete_storage(self, request: Request) -> Response:
         principal = await self.access.admin.require_admin(request, "write")

@@ -15,7 +15,6 @@ import httpx
 from changebroker.stack.processes import wait_until
 from tests.broker.subscription_support import Stream, commit
 
-
 OCCURRED = "2026-11-23T10:00:00Z"
 
 

@@ -89,6 +89,22 @@ class Stream:
             self._context.__exit__(None, None, None)
 
 
+def reopened(client: httpx.Client, subscription_id: str, **params: Any) -> Stream:
+    """A new stream, once the one a consumer just closed has ended on the server (a stream
+    opened before gets 409: no free slot)."""
+    opened: list[Stream] = []
+
+    def opens() -> bool:
+        stream = Stream(client, subscription_id, **params)
+        if stream.status_code == 409:
+            return False
+        opened.append(stream)
+        return True
+
+    wait_until(opens, timeout=30, what="the last stream to end on the server")
+    return opened[0]
+
+
 def published(
     client: httpx.Client, make_event_type: Callable[..., str], events: int
 ) -> tuple[str, str]:

@@ -49,9 +49,9 @@ def test_create_get_list_and_delete(client: httpx.Client, unique_name) -> None:
     )
     created = client.post("/storages", json=body)
     assert created.status_code == 201, created.text
-    assert created.content == b""
     found = client.get(f"/storages/{storage_id}")
     assert found.status_code == 200
+    assert created.json() == found.json()
     # Client settings carry secrets: their names are shown, not their values.
     assert found.json() == {
         "id": storage_id,

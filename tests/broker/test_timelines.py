@@ -17,7 +17,7 @@ from broker.streams.cursors import format_offset
 from changebroker import kafka
 from changebroker.stack.processes import wait_until
 from tests.broker.stream_support import order, publish, read, stream_lines
-from tests.broker.subscription_support import Stream, commit, create
+from tests.broker.subscription_support import Stream, commit, create, reopened
 from tests.broker.test_admin_settings import bearer, problem
 from tests.support.event_types import business_event_type
 
@@ -69,17 +69,10 @@ def test_a_timeline_is_created_and_listed(client: httpx.Client, unique_name) -> 
     before = datetime.now(UTC)
     switch(client, name)
     first, second = client.get(f"/event-types/{name}/timelines").json()
-    assert set(first) == {
-        "id",
-        "event_type",
-        "order",
-        "storage_id",
-        "topic",
-        "created_at",
-        "switched_at",
-        "cleaned_up_at",
-        "latest_position",
-    }
+    common = {"id", "event_type", "order", "storage_id", "topic", "created_at", "switched_at"}
+    assert set(first) == common | {"cleaned_up_at", "latest_position"}
+    # What the active timeline does not have yet is left out (the spec's types take no null).
+    assert set(second) == common
     assert (first["order"], second["order"]) == (1, 2)
     assert first["event_type"] == second["event_type"] == name
     assert first["storage_id"] == second["storage_id"] == "default"
@@ -89,7 +82,6 @@ def test_a_timeline_is_created_and_listed(client: httpx.Client, unique_name) -> 
     cleanup = datetime.fromisoformat(first["cleaned_up_at"])
     expected = before + timedelta(milliseconds=retention)
     assert abs((cleanup - expected).total_seconds()) < 60
-    assert second["cleaned_up_at"] is None and second["latest_position"] is None
     assert datetime.fromisoformat(second["switched_at"]) >= before - timedelta(seconds=5)
     # Publishing now writes to the new topic, continuing the positions of the partition.
     orders(client, name, 1)
@@ -198,7 +190,7 @@ def test_a_subscription_committed_in_the_old_timeline_goes_on_in_the_new_one(
     cursors = client.get(f"/subscriptions/{subscription_id}/cursors").json()["items"]
     assert [c["offset"] for c in cursors] == [format_offset(1, 1)]
     # The third event of the old timeline once, then the new timeline's.
-    stream = Stream(client, subscription_id, batch_limit=1, batch_flush_timeout=1)
+    stream = reopened(client, subscription_id, batch_limit=1, batch_flush_timeout=1)
     rest = stream.read_events(3)
     assert [b["cursor"]["offset"] for b in rest] == [
         format_offset(2, 1),
