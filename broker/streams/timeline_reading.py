@@ -159,7 +159,8 @@ class Readings:
             if event_type != timelines.event_type:
                 continue
             timeline = timelines.timeline(found.timeline.order)
-            assert timeline is not None, "timelines are never removed while their type exists"
+            if timeline is None or timeline.topic != found.timeline.topic:
+                continue  # the event type was created anew: its old topic ends the stream
             found.timelines = timelines
             found.timeline = timeline
             found.end = timelines.end(timeline, partition)
