@@ -42,14 +42,14 @@ from broker.streams import api as streams
 from broker.subscriptions.lag import SubscriptionLag
 from broker.subscriptions.service import SubscriptionService
 from broker.timelines.api import TimelineApi
-from broker.timelines.cleanup import Cleanup
+from broker.timelines.cleanup import cleaning
 from broker.timelines.clusters import Clusters
 from broker.timelines.repartition import Repartitioning
 from broker.timelines.storages import Storages
 from broker.timelines.store import TimelineStore
 from broker.timelines.switch import Switcher
 from broker.timelines.writers import Writer
-from changebroker import auth, kafka, pg
+from changebroker import auth, kafka, pg, tasks
 from changebroker import metrics as service_metrics
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,6 @@ def create_app(settings: Settings) -> ASGIApp:
         Repartitioning(store, clusters, settings.max_partitions),
         access,
     )
-    cleanup = Cleanup(store, clusters)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -99,11 +98,10 @@ def create_app(settings: Settings) -> ASGIApp:
         await store.open()
         await writer.start()
         await subscriptions.start()
-        cleanup.start()
         try:
-            yield
+            async with tasks.running(cleaning(store, clusters)):
+                yield
         finally:
-            await cleanup.stop()
             await subscriptions.stop()
             await writer.stop()
             await clusters.close()

@@ -675,8 +675,7 @@ class Bridge:
         then the bridge waits for the switch and writes to the event types as they are now."""
         assert self._writer is not None
         await commits.drain()
-        await self._writer.pause_all()
-        await self._writer.resumed()
+        await self._writer.paused()
         await self._retarget()
 
     async def _retarget(self) -> None:

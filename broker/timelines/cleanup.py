@@ -9,7 +9,6 @@ offsets are gone (a cursor in it is "unavailable as retention time of data elaps
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 import psycopg
@@ -42,27 +41,12 @@ async def clean_expired(store: Store, clusters: Clusters) -> int:
         )
 
 
-class Cleanup:
-    """The periodic :func:`clean_expired` of one process."""
-
-    def __init__(self, store: Store, clusters: Clusters) -> None:
-        self._store = store
-        self._clusters = clusters
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="timeline-cleanup")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(CHECK_SECONDS)
-            try:
-                await clean_expired(self._store, self._clusters)
-            except (psycopg.Error, TopicError) as error:
-                log.warning("timeline cleanup failed", extra=logs.fields(error=str(error)))
+async def cleaning(store: Store, clusters: Clusters) -> None:
+    """:func:`clean_expired` every ``CHECK_SECONDS``, for as long as the process runs (as a
+    ``changebroker.tasks.running`` task)."""
+    while True:
+        await asyncio.sleep(CHECK_SECONDS)
+        try:
+            await clean_expired(store, clusters)
+        except (psycopg.Error, TopicError) as error:
+            log.warning("timeline cleanup failed", extra=logs.fields(error=str(error)))

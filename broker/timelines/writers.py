@@ -31,7 +31,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from broker.errors import Unavailable
-from changebroker import logs
+from changebroker import logs, tasks
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +56,8 @@ class Writer:
 
     Broker processes call :meth:`enter` and :meth:`leave` around each write of an event type,
     and pause on their own; a bridge (``auto_pause=False``), whose writes are batched into
-    transactions, waits for :attr:`pending` and calls :meth:`pause_all` once everything it
-    prepared is committed, then :meth:`resumed`.
+    transactions, waits for :attr:`pending` and, once everything it prepared is committed,
+    stays in :meth:`paused` while event types are locked.
     """
 
     def __init__(
@@ -85,25 +85,19 @@ class Writer:
         self._pause_now = asyncio.Event()
         self._alive_until = 0.0  # monotonic: writes start only before this
         self._listening = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._background = contextlib.AsyncExitStack()
 
     async def start(self) -> None:
         await self._register()
-        self._tasks = [
-            asyncio.create_task(self._listen(), name="write-locks"),
-            asyncio.create_task(self._heartbeat(), name="writer-heartbeat"),
-        ]
+        await self._background.enter_async_context(tasks.running(self._listen()))
+        await self._background.enter_async_context(tasks.running(self._heartbeat()))
         if self._auto_pause:
-            self._tasks.append(asyncio.create_task(self._pauser(), name="write-pauses"))
+            await self._background.enter_async_context(tasks.running(self._pauser()))
         # A write started before the locks were read could miss a switch under way.
         await self._listening.wait()
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._background.aclose()
         with contextlib.suppress(psycopg.Error):
             async with self._pool.connection() as conn:
                 await conn.execute("DELETE FROM broker_writers WHERE id = %s", (self.id,))
@@ -144,14 +138,12 @@ class Writer:
 
     # -- pausing ------------------------------------------------------------------------
 
-    async def pause_all(self) -> None:
-        """Record the pause for every lock: the caller writes nothing until :meth:`resumed`."""
-        await self._record({lock for lock in self._locks.values() if lock not in self._paused})
-
-    async def resumed(self) -> None:
-        """Until no event type is locked."""
+    async def paused(self) -> None:
+        """For a writer that has nothing under way: records its pause for every lock, those
+        that come meanwhile too, until no event type is locked."""
         while self._locks:
             changed = self._changed
+            await self._record({lock for lock in self._locks.values() if lock not in self._paused})
             await changed.wait()
 
     async def _pauser(self) -> None:
@@ -250,5 +242,7 @@ class Writer:
         if any(lock not in self._paused for lock in locks.values()):
             self.pending.set()
             self._pause_now.set()
+        else:
+            self.pending.clear()
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()

@@ -109,4 +109,8 @@ def test_an_event_type_moves_between_clusters_under_load(
         subscribed[r.partition].append(r.eid)
     assert streamed == subscribed
     assert client.delete(f"/event-types/{name}").status_code == 200
-    assert timelines[1]["topic"] not in existing_topics(second_bootstrap)
+    wait_until(
+        lambda: timelines[1]["topic"] not in existing_topics(second_bootstrap),
+        timeout=30,
+        what="the other cluster's topic to go with the event type",
+    )

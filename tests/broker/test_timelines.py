@@ -47,6 +47,17 @@ def read_offsets(client: httpx.Client, name: str, start: str, count: int) -> lis
     )
 
 
+def reading(client: httpx.Client, name: str, count: int) -> tuple[threading.Thread, list[str]]:
+    """A stream from BEGIN open in a thread until ``count`` events came (Nakadi's parallel
+    consumer), and the offsets it read, once the thread ended."""
+    during: list[str] = []
+    consumer = threading.Thread(
+        target=lambda: during.extend(read_offsets(client, name, "BEGIN", count)), daemon=True
+    )
+    consumer.start()
+    return consumer, during
+
+
 def orders(client: httpx.Client, name: str, count: int) -> None:
     publish(client, name, [order(f"{name}-{i}") for i in range(count)])
 
@@ -118,11 +129,7 @@ def test_a_stream_follows_switches_and_every_start_reads_on(
     BEGIN and from every cursor in between."""
     name = unique_name("consumed")
     assert client.post("/event-types", json=business_event_type(name)).status_code == 201
-    during: list[str] = []
-    consumer = threading.Thread(
-        target=lambda: during.extend(read_offsets(client, name, "BEGIN", 8)), daemon=True
-    )
-    consumer.start()
+    consumer, during = reading(client, name, 8)
     for _ in range(3):
         orders(client, name, 2)
         switch(client, name)
@@ -148,11 +155,7 @@ def test_empty_timelines_in_a_row(client: httpx.Client, unique_name) -> None:
     """Nakadi's test2TimelinesInaRow: timelines that got no event are skipped."""
     name = unique_name("in_a_row")
     assert client.post("/event-types", json=business_event_type(name)).status_code == 201
-    during: list[str] = []
-    consumer = threading.Thread(
-        target=lambda: during.extend(read_offsets(client, name, "BEGIN", 5)), daemon=True
-    )
-    consumer.start()
+    consumer, during = reading(client, name, 5)
     orders(client, name, 2)
     for _ in range(3):
         switch(client, name)
@@ -294,7 +297,12 @@ def test_deleting_an_event_type_deletes_every_timelines_topic(
     topics = topics_of(client, name)
     assert len(topics) == 3 and set(topics) <= existing_topics(kafka_bootstrap)
     assert client.delete(f"/event-types/{name}").status_code == 200
-    assert not set(topics) & existing_topics(kafka_bootstrap)
+    # Kafka deletes a topic a moment after it accepted the deletion.
+    wait_until(
+        lambda: not set(topics) & existing_topics(kafka_bootstrap),
+        timeout=30,
+        what="every timeline's topic to go",
+    )
 
 
 def test_a_timeline_past_its_retention_loses_its_topic(

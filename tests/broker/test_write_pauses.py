@@ -61,6 +61,9 @@ class OtherWriters:
     def enter(self, writer: Writer, event_type: str) -> concurrent.futures.Future[bool]:
         return self._run(writer.enter(event_type))
 
+    def paused(self, writer: Writer) -> concurrent.futures.Future[None]:
+        return self._run(writer.paused())
+
     def leave(self, writer: Writer, event_type: str) -> None:
         self._loop.call_soon_threadsafe(writer.leave, event_type)
 
@@ -127,3 +130,34 @@ def test_a_writer_that_does_not_pause_fails_the_switch_which_changes_nothing(
         # Publishing and reading go on as before.
         orders(impatient, name, 1)
         assert len(read_offsets(impatient, name, "BEGIN", 3)) == 3
+
+
+def test_a_writer_that_pauses_by_itself_lets_switches_that_overlap_through(
+    client: httpx.Client, others: OtherWriters, unique_name
+) -> None:
+    """The bridge's way: once what it prepared is committed, it stays paused while any event
+    type is locked, pausing for locks that come meanwhile too."""
+    names = [unique_name("first"), unique_name("second")]
+    for name in names:
+        assert client.post("/event-types", json=business_event_type(name)).status_code == 201
+    bridge = others.start(auto_pause=False)
+    busy = others.start()  # keeps the first switch waiting: a write to it under way
+    assert others.enter(busy, names[0]).result(30) is False
+    switches = concurrent.futures.ThreadPoolExecutor(2)
+    first = switches.submit(
+        client.post, f"/event-types/{names[0]}/timelines", json={"storage_id": "default"}
+    )
+    wait_until(bridge.pending.is_set, timeout=30, what="the first switch's lock")
+    paused = others.paused(bridge)
+    wait_until(lambda: not bridge.pending.is_set(), timeout=30, what="the first pause")
+    # The second lock comes while the writer stays paused for the first.
+    second = switches.submit(
+        client.post, f"/event-types/{names[1]}/timelines", json={"storage_id": "default"}
+    )
+    assert second.result(timeout=30).status_code == 201
+    assert not paused.done() and not first.done()
+    others.leave(busy, names[0])
+    assert first.result(timeout=30).status_code == 201
+    paused.result(timeout=30)
+    for name in names:
+        assert len(client.get(f"/event-types/{name}/timelines").json()) == 2
