@@ -92,7 +92,7 @@ def _through_api(url: str, name: str, events: int, batch_limit: int) -> float:
 
 def _raw(bootstrap: str, topic: str, events: int) -> float:
     # The same fetch settings as the broker's streams: the baseline is a well-tuned reader.
-    consumer = Consumer(consumer_config(bootstrap) | STREAM_CONSUMER_SETTINGS)
+    consumer = Consumer(consumer_config(kafka.Cluster(bootstrap)) | STREAM_CONSUMER_SETTINGS)
     started = time.monotonic()
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     received = 0

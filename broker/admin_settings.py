@@ -157,7 +157,8 @@ class AdminSettings:
 
     # -- the /settings endpoints ---------------------------------------------------------
 
-    async def _admin(self, request: Request, operation: Operation) -> Principal:
+    async def require_admin(self, request: Request, operation: Operation) -> Principal:
+        """The caller, when the administrators' list for ``operation`` names it; else 403."""
         principal = principal_of(request)
         if not await self.is_admin(principal, operation):
             authorization.refuse(
@@ -168,11 +169,11 @@ class AdminSettings:
         return principal
 
     async def get_admins(self, request: Request) -> Response:
-        await self._admin(request, "read")
+        await self.require_admin(request, "read")
         return JSONResponse((await self.current()).admins)
 
     async def post_admins(self, request: Request) -> Response:
-        principal = await self._admin(request, "admin")
+        principal = await self.require_admin(request, "admin")
         body = await _json(request)
         invalid = authorization.section_problem(body, ("admins", "readers", "writers"))
         if invalid:
@@ -188,7 +189,7 @@ class AdminSettings:
         return JSONResponse((await self.reload()).admins)
 
     async def get_blacklist(self, request: Request) -> Response:
-        await self._admin(request, "read")
+        await self.require_admin(request, "read")
         snapshot = await self.current()
 
         def names(kind: str) -> list[str]:
@@ -208,7 +209,7 @@ class AdminSettings:
         return await self._change_blacklist(request, block=False)
 
     async def _change_blacklist(self, request: Request, *, block: bool) -> Response:
-        principal = await self._admin(request, "write")
+        principal = await self.require_admin(request, "write")
         kind, name = request.path_params["blacklist_type"], request.path_params["name"]
         if kind not in BLACKLIST_TYPES:
             raise Unprocessable(f"blacklist_type is one of {', '.join(BLACKLIST_TYPES)}")
@@ -229,13 +230,13 @@ class AdminSettings:
         return Response(status_code=204)
 
     async def get_features(self, request: Request) -> Response:
-        await self._admin(request, "read")
+        await self.require_admin(request, "read")
         features = (await self.current()).features
         items = [{"feature": name, "enabled": features.get(name, False)} for name in Feature]
         return JSONResponse({"items": items})
 
     async def post_features(self, request: Request) -> Response:
-        principal = await self._admin(request, "write")
+        principal = await self.require_admin(request, "write")
         feature, enabled = _feature_switch(await _json(request))
         async with self.pool.connection() as conn:
             await conn.execute(

@@ -35,19 +35,24 @@ from broker.admin_settings import AdminSettings, initial_admins
 from broker.errors import BrokerError
 from broker.event_types.api import EventTypeApi
 from broker.event_types.rules import ENRICHMENT_STRATEGIES
-from broker.event_types.store import Store, StoreResolver
-from broker.event_types.topics import Topics
+from broker.event_types.store import Store
 from broker.problems import problem, render
 from broker.publishing.api import Publisher
 from broker.publishing.partitioning import STRATEGIES
-from broker.publishing.producer import KafkaProducer
 from broker.settings import Settings
 from broker.status import Status
 from broker.streams import api as streams
-from broker.streams.watermarks import Watermarks
 from broker.subscriptions.lag import SubscriptionLag
 from broker.subscriptions.service import SubscriptionService
-from changebroker import auth, http, pg
+from broker.timelines.api import TimelineApi
+from broker.timelines.cleanup import cleaning
+from broker.timelines.clusters import Clusters
+from broker.timelines.repartition import Repartitioning
+from broker.timelines.storages import Storages
+from broker.timelines.store import TimelineStore
+from broker.timelines.switch import Switcher
+from broker.timelines.writers import Writer
+from changebroker import auth, http, kafka, pg, tasks
 from changebroker import metrics as service_metrics
 
 log = logging.getLogger(__name__)
@@ -63,16 +68,35 @@ def create_app(settings: Settings) -> ASGIApp:
     store = Store(settings.pg_dsn, settings.pool_size)
     admin = AdminSettings(store.pool, initial_admins(settings.auth.admins))
     access = Access(store.pool, admin)
-    topics = Topics(
-        settings.kafka_bootstrap, settings.replication_factor, settings.min_insync_replicas
+    # Kafka clients per cluster: the storage "default" is --kafka-bootstrap (broker/timelines/).
+    clusters = Clusters(
+        kafka.Cluster(settings.kafka_bootstrap),
+        settings.replication_factor,
+        settings.min_insync_replicas,
     )
-    event_type_api = EventTypeApi(store, topics, settings, access)
-    producer = KafkaProducer(settings.kafka_bootstrap)
-    publisher = Publisher(store, producer, access)
-    watermarks = Watermarks(settings.kafka_bootstrap)
-    subscriptions = SubscriptionService(store, settings, watermarks, access)
-    lag = SubscriptionLag(store, settings.kafka_bootstrap)
+    timelines = TimelineStore(store, clusters.own)
+    event_type_api = EventTypeApi(store, clusters, settings, access)
+    # This process takes part in every timeline switch as a writer of events.
+    writer = Writer(
+        settings.pg_dsn,
+        store.pool,
+        "broker",
+        wait_timeout=settings.timeline_wait_timeout,
+        on_resume=store.forget_revisions,
+    )
+    publisher = Publisher(store, clusters, writer, access)
+    subscriptions = SubscriptionService(timelines, clusters, settings, access)
+    lag = SubscriptionLag(timelines)
     lag_refresh = service_metrics.Interval(settings.lag_interval, lag.refresh)
+    timeline_api = TimelineApi(
+        store,
+        Storages(store.pool),
+        timelines,
+        clusters,
+        Switcher(store, clusters, settings.default_retention_ms, settings.timeline_wait_timeout),
+        Repartitioning(store, clusters, settings.max_partitions),
+        access,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -81,14 +105,15 @@ def create_app(settings: Settings) -> ASGIApp:
         await asyncio.to_thread(pg.migrate, settings.pg_dsn, "registry")
         await asyncio.to_thread(pg.migrate, settings.pg_dsn, "broker")
         await store.open()
-        producer.start()
+        await writer.start()
         await subscriptions.start()
         try:
-            yield
+            async with tasks.running(cleaning(store, clusters)):
+                yield
         finally:
             await subscriptions.stop()
-            await asyncio.to_thread(producer.close)
-            await watermarks.close()
+            await writer.stop()
+            await clusters.close()
             await lag.close()
             await store.close()
             service_metrics.worker_exiting()
@@ -104,7 +129,7 @@ def create_app(settings: Settings) -> ASGIApp:
         # (~3% of a single-event publish's CPU; a GET of its path still finds the stream).
         *publisher.routes(),
         # /health: Nakadi's plain OK for load balancers; /status: Postgres and Kafka answer.
-        *Status(store.pool, topics).routes(),
+        *Status(store.pool, clusters.topics(clusters.own)).routes(),
         # Process, request and publishing metrics (broker/metrics.py), and every subscription's
         # lag, read and rendered in the background at most once per --lag-interval.
         service_metrics.route(refresh=[lag_refresh], texts=[lag.text]),
@@ -112,13 +137,9 @@ def create_app(settings: Settings) -> ASGIApp:
         Route("/registry/partition-strategies", partition_strategies, methods=["GET"]),
         *event_type_api.routes(),
         # Streams, partitions and cursor operations: broker/streams/api.py.
-        *streams.routes(
-            StoreResolver(store),
-            settings.kafka_bootstrap,
-            watermarks,
-            access,
-            settings.stream_memory_limit,
-        ),
+        *streams.routes(timelines, clusters, access, settings.stream_memory_limit),
+        # Storages, timelines and repartitioning: broker/timelines/.
+        *timeline_api.routes(),
         # Subscriptions, their streams, commits and stats: broker/subscriptions/.
         *subscriptions.routes(),
         *admin.routes(),

@@ -67,6 +67,13 @@ class Scopes:
                 rule("GET", r"/settings/blacklist", None),
                 rule("PUT DELETE", r"/settings/blacklist/[^/]+/[^/]+", None),
                 rule("GET", r"/(metrics|status)", None),
+                # Storages, timelines and repartitioning: no scope, the broker's administrators
+                # decide (broker/timelines/api.py), as Nakadi's API names no scope there.
+                rule("GET POST", r"/storages", None),
+                rule("GET DELETE", r"/storages/[^/]+", None),
+                rule("PUT", r"/storages/default/[^/]+", None),
+                rule("POST", name + "/timelines", None),
+                rule("PUT", name + "/partition-count", None),
             ),
             strictest=self.config_write,
         )

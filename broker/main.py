@@ -21,6 +21,7 @@ from broker.settings import (
     MAX_PARTITIONS,
     STREAM_MEMORY_LIMIT,
     SUBSCRIPTION_MAX_PARTITIONS,
+    TIMELINE_WAIT_TIMEOUT,
     Settings,
 )
 from changebroker import auth, config, http, logs, metrics
@@ -72,6 +73,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=SUBSCRIPTION_MAX_PARTITIONS,
         help="most partitions the event types of one subscription may have together",
+    )
+    option(
+        "--timeline-wait-timeout",
+        type=config.parse_duration,
+        default=TIMELINE_WAIT_TIMEOUT,
+        help="how long a timeline switch waits for every event writer to pause, and a publish"
+        " to a switching event type for the switch (Nakadi's nakadi.timeline.wait.timeoutMs)",
     )
     config.add_replication_options(parser)
     option(
@@ -128,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("--max-commit-timeout must be more than 0 seconds")
     if args.stream_memory_limit < 1 or args.subscription_max_partitions < 1:
         raise SystemExit("--stream-memory-limit and --subscription-max-partitions must be >= 1")
+    if args.timeline_wait_timeout <= 0:
+        raise SystemExit("--timeline-wait-timeout must be more than 0 seconds")
     settings = config.from_args(
         Settings,
         args,

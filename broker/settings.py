@@ -22,6 +22,9 @@ SUBSCRIPTION_MAX_PARTITIONS = 100
 # consumer group (its archiver's) do not keep an event type from being deleted.
 DELETABLE_SUBSCRIPTION_OWNING_APPLICATION = "nakadi_archiver"
 DELETABLE_SUBSCRIPTION_CONSUMER_GROUP = "nakadi_to_s3"
+# Nakadi's nakadi.timeline.wait.timeoutMs: how long a timeline switch waits for writers to
+# pause, and a write to a switching event type for the switch.
+TIMELINE_WAIT_TIMEOUT = 40.0
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Settings:
     subscription_max_partitions: int = SUBSCRIPTION_MAX_PARTITIONS
     deletable_subscription_owning_application: str = DELETABLE_SUBSCRIPTION_OWNING_APPLICATION
     deletable_subscription_consumer_group: str = DELETABLE_SUBSCRIPTION_CONSUMER_GROUP
+    timeline_wait_timeout: float = TIMELINE_WAIT_TIMEOUT
     auth: AuthSettings = field(default_factory=AuthSettings)
     scopes: Scopes = field(default_factory=Scopes)
 

@@ -55,6 +55,25 @@ def admin(bootstrap: str) -> AdminClient:
     return AdminClient(client_config(bootstrap))
 
 
+@dataclass(frozen=True)
+class Cluster:
+    """A Kafka cluster: where it is, and the librdkafka properties its clients need beyond the
+    deployment's (``CHANGEBROKER_KAFKA_CLIENT_CONFIG``, which they override)."""
+
+    bootstrap: str
+    properties: tuple[tuple[str, str], ...] = ()
+
+    def config(self, **overrides: Any) -> dict[str, Any]:
+        """Client settings for this cluster (``client_config``), ``overrides`` last."""
+        return client_config(self.bootstrap, **{**dict(self.properties), **overrides})
+
+    def producer_config(self, **overrides: Any) -> dict[str, Any]:
+        return producer_config(self.bootstrap, **{**dict(self.properties), **overrides})
+
+    def admin(self) -> AdminClient:
+        return AdminClient(self.config())
+
+
 def wait_until_ready(bootstrap: str, timeout: float = 60.0, brokers: int = 1) -> None:
     """Block until ``brokers`` brokers show in the metadata, or raise after ``timeout`` s."""
     deadline = time.monotonic() + timeout
@@ -87,8 +106,13 @@ def replication(bootstrap: str, factor: int | None, min_insync: int | None) -> R
     """``factor`` and ``min_insync`` as given, else what the cluster allows: 3 copies, 2 in
     sync on 3 brokers or more (one may go away, no acknowledged write is lost), one of each
     on a single broker. The brokers are counted from the cluster's metadata."""
+    return replication_of(admin(bootstrap), factor, min_insync)
+
+
+def replication_of(client: AdminClient, factor: int | None, min_insync: int | None) -> Replication:
+    """``replication`` of the cluster ``client`` talks to."""
     if factor is None or min_insync is None:
-        metadata = admin(bootstrap).list_topics(timeout=30)
+        metadata = client.list_topics(timeout=30)
         allowed = min(3, max(1, len(metadata.brokers)))
         factor = factor or allowed
         min_insync = min_insync or max(1, min(factor, allowed) - 1)

@@ -2,9 +2,12 @@
 
 ``GET /event-types``: the bridge's are category ``data`` and named by its pattern
 (``{prefix}.{schema}.{table}``); ``GET /event-types/{name}/schemas``: every schema version;
-``GET /event-types/{name}/timelines``: the Kafka topic the events are in;
+``GET /event-types/{name}/timelines``: the Kafka topics the events have been in, in order,
+and where each closed one ends; ``GET /storages/{id}``: the cluster of a timeline on
+another storage than ``default`` (the replay's own ``--kafka-bootstrap``);
 ``GET /event-types/{name}/partitions``: how many partitions. Nothing here reads the
-broker's metadata database: the API is the contract.
+broker's metadata database: the API is the contract (the timelines and storages need the
+token of one of the broker's administrators' readers).
 """
 
 from __future__ import annotations
@@ -14,12 +17,12 @@ import re
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from broker.streams.cursors import parse_offset
 from changebroker import auth
 from replay.columns import Column, primary_key, union_columns
 
@@ -39,18 +42,55 @@ class CatalogError(Exception):
     """A table or event type that cannot be replayed; the message says what to do."""
 
 
+OWN_STORAGE = "default"  # the broker's own Kafka, which is the replay's --kafka-bootstrap
+
+
+@dataclass(frozen=True)
+class SpecTimeline:
+    """One of an event type's timelines: its topic, the cluster it is on, where it ends."""
+
+    order: int
+    topic: str
+    bootstrap: str | None  # None: the replay's own --kafka-bootstrap
+    # Per partition, the offset of its last event, once the next timeline took over.
+    latest: tuple[int, ...] | None = None
+    gone: bool = False  # retention is over: its topic is deleted (or about to be)
+
+    def end(self, partition: int) -> int | None:
+        """The offset after a closed timeline's last event in ``partition``; None while
+        active."""
+        if self.latest is None:
+            return None
+        return (self.latest[partition] if partition < len(self.latest) else -1) + 1
+
+
 @dataclass(frozen=True)
 class TableSpec:
     """One table's event type, where its events are, and what its rows look like."""
 
     table: str  # schema.table
     event_type: str
-    topic: str
+    timelines: tuple[SpecTimeline, ...]  # oldest first
     partitions: int
-    timeline: int
     key: tuple[str, ...]
     columns: tuple[Column, ...]
     schema_versions: tuple[str, ...]  # oldest first
+
+    @property
+    def active(self) -> SpecTimeline:
+        return self.timelines[-1]
+
+    @property
+    def topic(self) -> str:
+        """The active timeline's topic: where the bridge writes now."""
+        return self.active.topic
+
+    @property
+    def topics(self) -> set[str]:
+        return {t.topic for t in self.timelines}
+
+    def timeline(self, order: int) -> SpecTimeline | None:
+        return next((t for t in self.timelines if t.order == order), None)
 
 
 def pattern_regex(pattern: str, prefix: str) -> re.Pattern[str]:
@@ -75,6 +115,7 @@ class Catalog:
     def __init__(self, broker: httpx.Client, pattern: str, prefix: str) -> None:
         self._broker = broker
         self._regex = pattern_regex(pattern, prefix)
+        self._storages: dict[str, str] = {}  # storage id -> its bootstrap servers
 
     def bridged(self) -> dict[str, str]:
         """Event type name -> table, of every data event type named by the pattern."""
@@ -122,20 +163,42 @@ class Catalog:
         key = primary_key(body, table)
         versions = self._schema_versions(event_type)
         schemas = [json.loads(v["schema"]) for v in versions]
-        timelines = self._get(f"/event-types/{event_type}/timelines")
-        current = timelines[-1]
         partitions = self._get(f"/event-types/{event_type}/partitions")
-        timeline = parse_offset(partitions[0]["newest_available_offset"]).timeline
         return TableSpec(
             table=table,
             event_type=event_type,
-            topic=current["topic"],
+            timelines=self._timelines(event_type),
             partitions=len(partitions),
-            timeline=timeline,
             key=tuple(key),
             columns=tuple(union_columns(schemas)),
             schema_versions=tuple(v["version"] for v in versions),
         )
+
+    def _timelines(self, event_type: str) -> tuple[SpecTimeline, ...]:
+        now = datetime.now(UTC)
+        found = []
+        for item in self._get(f"/event-types/{event_type}/timelines"):
+            storage = item["storage_id"]
+            latest = item.get("latest_position")
+            cleaned_up = item.get("cleaned_up_at")
+            found.append(
+                SpecTimeline(
+                    order=int(item["order"]),
+                    topic=item["topic"],
+                    bootstrap=None if storage == OWN_STORAGE else self._bootstrap(storage),
+                    latest=None if latest is None else tuple(int(o) for o in latest["offsets"]),
+                    gone=cleaned_up is not None
+                    and datetime.fromisoformat(cleaned_up.replace("Z", "+00:00")) <= now,
+                )
+            )
+        return tuple(sorted(found, key=lambda t: t.order))
+
+    def _bootstrap(self, storage: str) -> str:
+        """The bootstrap servers of a storage other than the broker's own."""
+        if storage not in self._storages:
+            found = self._get(f"/storages/{storage}")
+            self._storages[storage] = str(found["kafka_configuration"]["bootstrap_servers"])
+        return self._storages[storage]
 
     def _schema_versions(self, event_type: str) -> list[dict[str, Any]]:
         """Every schema version, oldest first (the API pages them newest first)."""

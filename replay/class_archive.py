@@ -30,7 +30,7 @@ from py4j.protocol import Py4JJavaError
 from changebroker.stack.spark import class_archive, connector_jars, spark_session
 from changebroker.stack.state import StateDir, default_state_dir
 from replay import compaction
-from replay.catalog import TableSpec
+from replay.catalog import SpecTimeline, TableSpec
 from replay.columns import Column
 from replay.job import compacted
 from replay.offsets import PartitionRange
@@ -48,9 +48,8 @@ _KAFKA_CLIENT_JARS = ("kafka-clients-", "spark-sql-kafka-", "commons-pool2-")
 _SPEC = TableSpec(
     table="public.class_archive",
     event_type="class_archive",
-    topic="class_archive",
+    timelines=(SpecTimeline(1, "class_archive", None),),
     partitions=2,
-    timeline=1,
     key=("id",),
     columns=(
         Column("id", "bigint", 20, False),

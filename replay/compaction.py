@@ -2,7 +2,8 @@
 to the last state of each primary key.
 
 Order: the bridge partitions by primary key, so one key's events are in one partition, in
-change order; within a key, the greater offset is the later change. Per key:
+change order (through every timeline, whose offsets are counted on: ``kafka_events``);
+within a key, the greater offset is the later change. Per key:
 
 * the last event decides whether the row exists (``D``: gone; ``C``, ``U``, ``S``: there);
 * each column takes its value from the last event that carries it. ``C`` and ``S`` events
@@ -41,6 +42,9 @@ if TYPE_CHECKING:
 
 # Offsets of the base snapshot's rows: before every event.
 BASE_OFFSET = -1
+# How far apart timelines' offsets are put (2^48: more events than a partition ever holds),
+# so that one number orders a partition's events through its timelines.
+TIMELINE_OFFSET = 1 << 48
 # A batch read takes whole ranges at once: fetches far larger than the consumer's defaults
 # (1 MiB per partition) cut the reading's CPU time by a third (bench/replay.py). The broker
 # holds a fetch it has nothing for fetch.max.wait.ms (default 500 ms) before answering;
@@ -79,23 +83,37 @@ def event_schema(columns: Sequence[Column]) -> str:
 def kafka_events(
     spark: SparkSession, spec: TableSpec, ranges: Sequence[PartitionRange], bootstrap: str
 ) -> DataFrame | None:
-    """The committed records of ``ranges`` (``None`` when there are none to read)."""
-    reading = [r for r in ranges if r.size > 0]
-    if not reading:
+    """The committed records of ``ranges`` (``None`` when there are none to read), from each
+    timeline's topic on its cluster (``bootstrap``: the storage ``default``'s). Their
+    ``offset`` counts through the timelines: a later timeline's records come after an earlier
+    one's (``TIMELINE_OFFSET`` apart), so "the greatest offset" is "the last event"."""
+    from pyspark.sql import functions as F
+
+    reads = []
+    for timeline in spec.timelines:
+        reading = [r for r in ranges if r.size > 0 and r.timeline == timeline.order]
+        if not reading:
+            continue
+        topic = timeline.topic
+        starts = {str(r.partition): r.start for r in reading}
+        ends = {str(r.partition): r.end for r in reading}
+        read = (
+            spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", timeline.bootstrap or bootstrap)
+            .option("kafka.isolation.level", "read_committed")
+            .options(**_KAFKA_BATCH_OPTIONS)
+            .option("assign", json.dumps({topic: [r.partition for r in reading]}))
+            .option("startingOffsets", json.dumps({topic: starts}))
+            .option("endingOffsets", json.dumps({topic: ends}))
+            .load()
+        )
+        if timeline.order > 1:
+            shift = F.lit((timeline.order - 1) * TIMELINE_OFFSET)
+            read = read.withColumn("offset", F.col("offset") + shift)
+        reads.append(read)
+    if not reads:
         return None
-    topic = spec.topic
-    starts = {str(r.partition): r.start for r in reading}
-    ends = {str(r.partition): r.end for r in reading}
-    return (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("kafka.isolation.level", "read_committed")
-        .options(**_KAFKA_BATCH_OPTIONS)
-        .option("assign", json.dumps({topic: [r.partition for r in reading]}))
-        .option("startingOffsets", json.dumps({topic: starts}))
-        .option("endingOffsets", json.dumps({topic: ends}))
-        .load()
-    )
+    return functools.reduce(lambda a, b: a.unionByName(b), reads)
 
 
 def _converted(column: Column, raw: SparkColumn, table: str) -> SparkColumn:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from replay import compaction, offsets, positions, snapshots, writing
-from replay.catalog import Catalog, TableSpec, broker_client
+from replay.catalog import Catalog, SpecTimeline, TableSpec, broker_client
 from replay.columns import NoPrimaryKey
 from replay.offsets import PartitionRange, Watermarks
 from replay.snapshots import Manifest, TableEntry
@@ -124,7 +124,15 @@ def _plan(
     the snapshot will be exact at (``None`` when that cannot be known)."""
     base = _base(options)
     until = offsets.parse_until(options.until)
-    watermarks = Watermarks(options.kafka_bootstrap)
+    clusters: dict[str, Watermarks] = {}
+
+    def watermarks(timeline: SpecTimeline) -> Watermarks:
+        """Of the timeline's cluster: its storage's, or the replay's own."""
+        bootstrap = timeline.bootstrap or options.kafka_bootstrap
+        if bootstrap not in clusters:
+            clusters[bootstrap] = Watermarks(bootstrap)
+        return clusters[bootstrap]
+
     bridge = positions.read(options.kafka_bootstrap, options.bridge_name) if until.latest else None
     exact = bridge is not None
     planned, skipped = [], []
@@ -141,15 +149,23 @@ def _plan(
                 skipped.append(table)
                 continue
             from_base = base is not None and table in base.tables
-            if from_base and base is not None and base.tables[table].topic != spec.topic:
+            # A timeline switch gives the event type a new topic; one re-created has none of
+            # the topics it had.
+            if from_base and base is not None and base.tables[table].topic not in spec.topics:
                 say(f"replay: {table}: its event type was re-created; reading it from the start")
                 from_base = False
             cursors = base.cursors.get(event_type) if from_base and base is not None else None
-            written = bridge.written(spec.topic) if bridge is not None else None
+            written = bridge.offsets if bridge is not None else None
             ranges = offsets.plan(spec, cursors, until, watermarks, options.wait_seconds, written)
-            # A partition with events the record does not name (written before the bridge
-            # kept offsets) ends at its last stable offset: then no sequence is exact.
-            exact = exact and all(r.partition in (written or {}) or r.end == 0 for r in ranges)
+            # A partition of the active timeline with events the record does not name (written
+            # before the bridge kept offsets) ends at its last stable offset: then no sequence
+            # is exact. Closed timelines end where their switch recorded.
+            named = bridge.written(spec.topic) if bridge is not None else {}
+            exact = exact and all(
+                r.partition in named or r.end == 0
+                for r in ranges
+                if r.timeline == spec.active.order
+            )
             base_path = base.table_path(table) if from_base and base is not None else None
             base_format = base.tables[table].format if from_base and base is not None else ""
             if bridge is not None and table in bridge.snapshotting:

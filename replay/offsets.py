@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -22,7 +22,7 @@ from confluent_kafka.admin import OffsetSpec
 
 from broker.streams.cursors import OffsetFormatError, format_offset, parse_offset
 from changebroker import kafka
-from replay.catalog import TableSpec
+from replay.catalog import SpecTimeline, TableSpec
 from replay.snapshots import Cursors
 
 
@@ -78,6 +78,7 @@ class PartitionRange:
     partition: int
     start: int  # the first offset to read
     end: int  # exclusive: the snapshot holds every committed event below it
+    timeline: int = 1  # the order of the timeline whose topic the offsets are in
 
     @property
     def size(self) -> int:
@@ -90,26 +91,43 @@ def cursor_offset(end: int, timeline: int) -> str:
 
 
 def cursors_of(spec: TableSpec, ranges: Sequence[PartitionRange]) -> list[dict[str, str]]:
+    """Per partition, the cursor of where its last range ends."""
+    last: dict[int, PartitionRange] = {}
+    for r in ranges:
+        if r.partition not in last or r.timeline > last[r.partition].timeline:
+            last[r.partition] = r
     return [
-        {"partition": str(r.partition), "offset": cursor_offset(r.end, spec.timeline)}
-        for r in ranges
+        {"partition": str(p), "offset": cursor_offset(r.end, r.timeline)}
+        for p, r in sorted(last.items())
     ]
 
 
-def _offsets(cursors: Sequence[Mapping[str, str]], spec: TableSpec, what: str) -> dict[int, int]:
-    """Partition -> the offset after each cursor's (``None`` for ``BEGIN``: the oldest kept)."""
-    out: dict[int, int] = {}
+# Where reading starts or ends in one partition: a timeline's order and a Kafka offset in its
+# topic (None: the oldest it still holds).
+Place = tuple[int, int | None]
+
+
+def _places(cursors: Sequence[Mapping[str, str]], spec: TableSpec, what: str) -> dict[int, Place]:
+    """Partition -> the place after each cursor's offset (``BEGIN``: the first timeline's
+    oldest)."""
+    out: dict[int, Place] = {}
+    first = spec.timelines[0].order
     for cursor in cursors:
         try:
             partition = int(cursor["partition"])
-            offset = parse_offset(cursor["offset"], spec.timeline)
+            offset = parse_offset(cursor["offset"], first)
         except (KeyError, ValueError, OffsetFormatError):
             raise RangeError(f"{what}: {cursor!r} is not a cursor of {spec.event_type}") from None
         if offset.is_begin:
-            out[partition] = -1
-        else:
-            assert offset.kafka_offset is not None
-            out[partition] = offset.kafka_offset + 1
+            out[partition] = (first, None)
+            continue
+        assert offset.kafka_offset is not None
+        if spec.timeline(offset.timeline) is None:
+            raise RangeError(
+                f"{what}: {cursor!r} names timeline {offset.timeline}, which"
+                f" {spec.event_type} does not have"
+            )
+        out[partition] = (offset.timeline, offset.kafka_offset + 1)
     return out
 
 
@@ -142,72 +160,124 @@ def plan(
     spec: TableSpec,
     base: Sequence[Mapping[str, str]] | None,
     until: Until,
-    watermarks: Watermarks,
+    watermarks: Callable[[SpecTimeline], Watermarks],
     wait_seconds: float = 60.0,
-    written: Mapping[int, int] | None = None,
+    written: Mapping[str, Mapping[int, int]] | None = None,
 ) -> list[PartitionRange]:
-    """The range of every partition of ``spec``'s topic: after ``base`` (or from offset 0)
-    up to ``until``; ``latest`` ends after ``written`` (the last offset the bridge's newest
-    position record names, replay/positions.py) where given, else at the last stable one."""
-    earliest = watermarks.earliest(spec.topic, spec.partitions)
-    stable = watermarks.last_stable(spec.topic, spec.partitions)
-    starts = {p: 0 for p in range(spec.partitions)}
+    """The ranges of every partition of ``spec``'s event type: after ``base`` (or from the
+    first timeline's beginning) up to ``until``, through every timeline between (a closed
+    one read to its end); ``latest`` ends after ``written`` (per topic, the last offset the
+    bridge's newest position record names, replay/positions.py) where given, else at the
+    active timeline's last stable offsets. ``watermarks``: of a timeline's cluster."""
+    first = spec.timelines[0].order
+    starts: dict[int, Place] = {p: (first, 0) for p in range(spec.partitions)}
     if base is not None:
-        given = _offsets(base, spec, "the base snapshot's cursors")
-        starts.update({p: earliest[p] if o < 0 else o for p, o in given.items()})
-    ends = _ends(spec, until, watermarks, stable, earliest)
-    if until.latest and written is not None:
-        ends.update({p: offset + 1 for p, offset in written.items() if p in ends})
+        starts.update(_places(base, spec, "the base snapshot's cursors"))
+    ends = _ends(spec, until, watermarks, written)
+    active = spec.active
+    stable = _stable(spec, active, watermarks)
     deadline = time.monotonic() + wait_seconds
-    while any(ends[p] > stable[p] for p in ends) and time.monotonic() < deadline:
+    while any(order == active.order and (end or 0) > stable[p] for p, (order, end) in ends.items()):
+        if time.monotonic() >= deadline:
+            break
         time.sleep(0.2)  # a transaction the end lies in is still open
-        stable = watermarks.last_stable(spec.topic, spec.partitions)
+        stable = _stable(spec, active, watermarks)
+    earliest: dict[int, dict[int, int]] = {}  # timeline order -> partition -> offset
+
+    def oldest(timeline: SpecTimeline, partition: int) -> int:
+        if timeline.gone:
+            return 0
+        if timeline.order not in earliest:
+            found = watermarks(timeline).earliest(timeline.topic, spec.partitions)
+            earliest[timeline.order] = found
+        return earliest[timeline.order][partition]
+
     ranges = []
     for p in range(spec.partitions):
-        start, end = starts[p], ends[p]
+        (start_order, start), (end_order, end) = starts[p], ends[p]
         where = f"partition {p} of event type {spec.event_type} (table {spec.table})"
-        if end > stable[p]:
+        if (end_order, end or 0) < (start_order, start or 0):
             raise RangeError(
-                f"{where}: --until names offset {end - 1}, but committed events end at"
-                f" {stable[p] - 1} after {wait_seconds:.0f}s"
+                f"{where}: --until ends before the base snapshot's cursor; give --full or an"
+                " older --base"
             )
-        if start < earliest[p] and end > start:
-            raise RangeError(
-                f"{where}: events from offset {start} on are needed, but retention deleted"
-                f" everything before {earliest[p]}; replay from a snapshot newer than that"
-                " (or raise the event type's retention_time)"
-            )
-        if end < start:
-            raise RangeError(
-                f"{where}: --until ends at offset {end - 1}, before the base snapshot's cursor"
-                f" {start - 1}; give --full or an older --base"
-            )
-        ranges.append(PartitionRange(p, start, end))
+        for timeline in spec.timelines:
+            if not start_order <= timeline.order <= end_order:
+                continue
+            held = oldest(timeline, p)
+            first_offset = 0
+            if timeline.order == start_order:
+                first_offset = held if start is None else start
+            closed = timeline.end(p)
+            if timeline.order == end_order:
+                last = held if end is None else end
+            else:
+                assert closed is not None, "only the active timeline has no end"
+                last = closed
+            if closed is None and last > stable[p]:
+                raise RangeError(
+                    f"{where}: --until names offset {last - 1}, but committed events end at"
+                    f" {stable[p] - 1} after {wait_seconds:.0f}s"
+                )
+            if last > first_offset and (timeline.gone or first_offset < held):
+                gone = "that timeline" if timeline.gone else f"everything before {held}"
+                raise RangeError(
+                    f"{where}: events from offset {first_offset} of timeline {timeline.order}"
+                    f" on are needed, but retention deleted {gone}; replay from a snapshot"
+                    " newer than that (or raise the event type's retention_time)"
+                )
+            # An empty range is kept where reading ends: the snapshot's cursor is there.
+            if last > first_offset or timeline.order == end_order:
+                ranges.append(
+                    PartitionRange(p, first_offset, max(last, first_offset), timeline.order)
+                )
     return ranges
+
+
+def _stable(
+    spec: TableSpec, active: SpecTimeline, watermarks: Callable[[SpecTimeline], Watermarks]
+) -> dict[int, int]:
+    return watermarks(active).last_stable(active.topic, spec.partitions)
 
 
 def _ends(
     spec: TableSpec,
     until: Until,
-    watermarks: Watermarks,
-    stable: dict[int, int],
-    earliest: dict[int, int],
-) -> dict[int, int]:
+    watermarks: Callable[[SpecTimeline], Watermarks],
+    written: Mapping[str, Mapping[int, int]] | None,
+) -> dict[int, Place]:
+    active = spec.active
     if until.cursors is not None:
         cursors = until.cursors.get(spec.event_type)
         if cursors is None:
             raise RangeError(
                 f"--until cursors name no partition of {spec.event_type} (table {spec.table})"
             )
-        given = _offsets(cursors, spec, "--until")
+        given = _places(cursors, spec, "--until")
         missing = set(range(spec.partitions)) - set(given)
         if missing:
             raise RangeError(
                 f"--until cursors of {spec.event_type} miss partitions"
                 f" {', '.join(map(str, sorted(missing)))}"
             )
-        return {p: earliest[p] if o < 0 else o for p, o in given.items()}
+        return given
+    stable = _stable(spec, active, watermarks)
     if until.moment is not None:
-        found = watermarks.at(spec.topic, spec.partitions, until.moment)
-        return {p: stable[p] if o < 0 else min(o, stable[p]) for p, o in found.items()}
-    return dict(stable)
+        ends: dict[int, Place] = {}
+        for timeline in spec.timelines:
+            if timeline.gone:
+                continue
+            found = watermarks(timeline).at(timeline.topic, spec.partitions, until.moment)
+            for p, offset in found.items():
+                if p in ends:
+                    continue
+                closed = timeline.end(p)
+                if closed is None:
+                    ends[p] = (timeline.order, stable[p] if offset < 0 else min(offset, stable[p]))
+                elif 0 <= offset < closed:
+                    ends[p] = (timeline.order, offset)
+        return ends
+    latest = dict(stable)
+    if written is not None:
+        latest.update({p: o + 1 for p, o in written.get(active.topic, {}).items() if p in latest})
+    return {p: (active.order, offset) for p, offset in latest.items()}

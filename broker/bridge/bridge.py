@@ -48,10 +48,12 @@ from broker.bridge.transactions import (
     load_position,
 )
 from broker.event_types.store import Store
-from broker.publishing.api import ItemFailure, prepare, received_now
+from broker.publishing.api import ItemFailure, Target, prepare, received_now
 from broker.publishing.partitioning import java_string_hash
 from broker.publishing.producer import Message
-from changebroker import auth, logs, pg
+from broker.settings import TIMELINE_WAIT_TIMEOUT
+from broker.timelines.writers import Writer
+from changebroker import auth, kafka, logs, pg
 from changebroker.timestamps import utc_second
 from changeserver.sequence import ZERO, Sequence
 
@@ -227,6 +229,11 @@ class TableRefused(Exception):
     """The bridge cannot publish this table (no key): none of its changes are published."""
 
 
+class WriterLapsed(Exception):
+    """The bridge could not renew its registration as a writer of events: a timeline switch
+    may go by without it, so it writes nothing until its session starts again."""
+
+
 def now_rfc3339() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
@@ -248,6 +255,9 @@ class Bridge:
         self._prefetch: tuple[Sequence, asyncio.Future[Answer]] | None = None
         self._catalog: psycopg.AsyncConnection[Any] | None = None
         self._event_types: EventTypes | None = None
+        # The cluster of --kafka-bootstrap: its transactions hold the events and the position.
+        self._cluster = kafka.Cluster(settings.kafka_bootstrap)
+        self._writer: Writer | None = None
         self.selection = tables.Selection(
             settings.include, settings.exclude, own_tables(settings.outbox_table)
         )
@@ -362,6 +372,15 @@ class Bridge:
         # The next batches are read and turned into events while a transaction is under way.
         commits = Commits(producer, self._on_committed, s.limit)
         store = Store(s.meta_dsn, pool_size=2)
+        # The bridge takes part in timeline switches as a writer (broker/timelines/writers.py).
+        writer = Writer(
+            s.meta_dsn,
+            store.pool,
+            "bridge",
+            wait_timeout=TIMELINE_WAIT_TIMEOUT,
+            on_resume=store.forget_revisions,
+            auto_pause=False,
+        )
         try:
             record = await asyncio.to_thread(load_position, s.kafka_bootstrap, s.name)
             self.position = self.committed = Position.of(record)
@@ -375,6 +394,8 @@ class Bridge:
             self._row_types.clear()
             self._next_discovery = 0.0
             await store.open()
+            await writer.start()
+            self._writer = writer
             await self._chunks.open()
             client: dict[str, Any] = {
                 "headers": auth.client_headers(s.client_token),
@@ -393,7 +414,7 @@ class Bridge:
                 ) as changes,
             ):
                 self._catalog = catalog
-                self._event_types = EventTypes(store, broker)
+                self._event_types = EventTypes(store, broker, self._cluster)
                 await self._publish_watermarks(catalog)
                 log.info(
                     "bridge resuming",
@@ -408,8 +429,10 @@ class Bridge:
                 self._prefetch = None
             await commits.close()
             self._catalog = self._event_types = None
+            self._writer = None
             await self._chunks.close()
             await asyncio.to_thread(producer.close)
+            await writer.stop()
             await store.close()
 
     async def _publish_watermarks(self, catalog: psycopg.AsyncConnection[Any]) -> None:
@@ -526,6 +549,7 @@ class Bridge:
         try:
             published = await self._evolved(table, {c.name: c.oid for c in columns})
             target = published.target
+            self._writable(target)
             out = [
                 _prepare(
                     published,
@@ -542,7 +566,7 @@ class Bridge:
                 )
                 for key, row in chunk.rows.items()
             ]
-        except (SchemaRefused, ItemFailure, TableRefused) as exc:
+        except (SchemaRefused, ItemFailure, TableRefused, UnitStopped) as exc:
             self._chunks.discard(table)
             reason = exc.detail if isinstance(exc, ItemFailure) else str(exc)
             self._stop(table, reason, Sequence.parse(change["sequence"]), position)
@@ -580,6 +604,9 @@ class Bridge:
         return min([self.position.since, *resumed])
 
     async def _step(self, changes: ChangesClient, commits: Commits[Position]) -> None:
+        assert self._writer is not None
+        if self._writer.pending.is_set():
+            await self._pause(commits)
         self._apply_resumes()
         if time.monotonic() >= self._next_discovery:
             await self._discover()
@@ -589,18 +616,24 @@ class Bridge:
         self._wake.clear()
         poll = self._poll(changes, since)
         woken: asyncio.Future[Any] = asyncio.ensure_future(self._wake.wait())
+        paused: asyncio.Future[Any] = asyncio.ensure_future(self._writer.pending.wait())
         try:
             while not (poll.done() or woken.done()):
                 turn = commits.turn()
-                waits = [poll, woken] if turn is None else [poll, woken, turn]
+                waits = [poll, woken, paused] if turn is None else [poll, woken, paused, turn]
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 if turn is not None and turn.done():
                     await commits.advance()
+                if paused.done():
+                    # Nothing is being prepared meanwhile: the read goes on, the writes wait.
+                    await self._pause(commits)
+                    paused = asyncio.ensure_future(self._writer.pending.wait())
         except BaseException:
             poll.cancel()  # the session ends: no read may outlive its client unheard
             raise
         finally:
             woken.cancel()
+            paused.cancel()
         if not poll.done():
             # An operator resumed a unit while we waited: read again from its held position.
             poll.cancel()
@@ -612,6 +645,8 @@ class Bridge:
         if answer.status != 200:
             said = answer.body[:500].decode(errors="replace")
             raise ChangesUnreadable(f"GET /changes answered {answer.status}: {said}")
+        if not self._writer.alive():
+            raise WriterLapsed("could not renew the bridge's registration as a writer in time")
         # orjson reads it exactly: the changeserver's values are strings, its numbers 64-bit.
         body = orjson.loads(answer.body)
         last = Sequence.parse(body["lastSequence"])
@@ -655,6 +690,34 @@ class Bridge:
                 del position.held[unit]
         if position != self.position:  # the fields' equality: as the records would compare
             await self._commit(commits, messages, position)
+
+    async def _pause(self, commits: Commits[Position]) -> None:
+        """A timeline switch asks every writer to pause: what was prepared is committed first,
+        then the bridge waits for the switch and writes to the event types as they are now."""
+        assert self._writer is not None
+        await commits.drain()
+        await self._writer.paused()
+        await self._retarget()
+
+    async def _retarget(self) -> None:
+        """Read every event type in force again: a timeline switch gave it a new topic."""
+        assert self._event_types is not None
+        for table, published in list(self._published.items()):
+            target = await self._event_types.target(published.target.name)
+            if target is None:
+                del self._published[table]
+            else:
+                self._published[table] = Published.of(target, published.schema)
+
+    def _writable(self, target: Target) -> None:
+        """Refuse an event type whose active timeline is on another Kafka cluster."""
+        if target.cluster != self._cluster:
+            raise UnitStopped(
+                f"event type {target.name} is on another Kafka cluster"
+                f" ({target.cluster.bootstrap}); the bridge commits events and its position in"
+                f" one transaction of its own ({self._cluster.bootstrap}): create a timeline of"
+                " it on the bridge's cluster, then resume the unit"
+            )
 
     async def _after_gap(self, commits: Commits[Position], since: Sequence) -> None:
         """The changeserver no longer holds changes after ``since`` (its replication slot was
@@ -754,6 +817,7 @@ class Bridge:
         # Asked of every change: answered without a coroutine while the schema stands.
         published = self._in_force(table, row_types) or await self._evolved(table, row_types)
         target = published.target
+        self._writable(target)
         op = _OPS[change["operation"]]
         seq = change["sequence"]
         when = occurred_at(change)
@@ -841,6 +905,7 @@ class Bridge:
         target = await self._event_types.target(name)
         if target is None:
             raise UnitStopped(f"outbox event type {name!r} does not exist: create it")
+        self._writable(target)
         event = row["payload"]
         if not isinstance(event, dict):
             raise UnitStopped(f"outbox row {row.get('id')}: payload must be a JSON object")

@@ -20,6 +20,7 @@ from broker.bridge.tables import Table, canonical
 from broker.event_types import effective_schema
 from broker.event_types.store import Store
 from broker.publishing.api import Target
+from changebroker import kafka
 
 OWNING_APPLICATION = "changebroker-bridge"
 # What data_event_type declares; with the schema, all its effective schema depends on.
@@ -114,9 +115,11 @@ def data_event_type(name: str, table: Table, schema: dict[str, Any], partitions:
 
 
 class EventTypes:
-    def __init__(self, store: Store, broker: httpx.AsyncClient) -> None:
+    def __init__(self, store: Store, broker: httpx.AsyncClient, cluster: kafka.Cluster) -> None:
+        """``cluster``: the bridge's Kafka, where the storage ``default`` is."""
         self._store = store
         self._broker = broker
+        self._cluster = cluster
         self._targets: dict[str, Target] = {}
 
     async def target(self, name: str) -> Target | None:
@@ -129,7 +132,7 @@ class EventTypes:
             stored = await self._store.get(name)
             if stored is None:
                 return None
-            cached = self._targets[name] = Target.of(stored)
+            cached = self._targets[name] = Target.of(stored, self._cluster)
         return cached
 
     async def ensure(

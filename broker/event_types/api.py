@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from typing import Any
 
+import psycopg
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -33,8 +33,11 @@ from broker.errors import (
 from broker.event_types import rules
 from broker.event_types.rules import InvalidEventType
 from broker.event_types.store import AlreadyExists, Store, SubscriptionKey
-from broker.event_types.topics import EventTypeTopic, TopicError, Topics, topic_config, topic_name
+from broker.event_types.topics import TopicError, topic_config, topic_name
 from broker.settings import Settings
+from broker.timelines import store as timeline_sql
+from broker.timelines.clusters import Clusters
+from broker.timelines.storages import cluster_of, default_in
 from changebroker import logs
 from changebroker.auth import audit, principal_of
 from registry.compat import SchemaError, nakadi_evolution, next_version
@@ -43,14 +46,14 @@ log = logging.getLogger(__name__)
 
 SCHEMAS_DEFAULT_LIMIT = 20
 SCHEMAS_MAX_LIMIT = 1000
-# The one Kafka cluster every timeline is stored in.
-STORAGE_ID = "default"
 
 
 class EventTypeApi:
-    def __init__(self, store: Store, topics: Topics, settings: Settings, access: Access) -> None:
+    def __init__(
+        self, store: Store, clusters: Clusters, settings: Settings, access: Access
+    ) -> None:
         self.store = store
-        self.topics = topics
+        self.clusters = clusters
         self.settings = settings
         self.access = access
 
@@ -63,7 +66,6 @@ class EventTypeApi:
             Route("/event-types/{name}", self.delete, methods=["DELETE"]),
             Route("/event-types/{name}/schemas", self.schemas, methods=["GET"]),
             Route("/event-types/{name}/schemas/{version}", self.schema, methods=["GET"]),
-            Route("/event-types/{name}/timelines", self.timelines, methods=["GET"]),
         ]
 
     async def list(self, request: Request) -> Response:
@@ -92,25 +94,6 @@ class EventTypeApi:
             raise EventTypeNotFound(name)
         return JSONResponse(stored.body)
 
-    async def timelines(self, request: Request) -> Response:
-        """Nakadi's timeline list: where the events are stored. One timeline per event type
-        (its topic), so readers of Kafka itself (the replay job) learn the topic here."""
-        name = request.path_params["name"]
-        stored = await self.store.get(name)
-        if stored is None:
-            raise EventTypeNotFound(name)
-        created = stored.body["created_at"]
-        timeline = {
-            "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"kafka:{stored.topic}")),
-            "event_type": name,
-            "order": EventTypeTopic(name, stored.topic, stored.partitions).timeline,
-            "storage_id": STORAGE_ID,
-            "topic": stored.topic,
-            "created_at": created,
-            "switched_at": created,
-        }
-        return JSONResponse([timeline])
-
     async def create(self, request: Request) -> Response:
         principal = principal_of(request)
         admin = self.access.admin
@@ -128,8 +111,13 @@ class EventTypeApi:
         topic = topic_name(name)
         config = topic_config(event_type, self.settings.default_retention_ms)
 
-        async def create_topic() -> None:
-            await self.topics.create(topic, partitions, config)
+        async def create_topic(conn: psycopg.AsyncConnection[Any]) -> None:
+            # The first timeline, on the default storage.
+            storage = await default_in(conn)
+            await self.clusters.topics(storage.cluster(self.clusters.own)).create(
+                topic, partitions, config
+            )
+            await timeline_sql.insert_first(conn, name, storage.id, topic)
 
         try:
             await self.store.create(event_type, topic, partitions, create_topic)
@@ -164,7 +152,10 @@ class EventTypeApi:
                 config = topic_config(updated, self.settings.default_retention_ms)
                 if config != topic_config(current.body, self.settings.default_retention_ms):
                     # Raised inside the transaction: a refused topic change stores nothing.
-                    await self.topics.set_config(current.topic, config)
+                    topics = self.clusters.topics(
+                        cluster_of(current.kafka_configuration, self.clusters.own)
+                    )
+                    await topics.set_config(current.topic, config)
         except TopicError as exc:
             raise Unavailable(f"{exc}; nothing was changed, try again") from None
         # Streams of readers this change removed end at their next batch.
@@ -226,9 +217,12 @@ class EventTypeApi:
                 ):
                     raise Conflict(f"Can't remove event type {name}, as it has subscriptions")
                 # Its subscriptions go with it (their streams end), as Nakadi deletes them.
+                found = await timeline_sql.load(locked.conn, [name], self.clusters.own)
                 await locked.delete()
                 # Raised inside the transaction: a failed topic deletion keeps the event type.
-                await self.topics.delete(locked.current.topic)
+                # Every timeline's topic that still exists goes, on its own cluster.
+                for timeline in found[name].readable:
+                    await self.clusters.topics(timeline.cluster).delete(timeline.topic)
         except TopicError as exc:
             raise Unavailable(f"{exc}; nothing was deleted, try again") from None
         self.access.forget(name)

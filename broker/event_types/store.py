@@ -30,7 +30,6 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from broker.errors import Conflict
-from broker.event_types.topics import EventTypeTopic
 from broker.subscriptions.coordination import notify_sql
 from changebroker.notified import NotifiedCache
 from registry import store as registry
@@ -81,9 +80,12 @@ class Revision:
 class StoredEventType:
     name: str
     body: dict[str, Any]  # the EventType as GET returns it, schema and timestamps included
-    topic: str
+    topic: str  # the active timeline's
     partitions: int
     revision: int
+    # The active timeline's storage and its kafka_configuration (None: the process's own).
+    storage: str
+    kafka_configuration: dict[str, Any] | None
 
     @property
     def stamp(self) -> Revision:
@@ -101,9 +103,12 @@ _VERSIONS = f"SELECT {_VERSION_COLUMNS} {_VERSIONS_FROM}"
 
 _SELECT = f"""
 SELECT e.name, e.body, e.topic, e.partitions, e.revision, e.created_at, e.updated_at,
-       s.version, s.schema, s.created_at AS schema_created_at
+       s.version, s.schema, s.created_at AS schema_created_at,
+       st.id AS storage, st.kafka_configuration
 FROM broker_event_types e
 JOIN LATERAL ({_VERSIONS} WHERE v.event_type = e.name ORDER BY v.seq DESC LIMIT 1) s ON true
+JOIN broker_timelines tl ON tl.event_type = e.name AND tl.topic = e.topic
+JOIN broker_storages st ON st.id = tl.storage_id
 """
 
 
@@ -112,7 +117,15 @@ def _stored(row: dict[str, Any]) -> StoredEventType:
     body["schema"] = _schema({**row, "created_at": row["schema_created_at"]})
     body["created_at"] = _utc(row["created_at"])
     body["updated_at"] = _utc(row["updated_at"])
-    return StoredEventType(row["name"], body, row["topic"], row["partitions"], row["revision"])
+    return StoredEventType(
+        row["name"],
+        body,
+        row["topic"],
+        row["partitions"],
+        row["revision"],
+        row["storage"],
+        row["kafka_configuration"],
+    )
 
 
 def _without_schema(event_type: dict[str, Any]) -> dict[str, Any]:
@@ -178,9 +191,10 @@ class Store:
         event_type: dict[str, Any],
         topic: str,
         partitions: int,
-        create_topic: Callable[[], Awaitable[None]],
+        create_topic: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]],
     ) -> None:
-        """Insert, create the topic, commit: a failed topic leaves no event type behind."""
+        """Insert, create the topic (and its timeline, on the connection given), commit: a
+        failed topic leaves no event type behind."""
         async with self._changing(), self.pool.connection() as conn, conn.transaction():
             try:
                 await conn.execute(
@@ -197,7 +211,7 @@ class Store:
                     f" namespace {SUBJECT_NAMESPACE}) already has schemas; delete it there first"
                 )
             await _add_version(conn, event_type["name"], FIRST_VERSION, registered.id)
-            await create_topic()
+            await create_topic(conn)
 
     @contextlib.asynccontextmanager
     async def locked(self, name: str) -> AsyncIterator[Locked | None]:
@@ -207,6 +221,11 @@ class Store:
                 await cur.execute(_SELECT + " WHERE e.name = %s FOR UPDATE OF e", (name,))
                 row = await cur.fetchone()
             yield Locked(conn, _stored(row)) if row else None
+
+    def forget_revisions(self) -> None:
+        """Read every event type's revision from Postgres again: a change (a timeline switch)
+        is known to have committed, its notification may not be here yet."""
+        self._revisions.invalidate()
 
     @contextlib.asynccontextmanager
     async def _changing(self) -> AsyncIterator[None]:
@@ -268,6 +287,11 @@ class Locked:
     def __init__(self, conn: psycopg.AsyncConnection[Any], current: StoredEventType) -> None:
         self._conn = conn
         self.current = current
+
+    @property
+    def conn(self) -> psycopg.AsyncConnection[Any]:
+        """The transaction holding the lock, for the event type's other rows (timelines)."""
+        return self._conn
 
     async def update(self, event_type: dict[str, Any], new_version: str | None) -> None:
         name = self.current.name
@@ -332,18 +356,3 @@ async def _add_version(
         " FROM broker_schema_versions WHERE event_type = %s",
         (name, version, schema_id, name),
     )
-
-
-class StoreResolver:
-    """The :class:`broker.event_types.topics.TopicResolver` the reading endpoints use."""
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-
-    async def __call__(self, event_type: str) -> EventTypeTopic | None:
-        async with self._store.pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT topic, partitions FROM broker_event_types WHERE name = %s", (event_type,)
-            )
-            row = await cur.fetchone()
-        return EventTypeTopic(event_type, row[0], row[1]) if row else None

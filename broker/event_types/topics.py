@@ -1,17 +1,12 @@
-"""Kafka topics behind event types: created with the event type, deleted with it.
-
-:class:`EventTypeTopic` is where an event type's events live in Kafka, the contract
-between writing and reading: event type metadata (:mod:`broker.event_types.store`) owns
-the mapping; the streaming and cursor endpoints only need it through
-:class:`TopicResolver`.
-"""
+"""Kafka topics behind event types: one per timeline (:mod:`broker.timelines`), created with the
+event type or a new timeline, deleted with the event type or a timeline's retention."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
@@ -19,25 +14,14 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewPartitions,
     NewTopic,
 )
 
 from changebroker import kafka
 
-
-@dataclass(frozen=True)
-class EventTypeTopic:
-    event_type: str
-    topic: str
-    partitions: int
-    # Nakadi timelines: offsets read ``001-<timeline as 4 hex>-<kafka offset>``; we run one.
-    timeline: int = 1
-
-
-class TopicResolver(Protocol):
-    """``await resolve("order.created")`` -> its topic, or ``None`` when it does not exist."""
-
-    async def __call__(self, event_type: str) -> EventTypeTopic | None: ...
+# As Nakadi waits for new partitions to show before it answers a repartitioning.
+PARTITIONS_SHOWN_SECONDS = 10.0
 
 
 class TopicError(RuntimeError):
@@ -66,11 +50,15 @@ def topic_config(event_type: dict[str, Any], default_retention_ms: int) -> dict[
 
 
 class Topics:
+    """Topic operations on one Kafka cluster."""
+
     def __init__(
-        self, bootstrap: str, replication_factor: int | None, min_insync_replicas: int | None
+        self,
+        cluster: kafka.Cluster,
+        replication_factor: int | None,
+        min_insync_replicas: int | None,
     ) -> None:
-        self._bootstrap = bootstrap
-        self._admin: AdminClient = kafka.admin(bootstrap)
+        self._admin: AdminClient = cluster.admin()
         self._asked = (replication_factor, min_insync_replicas)
         # Resolved from the cluster at the first creation, then kept: a node down later
         # must not shrink the replication of the topics created while it is away.
@@ -79,7 +67,7 @@ class Topics:
     async def create(self, topic: str, partitions: int, config: dict[str, str]) -> None:
         if self._replication is None:
             self._replication = await asyncio.to_thread(
-                kafka.replication, self._bootstrap, *self._asked
+                kafka.replication_of, self._admin, *self._asked
             )
         new = NewTopic(
             topic,
@@ -100,6 +88,30 @@ class Topics:
             )
             if not unknown:
                 raise
+
+    async def partitions(self, topic: str) -> int:
+        """How many partitions ``topic`` has now."""
+        metadata = await asyncio.to_thread(self._admin.list_topics, topic, timeout=30)
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None:
+            raise TopicError(f"Kafka does not know topic {topic}")
+        return len(found.partitions)
+
+    async def add_partitions(self, topic: str, count: int) -> None:
+        """Grow ``topic`` to ``count`` partitions (nothing when it has them already); returns
+        once the cluster's metadata shows them, so a writer asking next writes to them."""
+        if await self.partitions(topic) >= count:
+            return
+        futures = self._admin.create_partitions([NewPartitions(topic, count)])
+        await self._wait(futures[topic], f"add partitions to {topic}")
+        deadline = time.monotonic() + PARTITIONS_SHOWN_SECONDS
+        while await self.partitions(topic) < count:
+            if time.monotonic() > deadline:
+                raise TopicError(
+                    f"Kafka added partitions to {topic} but does not show {count} after"
+                    f" {PARTITIONS_SHOWN_SECONDS:g} s"
+                )
+            await asyncio.sleep(0.1)
 
     async def set_config(self, topic: str, config: dict[str, str]) -> None:
         """Set these topic properties (a ``topic_config``), leaving the others as they are."""

@@ -29,8 +29,11 @@ from broker.event_types import effective_schema
 from broker.event_types.store import Revision, Store, StoredEventType
 from broker.publishing.enrichment import EnrichmentError, enrich
 from broker.publishing.partitioning import Partitioner, PartitioningError, partitioner
-from broker.publishing.producer import KafkaProducer, Message
-from changebroker import logs
+from broker.publishing.producer import Message
+from broker.timelines.clusters import Clusters
+from broker.timelines.storages import cluster_of
+from broker.timelines.writers import Writer
+from changebroker import kafka, logs
 from changebroker.auth import principal_of
 from changebroker.http import OneWriteResponse
 from changebroker.metrics import labelled
@@ -49,7 +52,8 @@ class Target:
 
     name: str
     revision: Revision
-    topic: str
+    topic: str  # the active timeline's, on ``cluster``
+    cluster: kafka.Cluster
     partitions: int
     category: str
     partition_strategy: str
@@ -67,7 +71,9 @@ class Target:
         return partitioner(self.partition_strategy, self.key_fields, self.category, self.partitions)
 
     @classmethod
-    def of(cls, stored: StoredEventType) -> Target:
+    def of(cls, stored: StoredEventType, own: kafka.Cluster) -> Target:
+        """``own``: the cluster of this process's ``--kafka-bootstrap`` (the storage
+        ``default``)."""
         body = stored.body
         schema = effective_schema.build(
             body["category"],
@@ -79,6 +85,7 @@ class Target:
             name=stored.name,
             revision=stored.stamp,
             topic=stored.topic,
+            cluster=cluster_of(stored.kafka_configuration, own),
             partitions=stored.partitions,
             category=body["category"],
             partition_strategy=body["partition_strategy"],
@@ -157,9 +164,10 @@ def _item(event: Any, status: str, step: str, detail: str | None = None) -> dict
 
 
 class Publisher:
-    def __init__(self, store: Store, producer: KafkaProducer, access: Access) -> None:
+    def __init__(self, store: Store, clusters: Clusters, writer: Writer, access: Access) -> None:
         self.store = store
-        self.producer = producer
+        self.clusters = clusters
+        self.writer = writer
         self.access = access
         # Per process; a revision check per request keeps it right across processes (and
         # across a delete and re-create: the revision holds the new topic).
@@ -187,13 +195,29 @@ class Publisher:
         stored = await self.store.get(name)
         if stored is None:
             return None
-        target = Target.of(stored)
+        target = Target.of(stored, self.clusters.own)
+        if (
+            cached is not None
+            and cached.topic == target.topic
+            and target.partitions > cached.partitions
+        ):
+            # Repartitioned: the producer must know the new partitions before it writes.
+            await self.clusters.producer(target.cluster).learn(target.topic)
         self._targets[name] = target
         return target
 
     async def publish(self, request: Request) -> Response:
         name = request.path_params["name"]
-        target = await self.target(name)
+        # While a timeline switch has the event type, the write waits; it then goes to the new
+        # topic (broker/timelines/writers.py). Left once Kafka answered for every event.
+        waited = await self.writer.enter(name)
+        try:
+            return await self._publish(request, name, waited)
+        finally:
+            self.writer.leave(name)
+
+    async def _publish(self, request: Request, name: str, fresh: bool) -> Response:
+        target = await self.target(name, fresh=fresh)
         if target is None:
             raise EventTypeNotFound(name)
         principal = principal_of(request)
@@ -211,7 +235,7 @@ class Publisher:
                 target = current
                 messages, refused = _prepared(target, batch, received_at)
         if refused is None:
-            delivery = await self.producer.submit(messages)
+            delivery = await self.clusters.producer(target.cluster).submit(messages)
             if not await delivery.answered_or_late() or delivery.failed:
                 # Late (producer.LATE_AFTER_S) or failed: the topic may be one another process
                 # has just deleted with its event type, its notification still on the way (Kafka
@@ -223,7 +247,7 @@ class Publisher:
                     target = current
                     messages, refused = _prepared(target, batch, received_at)
                     if refused is None:
-                        delivery = await self.producer.submit(messages)
+                        delivery = await self.clusters.producer(target.cluster).submit(messages)
         if refused is not None:
             index, failure = refused
             labelled(metrics.batches, name, "422").inc()

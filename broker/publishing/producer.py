@@ -149,7 +149,10 @@ def _statistics(text: str) -> None:
 
 class KafkaProducer:
     def __init__(
-        self, bootstrap: str, draining: threading.Event = http.draining, **overrides: Any
+        self,
+        cluster: kafka.Cluster,
+        draining: threading.Event = http.draining,
+        **overrides: Any,
     ) -> None:
         # Concurrent requests share Kafka batches: a 2 ms linger gathers what 64 connections
         # publishing single events send meanwhile (measured there: 2-3x the events/s and a
@@ -164,7 +167,7 @@ class KafkaProducer:
             "stats_cb": _statistics,
             **overrides,
         }
-        self._producer = Producer(kafka.producer_config(bootstrap, **config))
+        self._producer = Producer(cluster.producer_config(**config))
         self._stopping = threading.Event()
         self._draining = draining
         self._poller = threading.Thread(target=self._poll, name="kafka-producer-poll", daemon=True)
@@ -195,6 +198,11 @@ class KafkaProducer:
     def _tell_late(self, now: float) -> None:
         for delivery in list(self._in_flight):
             delivery.check_late(now)
+
+    async def learn(self, topic: str) -> None:
+        """Ask Kafka about ``topic`` now: partitions added to it (repartitioning) are written
+        to at once, not after librdkafka's next metadata refresh (minutes away)."""
+        await asyncio.to_thread(self._producer.list_topics, topic, timeout=10)
 
     async def send(self, messages: Sequence[Message]) -> list[str | None]:
         """Write ``messages``; per message ``None`` when acknowledged, else Kafka's error."""

@@ -34,8 +34,8 @@ from broker.errors import (
     Unavailable,
     Unprocessable,
 )
-from broker.event_types.topics import EventTypeTopic, TopicResolver
 from broker.streams.cursors import (
+    Bounds,
     Cursor,
     CursorError,
     distance,
@@ -47,7 +47,9 @@ from broker.streams.cursors import (
     shift,
 )
 from broker.streams.event_stream import EventStream, parse_limits
-from broker.streams.watermarks import Watermark, Watermarks
+from broker.timelines.clusters import Clusters
+from broker.timelines.model import Timelines
+from broker.timelines.store import TimelineStore
 from changebroker.auth import principal_of
 from changebroker.numerals import whole_number
 
@@ -131,33 +133,32 @@ def cursor_errors_as(error: type[BrokerError]) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Reading:
-    resolve: TopicResolver
-    kafka_bootstrap: str
-    watermarks: Watermarks
+    timelines: TimelineStore
+    clusters: Clusters
     access: Access
     memory_limit: int
 
-    async def _readable(self, request: Request) -> EventTypeTopic:
+    async def _readable(self, request: Request) -> Timelines:
         """The event type the path names (else 404), if the caller may read it (else 403)."""
         name = request.path_params["name"]
-        topic = await self._topic(name)
+        timelines = await self._timelines(name)
         await self.access.require_event_type(principal_of(request), name, "read")
-        return topic
+        return timelines
 
-    async def _marks(self, topic: EventTypeTopic) -> dict[int, Watermark]:
-        return await self.watermarks.of(topic.topic, range(topic.partitions))
+    async def _bounds(self, timelines: Timelines) -> dict[int, Bounds]:
+        return await self.clusters.bounds(timelines, range(timelines.partitions))
 
-    async def _topic(self, name: str) -> EventTypeTopic:
-        topic = await self.resolve(name)
-        if topic is None:
-            raise EventTypeNotFound(name)
-        return topic
+    async def _timelines(self, name: str, missing: BrokerError | None = None) -> Timelines:
+        """The event type's timelines; 404 (``missing``, else "EventType ... does not exist")
+        when there is none."""
+        found = await self.timelines.of(name)
+        if found is None:
+            raise missing or EventTypeNotFound(name)
+        return found
 
     async def stream(self, request: Request) -> Response:
         name = request.path_params["name"]
-        topic = await self.resolve(name)
-        if topic is None:
-            raise NotFound("topic not found")  # Nakadi's words for the stream
+        timelines = await self._timelines(name, missing=NotFound("topic not found"))
         principal = principal_of(request)
         await self.access.require_consume(principal, [name])
         limits = parse_limits(request.query_params)
@@ -169,20 +170,23 @@ class Reading:
             except ValueError:
                 raise BadRequest("incorrect syntax of X-nakadi-cursors header") from None
             with cursor_errors_as(PreconditionFailed):
-                cursors = parse_cursors(items, topic)
-        marks = await self._marks(topic)
+                cursors = parse_cursors(items, timelines)
+        found = await self._bounds(timelines)
         with cursor_errors_as(PreconditionFailed):
             positions = (
-                {c.partition: position(c, marks[c.partition], name) for c in cursors}
+                {c.partition: position(c, timelines, found[c.partition], name) for c in cursors}
                 if cursors
-                else {p: mark.newest_position for p, mark in marks.items()}
+                else {p: bound.newest for p, bound in found.items()}
             )
+
+        async def follow() -> Timelines | None:
+            return await self.timelines.of(name)
+
         stream = EventStream(
-            self.kafka_bootstrap,
-            topic.topic,
+            timelines,
             positions,
             limits,
-            topic.timeline,
+            follow,
             memory_limit=self.memory_limit,
             blocked=self.access.consumption_blocked_check(principal, [name]),
         )
@@ -191,7 +195,7 @@ class Reading:
 
     async def partitions(self, request: Request) -> Response:
         name = request.path_params["name"]
-        topic = await self._readable(request)
+        timelines = await self._readable(request)
         consumed: dict[int, Cursor] = {}
         if "cursors" in request.query_params:
             try:
@@ -199,41 +203,44 @@ class Reading:
             except ValueError:
                 raise BadRequest("cursors must be a URL-encoded JSON array of cursors") from None
             with cursor_errors_as(Unprocessable):
-                consumed = {c.partition: c for c in parse_cursors(items, topic)}
-        marks = await self._marks(topic)
+                consumed = {c.partition: c for c in parse_cursors(items, timelines)}
+        found = await self._bounds(timelines)
         with cursor_errors_as(Unprocessable):
             views = [
-                lag(consumed[p], mark, topic.timeline, name)
+                lag(consumed[p], timelines, bound, name)
                 if p in consumed
-                else partition_view(p, mark, topic.timeline)
-                for p, mark in marks.items()
+                else partition_view(p, timelines, bound)
+                for p, bound in found.items()
             ]
         return JSONResponse(views)
 
     async def partition(self, request: Request) -> Response:
         name, partition_text = request.path_params["name"], request.path_params["partition"]
-        topic = await self._readable(request)
-        if not whole_number(partition_text) or int(partition_text) >= topic.partitions:
+        timelines = await self._readable(request)
+        if not whole_number(partition_text) or int(partition_text) >= timelines.partitions:
             raise NotFound("partition not found")
         partition = int(partition_text)
-        mark = (await self.watermarks.of(topic.topic, [partition]))[partition]
+        bound = (await self.clusters.bounds(timelines, [partition]))[partition]
         consumed_offset = request.query_params.get("consumed_offset")
         if consumed_offset is None:
-            return JSONResponse(partition_view(partition, mark, topic.timeline))
+            return JSONResponse(partition_view(partition, timelines, bound))
         with cursor_errors_as(Unprocessable):
-            cursor = parse_cursor({"partition": partition_text, "offset": consumed_offset}, topic)
-            return JSONResponse(lag(cursor, mark, topic.timeline, name))
+            cursor = parse_cursor(
+                {"partition": partition_text, "offset": consumed_offset}, timelines
+            )
+            return JSONResponse(lag(cursor, timelines, bound, name))
 
-    async def _cursor_request(self, request: Request) -> tuple[EventTypeTopic, list[Any]]:
+    async def _cursor_request(self, request: Request) -> tuple[Timelines, list[Any]]:
         """The event type and the JSON array body of a cursor operation."""
-        topic = await self._readable(request)
+        timelines = await self._readable(request)
         body = await bodies.json_body(request)
         if not isinstance(body, list):
             raise Unprocessable("the body must be a JSON array")
-        return topic, body
+        return timelines, body
 
     async def distances(self, request: Request) -> Response:
-        topic, queries = await self._cursor_request(request)
+        timelines, queries = await self._cursor_request(request)
+        name = timelines.event_type
         with cursor_errors_as(Unprocessable):
             pairs = []
             for query in queries:
@@ -246,31 +253,31 @@ class Reading:
                         raise CursorError(f"{required} is required in every query")
                 pairs.append(
                     (
-                        parse_cursor(query["initial_cursor"], topic),
-                        parse_cursor(query["final_cursor"], topic),
+                        parse_cursor(query["initial_cursor"], timelines),
+                        parse_cursor(query["final_cursor"], timelines),
                     )
                 )
-            marks = await self._marks(topic)
+            found = await self._bounds(timelines)
             results = [
                 {
                     "initial_cursor": {"partition": a.partition_text, "offset": a.offset_text},
                     "final_cursor": {"partition": b.partition_text, "offset": b.offset_text},
-                    "distance": distance(a, b, marks[a.partition], topic.event_type),
+                    "distance": distance(a, b, timelines, found[a.partition], name),
                 }
                 for a, b in pairs
             ]
         return JSONResponse(results)
 
     async def lags(self, request: Request) -> Response:
-        topic, items = await self._cursor_request(request)
+        timelines, items = await self._cursor_request(request)
         with cursor_errors_as(Unprocessable):
-            cursors = parse_cursors(items, topic)
-            marks = await self._marks(topic)
-            views = [lag(c, marks[c.partition], topic.timeline, topic.event_type) for c in cursors]
+            cursors = parse_cursors(items, timelines)
+            found = await self._bounds(timelines)
+            views = [lag(c, timelines, found[c.partition], timelines.event_type) for c in cursors]
         return JSONResponse(views)
 
     async def shifts(self, request: Request) -> Response:
-        topic, items = await self._cursor_request(request)
+        timelines, items = await self._cursor_request(request)
         with cursor_errors_as(Unprocessable):
             shifted = []
             for item in items:
@@ -279,12 +286,12 @@ class Reading:
                 by = 0 if by is None else by
                 if not isinstance(by, int) or isinstance(by, bool):
                     raise CursorError(f"each cursor needs a whole number shift, got {item!r}")
-                shifted.append((parse_cursor(item, topic), by))
-            marks = await self._marks(topic)
+                shifted.append((parse_cursor(item, timelines), by))
+            found = await self._bounds(timelines)
             cursors = [
                 {
                     "partition": c.partition_text,
-                    "offset": shift(c, by, marks[c.partition], topic.timeline, topic.event_type),
+                    "offset": shift(c, by, timelines, found[c.partition], timelines.event_type),
                 }
                 for c, by in shifted
             ]
@@ -303,15 +310,11 @@ def _kafka_unavailable_is_503(endpoint: Endpoint) -> Endpoint:
 
 
 def routes(
-    resolve: TopicResolver,
-    kafka_bootstrap: str,
-    watermarks: Watermarks,
-    access: Access,
-    memory_limit: int,
+    timelines: TimelineStore, clusters: Clusters, access: Access, memory_limit: int
 ) -> list[BaseRoute]:
-    """The reading endpoints; ``watermarks`` is the app's, closed by its lifespan;
+    """The reading endpoints; ``clusters`` is the app's, closed by its lifespan;
     ``memory_limit``: the bytes a stream holds for batches not yet due."""
-    reading = Reading(resolve, kafka_bootstrap, watermarks, access, memory_limit)
+    reading = Reading(timelines, clusters, access, memory_limit)
     endpoints: list[tuple[str, Endpoint, str]] = [
         ("/event-types/{name}/events", reading.stream, "GET"),
         ("/event-types/{name}/partitions", reading.partitions, "GET"),

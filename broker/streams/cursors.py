@@ -10,19 +10,21 @@ Cursors from clients are ``{"partition", "offset"}`` objects; errors carry Nakad
 texts and the endpoint decides the status (the stream answers 412, cursor operations
 422, as Nakadi does).
 
-Cursor arithmetic works on Kafka watermarks: positions are "last consumed" Kafka
-offsets (-1 before the first event), so ``newest - position`` is the number of events
-still to read, and a distance counts events after the initial cursor up to and
-including the final one.
+Cursor arithmetic works on positions (:mod:`broker.timelines.model`): the events of a
+partition counted through every timeline, a cursor being the last one consumed (-1 before
+the first event), so ``newest - position`` is the number of events still to read, and a
+distance counts events after the initial cursor up to and including the final one. Which
+positions are available comes from the watermarks of the timelines' topics (``Bounds``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from broker.event_types.topics import EventTypeTopic
 from broker.streams.watermarks import Watermark
+from broker.timelines.model import PositionError, Timelines
 from changebroker.numerals import whole_number
 
 BEGIN = "begin"
@@ -83,8 +85,8 @@ class Cursor:
     offset_text: str
 
 
-def parse_cursor(item: object, topic: EventTypeTopic) -> Cursor:
-    """One ``{"partition": "0", "offset": "..."}`` object; its partition must exist."""
+def parse_cursor(item: object, timelines: Timelines) -> Cursor:
+    """One ``{"partition": "0", "offset": "..."}`` object; its partition and timeline must exist."""
     if not isinstance(item, dict):
         raise CursorError(f"a cursor must be an object with partition and offset, got {item!r}")
     partition_text, offset_text = item.get("partition"), item.get("offset")
@@ -97,27 +99,29 @@ def parse_cursor(item: object, topic: EventTypeTopic) -> Cursor:
             f"invalid cursor format, partition: {partition_text} offset: {offset_text}"
             " (both are strings)"
         )
-    if not whole_number(partition_text) or int(partition_text) >= topic.partitions:
+    if not whole_number(partition_text) or int(partition_text) >= timelines.partitions:
         raise CursorError(f"non existing partition {partition_text}")
     try:
-        offset = parse_offset(offset_text, topic.timeline)
+        # Offsets from before timelines name the first timeline's topic.
+        offset = parse_offset(offset_text, timelines.all[0].order)
     except OffsetFormatError:
         raise CursorError(
             f"invalid cursor format, partition: {partition_text} offset: {offset_text}"
         ) from None
-    if offset.timeline != topic.timeline:
+    if not offset.is_begin and timelines.timeline(offset.timeline) is None:
         raise CursorError(
             f"invalid cursor format, partition: {partition_text} offset: {offset_text}"
-            f" (timeline {offset.timeline} does not exist; the current one is {topic.timeline})"
+            f" (timeline {offset.timeline} does not exist; {timelines.event_type} has"
+            f" timelines {timelines.all[0].order} to {timelines.active.order})"
         )
     return Cursor(int(partition_text), offset, partition_text, offset_text)
 
 
-def parse_cursors(items: object, topic: EventTypeTopic) -> list[Cursor]:
+def parse_cursors(items: object, timelines: Timelines) -> list[Cursor]:
     """A JSON array of cursors, at most one per partition."""
     if not isinstance(items, list):
         raise CursorError("cursors must be a JSON array of {partition, offset} objects")
-    cursors = [parse_cursor(item, topic) for item in items]
+    cursors = [parse_cursor(item, timelines) for item in items]
     seen: set[int] = set()
     for cursor in cursors:
         if cursor.partition in seen:
@@ -126,23 +130,66 @@ def parse_cursors(items: object, topic: EventTypeTopic) -> list[Cursor]:
     return cursors
 
 
-def position(cursor: Cursor, watermark: Watermark, event_type: str) -> int:
-    """The Kafka offset of the last consumed event the cursor names, checked to be available.
+@dataclass(frozen=True)
+class Bounds:
+    """What one partition holds, through its timelines: the position before its oldest
+    available event (what ``begin`` means), the position of its newest, and Nakadi's
+    ``oldest_available_offset`` (the first timeline's oldest Kafka offset)."""
 
-    ``begin`` is just before the oldest event held; an offset before that was
-    deleted by retention, one past the newest event does not exist yet.
+    oldest: int
+    newest: int
+    oldest_offset: str
+
+
+def bounds(
+    timelines: Timelines, marks: Mapping[int, Mapping[int, Watermark]], partition: int
+) -> Bounds:
+    """``partition``'s bounds from the watermarks of every timeline whose topic exists
+    (``marks``: timeline order -> partition -> watermark)."""
+    readable = timelines.readable
+    oldest: int | None = None
+    for timeline in readable:
+        mark = marks[timeline.order][partition]
+        base = timelines.base(timeline, partition)
+        end = timelines.end(timeline, partition)
+        last = base + mark.newest_position if end is None else end
+        if base + mark.oldest_position < last:
+            oldest = base + mark.oldest_position
+            break
+    active = timelines.active
+    newest = timelines.base(active, partition) + marks[active.order][partition].newest_position
+    first = readable[0]
+    return Bounds(
+        newest if oldest is None else oldest,
+        newest,
+        format_offset(marks[first.order][partition].low, first.order),
+    )
+
+
+def position(cursor: Cursor, timelines: Timelines, bound: Bounds, event_type: str) -> int:
+    """The position of the last consumed event the cursor names, checked to be available.
+
+    ``begin`` is just before the oldest event held; an offset before that was deleted by
+    retention (or with its timeline), one past the newest event does not exist yet.
     """
     if cursor.offset.is_begin:
-        return watermark.oldest_position
+        return bound.oldest
     assert cursor.offset.kafka_offset is not None
-    consumed = cursor.offset.kafka_offset
-    if consumed < watermark.oldest_position:
+    try:
+        consumed = timelines.position(
+            cursor.offset.timeline, cursor.offset.kafka_offset, cursor.partition
+        )
+    except PositionError as error:
+        raise CursorError(
+            f"invalid offset {cursor.offset_text} for partition {cursor.partition_text} ({error})"
+        ) from None
+    if consumed < bound.oldest:
         raise CursorError(
             f"offset {cursor.offset_text} for partition {cursor.partition_text} event type"
             f" {event_type} is unavailable as retention time of data elapsed."
             " PATCH partition offset with valid and available offset"
         )
-    if consumed > watermark.newest_position:
+    if consumed > bound.newest:
         raise CursorError(
             f"invalid offset {cursor.offset_text} for partition {cursor.partition_text}"
             " (it is past the newest event; GET the partitions for the newest offset)"
@@ -150,41 +197,63 @@ def position(cursor: Cursor, watermark: Watermark, event_type: str) -> int:
     return consumed
 
 
+def offset_text(timelines: Timelines, at: int, partition: int, *, latest: bool = False) -> str:
+    """The cursor offset of position ``at`` (:meth:`Timelines.locate`)."""
+    timeline, offset = timelines.locate(at, partition, latest=latest)
+    return format_offset(offset, timeline.order)
+
+
 def partition_view(
-    partition: int, mark: Watermark, timeline: int, consumed: int | None = None
+    partition: int, timelines: Timelines, bound: Bounds, consumed: int | None = None
 ) -> dict[str, object]:
     """Nakadi's ``Partition``: oldest / newest available offsets, and the lag after ``consumed``."""
     view: dict[str, object] = {
         "partition": str(partition),
-        "oldest_available_offset": format_offset(mark.low, timeline),
-        "newest_available_offset": format_offset(mark.newest_position, timeline),
+        "oldest_available_offset": bound.oldest_offset,
+        "newest_available_offset": offset_text(timelines, bound.newest, partition),
     }
     if consumed is not None:
-        view["unconsumed_events"] = mark.newest_position - consumed
+        view["unconsumed_events"] = bound.newest - consumed
     return view
 
 
-def lag(cursor: Cursor, mark: Watermark, timeline: int, event_type: str) -> dict[str, object]:
+def lag(cursor: Cursor, timelines: Timelines, bound: Bounds, event_type: str) -> dict[str, object]:
     """The partition of ``cursor`` with the events published after it as ``unconsumed_events``."""
-    return partition_view(cursor.partition, mark, timeline, position(cursor, mark, event_type))
+    consumed = position(cursor, timelines, bound, event_type)
+    return partition_view(cursor.partition, timelines, bound, consumed)
 
 
-def distance(initial: Cursor, final: Cursor, mark: Watermark, event_type: str) -> int:
+def distance(
+    initial: Cursor, final: Cursor, timelines: Timelines, bound: Bounds, event_type: str
+) -> int:
     """Events after ``initial`` up to ``final``; negative when ``final`` comes first."""
     if initial.partition != final.partition:
         raise CursorError(
             "cursors with different partition. Pairs of cursors should have matching partitions."
         )
-    return position(final, mark, event_type) - position(initial, mark, event_type)
+    return position(final, timelines, bound, event_type) - position(
+        initial, timelines, bound, event_type
+    )
 
 
-def shift(cursor: Cursor, by: int, mark: Watermark, timeline: int, event_type: str) -> str:
-    """The offset ``by`` events after (before, when negative) ``cursor``; it must be available."""
-    target = position(cursor, mark, event_type) + by
-    if not mark.oldest_position <= target <= mark.newest_position:
+def shift(cursor: Cursor, by: int, timelines: Timelines, bound: Bounds, event_type: str) -> str:
+    """The offset ``by`` events after (before, when negative) ``cursor``; it must be available.
+
+    As Nakadi moves a cursor: within its own timeline while the result is there (a cursor at a
+    timeline's end counting as the next one's start), else forward into the first timeline
+    that holds the result, backward into the last one.
+    """
+    start = position(cursor, timelines, bound, event_type)
+    target = start + by
+    if not bound.oldest <= target <= bound.newest:
+        oldest = offset_text(timelines, bound.oldest, cursor.partition)
+        newest = offset_text(timelines, bound.newest, cursor.partition)
         raise CursorError(
             f"shifting offset {cursor.offset_text} of partition {cursor.partition_text} by {by}"
-            f" leaves the available range: from {format_offset(mark.oldest_position, timeline)}"
-            f" to {format_offset(mark.newest_position, timeline)}"
+            f" leaves the available range: from {oldest} to {newest}"
         )
-    return format_offset(target, timeline)
+    # ``begin`` stands in the first timeline that holds it, an offset in the last one.
+    own, _ = timelines.locate(start, cursor.partition, latest=not cursor.offset.is_begin)
+    if timelines.holds(own, target, cursor.partition):
+        return format_offset(target - timelines.base(own, cursor.partition), own.order)
+    return offset_text(timelines, target, cursor.partition, latest=by < 0)

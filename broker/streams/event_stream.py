@@ -19,6 +19,7 @@ broker's ``--stream-memory-limit``): past it the partition holding the most send
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import threading
@@ -27,12 +28,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Message
 
 from broker.errors import Unprocessable
 from broker.settings import STREAM_MEMORY_LIMIT
-from broker.streams.cursors import format_offset
-from broker.streams.watermarks import consumer_config
+from broker.streams.cursors import offset_text
+from broker.streams.timeline_reading import Assignment, Consumers, Readings
+from broker.timelines.model import Timelines
 from changebroker import http
 
 log = logging.getLogger(__name__)
@@ -123,12 +125,18 @@ def parse_limits(query: Mapping[str, str], *, subscription: bool = False) -> Str
 
 @dataclass
 class PartitionBatch:
-    """One partition's progress: what was last sent, what waits, when it must be flushed."""
+    """One partition's progress: what was last sent, what waits, when it must be flushed.
+
+    Offsets here are positions through the timelines (:mod:`broker.timelines.model`):
+    ``base`` turns the Kafka offsets of the topic being read into them, ``offset_text`` them
+    into cursor offsets.
+    """
 
     prefix: bytes
     last_offset: int
-    timeline: int
+    offset_text: Callable[[int], str]
     flush_at: float
+    base: int = 0
     keep_alives: int = 0
     pending: list[bytes] = field(default_factory=list)
     pending_bytes: int = 0
@@ -145,7 +153,7 @@ class PartitionBatch:
     def line(self, info: str | None = None) -> bytes:
         """The next batch (or keep-alive when nothing waits), with ``info.debug`` when given;
         resets the flush timer's state."""
-        offset = format_offset(self.last_offset, self.timeline).encode()
+        offset = self.offset_text(self.last_offset).encode()
         end = _end(info)
         if not self.pending:
             self.keep_alives += 1
@@ -159,7 +167,7 @@ class PartitionBatch:
 
     def info_line(self, info: str) -> bytes:
         """A batch without events at the last sent cursor that only says ``info``."""
-        offset = format_offset(self.sent, self.timeline).encode()
+        offset = self.offset_text(self.sent).encode()
         return self.prefix + offset + self.cursor_end() + _end(info)
 
 
@@ -197,6 +205,10 @@ class Batcher:
         self.partitions: dict[PartitionKey, PartitionBatch] = {}
         self.accepted = 0
         self.pending_bytes = 0  # of every partition's pending events
+
+    def rekey(self, old: PartitionKey, new: PartitionKey) -> None:
+        """A partition now read from another topic (the next timeline's), in the same place."""
+        self.partitions = {(new if k == old else k): v for k, v in self.partitions.items()}
 
     def emit(self, state: PartitionBatch, info: str | None = None) -> bytes:
         """The partition's next line (see :meth:`PartitionBatch.line`)."""
@@ -241,7 +253,7 @@ class Batcher:
             state.pending.append(value)
             state.pending_bytes += len(value)
             self.pending_bytes += len(value)
-            state.last_offset = message.offset()  # type: ignore[assignment]
+            state.last_offset = state.base + message.offset()  # type: ignore[operator]
             self.accepted += 1
             if len(state.pending) >= full_at:
                 send(state)
@@ -279,69 +291,62 @@ class Batcher:
         )
 
 
-def poll(consumer: Consumer, timeout: float, most: int = MESSAGES_PER_POLL) -> list[Message]:
-    """Wait for the first message only, then take whatever else is already fetched.
-
-    ``consume(n, timeout)`` alone would hold a few messages back until ``n``
-    arrive or the timeout passes, delaying quiet streams by the whole timeout.
-    """
-    first = consumer.poll(timeout)
-    if first is None:
-        return []
-    return [first, *consumer.consume(most - 1, 0)] if most > 1 else [first]
-
-
 class EventStream:
-    """Batches of ``topic`` from the positions given (partition -> last consumed offset)."""
+    """Batches of one event type from the positions given (partition -> last consumed
+    position), through its timelines: ``follow`` gives its timelines as they are now (read
+    again when the event type's revision moves), so a switch while it streams is followed."""
 
     def __init__(
         self,
-        bootstrap: str,
-        topic: str,
+        timelines: Timelines,
         positions: Mapping[int, int],
         limits: StreamLimits,
-        timeline: int = 1,
+        follow: Callable[[], Awaitable[Timelines | None]],
         *,
         memory_limit: int = STREAM_MEMORY_LIMIT,
         blocked: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         """``blocked``: asked before every poll; once it says so, the stream ends (Nakadi ends
         the stream of a consumer the blacklist blocks)."""
-        self._bootstrap = bootstrap
-        self._topic = topic
+        self._timelines = timelines
         self._positions = dict(positions)
         self._limits = limits
-        self._timeline = timeline
+        self._follow = follow
         self._memory_limit = memory_limit
         self._blocked = blocked
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"stream-{topic}")
-        self._consumer: Consumer | None = None
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"stream-{timelines.event_type}"
+        )
+        self._consumers: Consumers | None = None
+        self._readings = Readings()
         self._closed = False
 
-    def _open(self) -> None:
+    def _open(self, add: list[Assignment]) -> None:
         global open_streams
-        consumer = Consumer(consumer_config(self._bootstrap) | STREAM_CONSUMER_SETTINGS)
-        consumer.assign(
-            [TopicPartition(self._topic, p, last + 1) for p, last in self._positions.items()]
-        )
-        self._consumer = consumer
+        consumers = Consumers(STREAM_CONSUMER_SETTINGS)
+        consumers.change(add, [])
+        self._consumers = consumers
         with _open_streams_lock:
             open_streams += 1
 
     def _poll(self, timeout: float) -> list[Message]:
-        assert self._consumer is not None
-        return poll(self._consumer, timeout)
+        assert self._consumers is not None
+        return self._consumers.poll(timeout, MESSAGES_PER_POLL)
+
+    def _change(self, add: list[Assignment], remove: list[Assignment]) -> None:
+        assert self._consumers is not None
+        self._consumers.change(add, remove)
 
     def _close_consumer(self) -> None:
         global open_streams
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        if self._consumers is not None:
+            self._consumers.close()
+            self._consumers = None
             with _open_streams_lock:
                 open_streams -= 1
 
     def close(self) -> None:
-        """End the stream: the consumer closes on its own thread after any poll in flight."""
+        """End the stream: the consumers close on its own thread after any poll in flight."""
         if not self._closed:
             self._closed = True
             self._executor.submit(self._close_consumer)
@@ -351,21 +356,26 @@ class EventStream:
         """Lines of batches, grouped per poll: each chunk is whole lines."""
         loop = asyncio.get_running_loop()
         limits = self._limits
+        name = self._timelines.event_type
         try:
-            await loop.run_in_executor(self._executor, self._open)
             started = time.monotonic()
             ends_at = started + limits.stream_timeout
             batcher = Batcher(limits, self._memory_limit)
+            add = []
             for p, last in sorted(self._positions.items()):
-                batcher.partitions[(self._topic, p)] = PartitionBatch(
+                add.append(self._readings.start((name, p), self._timelines, last))
+                batcher.partitions[self._readings.topic_key((name, p))] = PartitionBatch(
                     b'{"cursor":{"partition":"' + str(p).encode() + b'","offset":"',
                     last,
-                    self._timeline,
+                    functools.partial(offset_text, self._timelines, partition=p),
                     started + limits.batch_flush_timeout,
+                    base=self._readings.by_key[(name, p)].base,
                 )
+            await loop.run_in_executor(self._executor, self._open, add)
             while True:
                 if self._blocked is not None and await self._blocked():
                     return
+                await self._move_on(batcher)
                 now = time.monotonic()
                 wait = min(max(batcher.next_flush(ends_at) - now, 0.0), MAX_POLL_SECONDS)
                 messages = await loop.run_in_executor(self._executor, self._poll, wait)
@@ -380,3 +390,25 @@ class EventStream:
                     return
         finally:
             self.close()
+
+    async def _move_on(self, batcher: Batcher) -> None:
+        """Partitions that reached the end of a closed timeline go on in the next one."""
+        current = await self._follow()
+        if current is not None and current is not self._timelines:
+            self._timelines = current
+            self._readings.follow(current)
+        if not self._readings.closing():
+            return
+        name = self._timelines.event_type
+        states = {(name, partition): state for (_, partition), state in batcher.partitions.items()}
+        ended = self._readings.ended({key: state.last_offset for key, state in states.items()})
+        for key in ended:
+            old_key = self._readings.topic_key(key)
+            gone, added = self._readings.move_on(key, states[key].last_offset)
+            await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._change, [added], [gone]
+            )
+            state = states[key]
+            state.base = self._readings.by_key[key].base
+            state.offset_text = functools.partial(offset_text, self._timelines, partition=key[1])
+            batcher.rekey(old_key, self._readings.topic_key(key))

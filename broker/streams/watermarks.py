@@ -43,10 +43,9 @@ class Watermark:
         return self.high - 1 if self.last_event is None else self.last_event
 
 
-def consumer_config(bootstrap: str) -> dict[str, object]:
+def consumer_config(cluster: kafka.Cluster) -> dict[str, object]:
     """Readers assign partitions themselves: a group id is required, never joined or committed."""
-    return kafka.client_config(
-        bootstrap,
+    return cluster.config(
         **{
             "group.id": "changebroker-low-level",
             "enable.auto.commit": False,
@@ -60,7 +59,8 @@ def consumer_config(bootstrap: str) -> dict[str, object]:
 
 
 def _watermark(consumer: Consumer, topic: str, partition: int) -> Watermark:
-    """One partition's watermarks; a topic created a moment ago may still lack a leader."""
+    """One partition's watermarks; a topic created a moment ago may still lack a leader, and
+    one given partitions since the consumer last looked is asked about again."""
     deadline = time.monotonic() + WATERMARK_TIMEOUT_SECONDS
     while True:
         try:
@@ -68,9 +68,11 @@ def _watermark(consumer: Consumer, topic: str, partition: int) -> Watermark:
                 TopicPartition(topic, partition), timeout=WATERMARK_TIMEOUT_SECONDS, cached=False
             )
             return Watermark(low, high)
-        except KafkaException:
+        except KafkaException as error:
             if time.monotonic() >= deadline:
                 raise
+            if error.args[0].code() == KafkaError._UNKNOWN_PARTITION:
+                consumer.list_topics(topic, timeout=WATERMARK_TIMEOUT_SECONDS)
             time.sleep(RETRY_PAUSE_SECONDS)
 
 
@@ -180,10 +182,11 @@ def read_watermarks(
 
 
 class Watermarks:
-    """``await watermarks.of("topic", range(3))`` -> ``{0: Watermark(low, high), ...}``."""
+    """``await watermarks.of("topic", range(3))`` -> ``{0: Watermark(low, high), ...}``, of the
+    topics of one cluster."""
 
-    def __init__(self, bootstrap: str) -> None:
-        self._bootstrap = bootstrap
+    def __init__(self, cluster: kafka.Cluster) -> None:
+        self._cluster = cluster
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watermarks")
         # Created and used on the executor's one thread only.
         self._consumer: Consumer | None = None
@@ -191,7 +194,7 @@ class Watermarks:
 
     def _read(self, topic: str, partitions: list[int]) -> dict[int, Watermark]:
         if self._consumer is None:
-            settings = consumer_config(self._bootstrap) | {
+            settings = consumer_config(self._cluster) | {
                 # The tail read that finds a partition's newest event stops at its end.
                 "enable.partition.eof": True,
                 # Kafka answers a connection's requests in order: a fetch of the tail read,

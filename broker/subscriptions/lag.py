@@ -3,8 +3,8 @@ events and the age of the oldest one, as ``/subscriptions/{id}/stats?show_time_l
 counts them.
 
 Read in the background at most once per ``--lag-interval`` (``changebroker.metrics.Interval``),
-never per scrape: committed offsets in one query, watermarks per topic on a Kafka consumer of
-its own (request paths keep theirs), and the storage time of each partition's oldest
+never per scrape: committed offsets in one query, every timeline's watermarks on Kafka consumers of
+their own (request paths keep theirs), and the storage time of each partition's oldest
 unconsumed event, remembered by offset so a subscription that does not move costs no read.
 The families are rendered to text once per refresh too (``text``): a thousand subscriptions
 of four partitions are 8,000 lines, 50 ms of CPU to format, which scrapes then only append.
@@ -21,13 +21,16 @@ from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from broker.event_types.store import Store
 from broker.metrics import PREFIX
-from broker.streams.watermarks import Watermarks
-from broker.subscriptions.stream_api import _ages
+from broker.subscriptions.stream_api import topic_ages
+from broker.timelines.clusters import Clusters
+from broker.timelines.store import TimelineStore
+from changebroker import kafka
 
 # Offsets whose storage time is remembered; past it the memory starts again.
 _REMEMBERED_AGES = 100_000
+
+Where = tuple[kafka.Cluster, str]  # a topic on its cluster
 
 
 @dataclass(frozen=True)
@@ -40,54 +43,62 @@ class PartitionLag:
 
 
 class SubscriptionLag:
-    def __init__(self, store: Store, bootstrap: str) -> None:
-        self.store = store
-        self.bootstrap = bootstrap
-        self.watermarks = Watermarks(bootstrap)
+    def __init__(self, timelines: TimelineStore) -> None:
+        self.timelines = timelines
+        # Clients of its own: request paths keep theirs.
+        self.clusters = Clusters(timelines.own)
         self.lags: list[PartitionLag] = []
         self._text = b""  # the families of ``lags``, as Prometheus text
         # (topic, partition, offset) -> when that event was stored (Unix seconds)
         self._stored_at: dict[tuple[str, int, int], float] = {}
 
     async def refresh(self) -> None:
-        async with self.store.pool.connection() as conn:
+        async with self.timelines.store.pool.connection() as conn:
             cursor = await conn.execute(
-                "SELECT p.subscription_id::text, p.event_type, p.partition, p.committed, e.topic"
-                " FROM broker_subscription_partitions p"
-                " JOIN broker_event_types e ON e.name = p.event_type"
+                "SELECT subscription_id::text, event_type, partition, committed"
+                " FROM broker_subscription_partitions"
             )
             rows = await cursor.fetchall()
-        by_topic: dict[str, set[int]] = {}
-        for _, _, partition, _, topic in rows:
-            by_topic.setdefault(topic, set()).add(partition)
-        marks = {
-            topic: await self.watermarks.of(topic, sorted(ps)) for topic, ps in by_topic.items()
+        every = await self.timelines.of_all()
+        wanted: dict[str, set[int]] = {}
+        for _, event_type, partition, _ in rows:
+            if event_type in every:
+                wanted.setdefault(event_type, set()).add(partition)
+        newest = {
+            name: {p: b.newest for p, b in (await self.clusters.bounds(every[name], ps)).items()}
+            for name, ps in wanted.items()
         }
-        behind: dict[str, set[tuple[int, int]]] = {}  # topic -> {(partition, oldest unconsumed)}
+        # topic -> {(partition, oldest unconsumed offset)}
+        behind: dict[Where, set[tuple[int, int]]] = {}
         unconsumed = []
-        for subscription, event_type, partition, committed, topic in rows:
-            count = max(marks[topic][partition].newest_position - committed, 0)
-            unconsumed.append((subscription, event_type, partition, committed, topic, count))
+        for subscription, event_type, partition, committed in rows:
+            if event_type not in newest:
+                continue
+            count = max(newest[event_type][partition] - committed, 0)
+            where = None
             if count:
-                behind.setdefault(topic, set()).add((partition, committed + 1))
+                timeline, offset = every[event_type].at(committed, partition)
+                where = (timeline.cluster, timeline.topic, offset)
+                behind.setdefault(where[:2], set()).add((partition, offset))
+            unconsumed.append((subscription, event_type, partition, count, where))
         await asyncio.to_thread(self._read_ages, behind)
         now = time.time()
         lags = []
-        for subscription, event_type, partition, committed, topic, count in unconsumed:
+        for subscription, event_type, partition, count, where in unconsumed:
             seconds: float | None = 0.0
-            if count:
-                stored = self._stored_at.get((topic, partition, committed + 1))
+            if where is not None:
+                stored = self._stored_at.get((where[1], partition, where[2]))
                 seconds = None if stored is None else max(now - stored, 0.0)
             lags.append(PartitionLag(subscription, event_type, partition, count, seconds))
         self.lags = lags
         self._text = await asyncio.to_thread(generate_latest, self)
 
-    def _read_ages(self, behind: dict[str, set[tuple[int, int]]]) -> None:
+    def _read_ages(self, behind: dict[Where, set[tuple[int, int]]]) -> None:
         """Storage times of the events not read before (blocking): per topic, in rounds of at
         most one offset per partition (one consumer assignment each)."""
         if len(self._stored_at) > _REMEMBERED_AGES:
             self._stored_at.clear()
-        for topic, wanted in behind.items():
+        for (cluster, topic), wanted in behind.items():
             missing = sorted(w for w in wanted if (topic, *w) not in self._stored_at)
             while missing:
                 round_: dict[int, int] = {}
@@ -97,12 +108,12 @@ class SubscriptionLag:
                         later.append((partition, offset))
                     else:
                         round_[partition] = offset
-                for partition, age in _ages(self.bootstrap, topic, round_).items():
+                for partition, age in topic_ages(cluster, topic, round_).items():
                     self._stored_at[(topic, partition, round_[partition])] = time.time() - age
                 missing = later
 
     async def close(self) -> None:
-        await self.watermarks.close()
+        await self.clusters.close()
 
     def text(self) -> bytes:
         """What the last refresh read, for ``/metrics``."""

@@ -130,6 +130,10 @@ class ReadAhead:
         self.bytes -= sum(len(message.value() or b"") for message in out)
         return out
 
+    def holds(self, key: PartitionKey) -> bool:
+        """Whether events of the partition wait here."""
+        return bool(self._partitions.get(key))
+
     def drop(self, key: PartitionKey) -> None:
         """Forgets a partition's events: it was given up, or starts again elsewhere."""
         if key in self._partitions:

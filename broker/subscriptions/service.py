@@ -7,30 +7,30 @@ from __future__ import annotations
 from starlette.routing import BaseRoute
 
 from broker.access import Access
-from broker.event_types.store import Store, StoreResolver
 from broker.settings import Settings
-from broker.streams.watermarks import Watermarks
 from broker.subscriptions.api import SubscriptionApi
 from broker.subscriptions.coordination import Coordinator
 from broker.subscriptions.store import Subscriptions, close_expired
 from broker.subscriptions.stream_api import SubscriptionStreams
+from broker.timelines.clusters import Clusters
+from broker.timelines.store import TimelineStore
 
 
 class SubscriptionService:
     """Everything under ``/subscriptions`` for one app, and its notification listener."""
 
     def __init__(
-        self, store: Store, settings: Settings, watermarks: Watermarks, access: Access
+        self, timelines: TimelineStore, clusters: Clusters, settings: Settings, access: Access
     ) -> None:
+        store = timelines.store
         self.subscriptions = Subscriptions(
-            store, StoreResolver(store), watermarks, settings.subscription_max_partitions
+            store, timelines, clusters, settings.subscription_max_partitions
         )
         self.coordinator = Coordinator(settings.pg_dsn, store.pool, lambda: close_expired(store))
         self.streams = SubscriptionStreams(
             self.subscriptions,
             self.coordinator,
-            settings.kafka_bootstrap,
-            watermarks,
+            clusters,
             access,
             settings.max_commit_timeout,
             settings.stream_memory_limit,

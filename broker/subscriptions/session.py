@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -24,10 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
-
 from broker.event_types.store import Store
-from broker.event_types.topics import EventTypeTopic
+from broker.streams.cursors import offset_text
 from broker.streams.event_stream import (
     MESSAGES_PER_POLL,
     STREAM_CONSUMER_SETTINGS,
@@ -36,9 +35,8 @@ from broker.streams.event_stream import (
     PartitionBatch,
     StreamLimits,
     parse_limits,
-    poll,
 )
-from broker.streams.watermarks import consumer_config
+from broker.streams.timeline_reading import Assignment, Consumers, GoneTimeline, Readings
 from broker.subscriptions.read_ahead import READ_AHEAD_EVENTS, ReadAhead
 from broker.subscriptions.store import (
     PartitionKey,
@@ -47,6 +45,8 @@ from broker.subscriptions.store import (
     notify_sql,
     rebalance_partitions,
 )
+from broker.timelines.model import Timelines
+from broker.timelines.store import TimelineStore
 from changebroker import http, logs
 from changebroker.numerals import whole_number
 
@@ -139,12 +139,12 @@ class Session:
     def __init__(
         self,
         store: Store,
-        bootstrap: str,
+        timelines: TimelineStore,
         local_sessions: set[str],
         subscription: Subscription,
         stream_id: str,
         params: StreamParams,
-        topics: Mapping[str, EventTypeTopic],
+        topics: Mapping[str, Timelines],
         changed: asyncio.Event,
         *,
         memory_limit: int,
@@ -153,7 +153,7 @@ class Session:
         """``memory_limit``: the bytes of events held for batches not yet due; ``blocked``:
         asked on every turn of the stream, which ends once it says so."""
         self._store = store
-        self._bootstrap = bootstrap
+        self._timeline_store = timelines
         self._local_sessions = local_sessions
         self.subscription_id = subscription.id
         self.stream_id = stream_id
@@ -178,35 +178,26 @@ class Session:
         self._commit_timed_out = False
         self._closed = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="subscription")
-        self._consumer: Consumer | None = None
+        self._consumers: Consumers | None = None
+        # Which timeline each partition is read in (broker/streams/timeline_reading.py).
+        self._readings = Readings()
 
     # Kafka, on the session's own thread.
     def _open(self) -> None:
-        self._consumer = Consumer(consumer_config(self._bootstrap) | STREAM_CONSUMER_SETTINGS)
+        self._consumers = Consumers(STREAM_CONSUMER_SETTINGS)
 
-    def _reassign(self, add: list[TopicPartition], remove: list[TopicPartition]) -> None:
-        assert self._consumer is not None
-        if remove:
-            self._consumer.incremental_unassign(remove)
-        if add:
-            self._consumer.incremental_assign(add)
+    def _reassign(self, add: list[Assignment], remove: list[Assignment]) -> None:
+        assert self._consumers is not None
+        self._consumers.change(add, remove)
 
     def _poll(self, timeout: float, most: int) -> list[Any]:
-        assert self._consumer is not None
-        return poll(self._consumer, timeout, most)
+        assert self._consumers is not None
+        return self._consumers.poll(timeout, most)
 
     def _close_consumer(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
-
-    def _topic_partition(self, key: PartitionKey, offset: int | None = None) -> TopicPartition:
-        topic = self._topics[key[0]].topic
-        return (
-            TopicPartition(topic, key[1])
-            if offset is None
-            else TopicPartition(topic, key[1], offset)
-        )
+        if self._consumers is not None:
+            self._consumers.close()
+            self._consumers = None
 
     async def _kafka(self, function: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
@@ -256,8 +247,12 @@ class Session:
         rows = [row[2:] for row in found if row[2] is not None]
         me = self.stream_id
         owned: set[PartitionKey] = set()
-        add: list[TopicPartition] = []
-        remove: list[TopicPartition] = []
+        add: list[Assignment] = []
+        remove: list[Assignment] = []
+        # A partition added since the stream started (repartitioning) is read with the
+        # timelines that have it.
+        if any(partition >= self._topics[et].partitions for et, partition, *_ in rows):
+            await self._follow_timelines()
         hand_over: list[PartitionKey] = []
         mark: list[tuple[PartitionKey, int]] = []
         waits: list[float] = []
@@ -272,12 +267,10 @@ class Session:
             self._committed[key] = committed
             if next_owner is None and key not in self._streaming:
                 self._releasing.pop(key, None)
-                self._start(key, committed)
-                add.append(self._topic_partition(key, committed + 1))
+                add.append(self._start(key, committed))
             elif next_owner is not None:
                 if key in self._streaming:
-                    self._stop(key, out)
-                    remove.append(self._topic_partition(key))
+                    remove.append(self._stop(key, out))
                 sent = self._releasing.setdefault(key, committed)
                 if sent <= committed:
                     hand_over.append(key)
@@ -286,8 +279,7 @@ class Session:
         for key in [*self._streaming, *self._releasing]:
             if key not in owned:
                 if key in self._streaming:
-                    self._stop(key, out)
-                    remove.append(self._topic_partition(key))
+                    remove.append(self._stop(key, out))
                 self._releasing.pop(key, None)
         if add or remove:
             await self._kafka(self._reassign, add, remove)
@@ -299,30 +291,74 @@ class Session:
 
     def _new_batch(self, key: PartitionKey, sent: int) -> _Batch:
         """The batches of a partition whose last event sent is ``sent``."""
+        reading = self._readings.by_key.get(key)
         return _Batch(
             b'{"cursor":{"partition":"' + str(key[1]).encode() + b'","offset":"',
             sent,
-            self._topics[key[0]].timeline,
+            functools.partial(offset_text, self._topics[key[0]], partition=key[1]),
             time.monotonic() + self._params.limits.batch_flush_timeout,
+            base=0 if reading is None else reading.base,
             event_type_json=json.dumps(key[0])[1:-1].encode(),
         )
 
-    def _start(self, key: PartitionKey, committed: int) -> None:
-        topic = self._topics[key[0]]
+    def _start(self, key: PartitionKey, committed: int) -> Assignment:
+        """Start sending a partition after ``committed``; what to assign."""
+        try:
+            assignment = self._readings.start(key, self._topics[key[0]], committed)
+        except GoneTimeline as gone:
+            raise SessionEnded(str(gone)) from None
+        topic_key = self._readings.topic_key(key)
         batch = self._new_batch(key, committed)
         self._streaming[key] = batch
-        self._batcher.partitions[(topic.topic, key[1])] = batch
-        self._ahead.drop((topic.topic, key[1]))
+        self._batcher.partitions[topic_key] = batch
+        self._ahead.drop(topic_key)
+        return assignment
 
-    def _stop(self, key: PartitionKey, out: list[bytes]) -> None:
-        """Stop sending a partition; what waits for its batch is sent first, to be committed."""
+    def _stop(self, key: PartitionKey, out: list[bytes]) -> Assignment:
+        """Stop sending a partition; what waits for its batch is sent first, to be committed.
+        What to unassign."""
         batch = self._streaming.pop(key)
-        topic_key = (self._topics[key[0]].topic, key[1])
+        topic_key = self._readings.topic_key(key)
         del self._batcher.partitions[topic_key]
         self._ahead.drop(topic_key)
         if batch.pending:
             out.append(self._batcher.emit(batch))
         self._releasing[key] = batch.sent
+        gone = self._readings.stop(key)
+        assert gone is not None
+        return gone
+
+    async def _follow_timelines(self) -> None:
+        """The event types' timelines as they are now: a partition read in a timeline that
+        closed since learns where it ends."""
+        for name, kept in list(self._topics.items()):
+            current = await self._timeline_store.of(name)
+            if current is not None and current is not kept:
+                self._topics[name] = current
+                self._readings.follow(current)
+
+    async def _move_on(self) -> None:
+        """Partitions that reached the end of a closed timeline go on in the next one, after
+        whatever the stream read of it (its events are all before the end)."""
+        await self._follow_timelines()
+        if not self._readings.closing():
+            return
+        positions = {key: batch.last_offset for key, batch in self._streaming.items()}
+        for key in self._readings.ended(positions):
+            old_key = self._readings.topic_key(key)
+            if self._ahead.holds(old_key):
+                continue  # read ahead, not yet batched: moved on once it is
+            try:
+                gone, added = self._readings.move_on(key, positions[key])
+            except GoneTimeline as gone_timeline:
+                raise SessionEnded(str(gone_timeline)) from None
+            await self._kafka(self._reassign, [added], [gone])
+            batch = self._streaming[key]
+            batch.base = self._readings.by_key[key].base
+            batch.offset_text = functools.partial(
+                offset_text, self._topics[key[0]], partition=key[1]
+            )
+            self._batcher.rekey(old_key, self._readings.topic_key(key))
 
     async def _hand_over(
         self, keys: list[PartitionKey], marks: list[tuple[PartitionKey, int]]
@@ -388,6 +424,7 @@ class Session:
                 if self._takeover_at is not None and time.monotonic() >= self._takeover_at:
                     await self._take_over()
                     continue
+                await self._move_on()
             except SessionEnded as ended:
                 if ended.debug is not None:
                     out += self._last_words(ended.debug)

@@ -31,11 +31,12 @@ from broker.annotations import KINDS, annotations_problems
 from broker.authorization import section_problem
 from broker.errors import AUTHORIZATION_KEPT, BrokerError, Conflict, SubscriptionNotFound
 from broker.event_types.store import Store, _utc
-from broker.event_types.topics import EventTypeTopic, TopicResolver
 from broker.streams.cursors import Cursor, CursorError, parse_cursor, position
-from broker.streams.watermarks import Watermarks
 from broker.subscriptions import coordination, rebalance
 from broker.subscriptions.coordination import notify_sql
+from broker.timelines.clusters import Clusters
+from broker.timelines.model import Timelines
+from broker.timelines.store import TimelineStore
 from changebroker import logs
 from changebroker.auth import Principal
 
@@ -146,8 +147,8 @@ class Subscriptions:
     """Subscriptions in Postgres; every method asks Postgres, so broker processes agree."""
 
     store: Store
-    resolve: TopicResolver
-    watermarks: Watermarks
+    timelines: TimelineStore
+    clusters: Clusters
     # The most partitions the event types of one subscription may have together.
     max_partitions: int
     # As last read by ``get``: commits decide on these and check them under the lock.
@@ -179,13 +180,14 @@ class Subscriptions:
     def forget(self, subscription_id: str) -> None:
         self._remembered.pop(subscription_id, None)
 
-    async def existing_topics(self, event_types: list[str]) -> dict[str, EventTypeTopic]:
-        """The topics of those of ``event_types`` that still exist (one may have been deleted)."""
-        found = {name: await self.resolve(name) for name in event_types}
-        return {name: topic for name, topic in found.items() if topic is not None}
+    async def existing_topics(self, event_types: list[str]) -> dict[str, Timelines]:
+        """The timelines of those of ``event_types`` that still exist (one may have been
+        deleted)."""
+        found = {name: await self.timelines.of(name) for name in event_types}
+        return {name: timelines for name, timelines in found.items() if timelines is not None}
 
-    async def topics(self, event_types: list[str]) -> dict[str, EventTypeTopic]:
-        """The topics of ``event_types``; 422 names the ones that do not exist."""
+    async def topics(self, event_types: list[str]) -> dict[str, Timelines]:
+        """The timelines of ``event_types``; 422 names the ones that do not exist."""
         found = await self.existing_topics(event_types)
         missing = sorted(set(event_types) - set(found))
         if missing:
@@ -193,13 +195,13 @@ class Subscriptions:
         return found
 
     async def start_positions(
-        self, topics: Mapping[str, EventTypeTopic], cursors: list[dict[str, str]]
+        self, topics: Mapping[str, Timelines], cursors: list[dict[str, str]]
     ) -> dict[PartitionKey, int]:
-        """Kafka offsets of the last consumed event for ``cursors`` (begin / end / an offset).
+        """Positions of the last consumed event for ``cursors`` (begin / end / an offset).
 
         Every cursor must name a partition of an event type in ``topics``; 422 otherwise.
         """
-        parsed: dict[PartitionKey, tuple[EventTypeTopic, Cursor, str]] = {}
+        parsed: dict[PartitionKey, tuple[Timelines, Cursor, str]] = {}
         for item in cursors:
             if not isinstance(item, dict) or not isinstance(item.get("event_type"), str):
                 raise SubscriptionError(422, f"each cursor needs an event_type, got {item!r}")
@@ -215,24 +217,26 @@ class Subscriptions:
                 cursor = parse_cursor({**item, "offset": as_sent}, topic)
             except CursorError as error:
                 raise SubscriptionError(422, str(error)) from None
-            key = (topic.event_type, cursor.partition)
+            key = (item["event_type"], cursor.partition)
             if key in parsed:
                 raise SubscriptionError(
                     422, f"more than one cursor for {key[0]} partition {key[1]}"
                 )
             parsed[key] = (topic, cursor, str(offset))
         positions: dict[PartitionKey, int] = {}
-        for name, topic in topics.items():
+        for name, timelines in topics.items():
             keys = [key for key in parsed if key[0] == name]
-            marks = await self.watermarks.of(topic.topic, [p for _, p in keys])
+            if not keys:
+                continue
+            found = await self.clusters.bounds(timelines, [p for _, p in keys])
             for key in keys:
                 _, cursor, offset = parsed[key]
-                mark = marks[key[1]]
+                bound = found[key[1]]
                 try:
                     positions[key] = (
-                        mark.newest_position
+                        bound.newest
                         if offset.lower() == "end"
-                        else position(cursor, mark, name)
+                        else position(cursor, timelines, bound, name)
                     )
                 except CursorError as error:
                     raise SubscriptionError(422, str(error)) from None

@@ -33,9 +33,9 @@ from broker.admin_settings import SUBSCRIPTION_BLOCKED
 from broker.errors import BadRequest, SubscriptionNotFound
 from broker.event_types.store import Store
 from broker.streams.api import BatchStreamResponse, _wants_gzip
-from broker.streams.cursors import OffsetFormatError, format_offset, parse_offset
+from broker.streams.cursors import OffsetFormatError, offset_text, parse_offset
 from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS
-from broker.streams.watermarks import Watermarks, consumer_config
+from broker.streams.watermarks import consumer_config
 from broker.subscriptions.coordination import Coordinator
 from broker.subscriptions.session import Session, parse_params
 from broker.subscriptions.store import (
@@ -47,7 +47,9 @@ from broker.subscriptions.store import (
     unknown_session,
     valid_id,
 )
-from changebroker import logs
+from broker.timelines.clusters import Clusters
+from broker.timelines.model import PositionError, Timelines
+from changebroker import kafka, logs
 from changebroker.auth import audit, principal_of
 from changebroker.numerals import whole_number
 
@@ -84,8 +86,7 @@ class _SessionResponse(BatchStreamResponse):
 class SubscriptionStreams:
     subscriptions: Subscriptions
     coordinator: Coordinator
-    bootstrap: str
-    watermarks: Watermarks
+    clusters: Clusters
     access: Access
     # The longest commit_timeout a stream may have; also how long a cursor reset waits for
     # the streams it closed to end.
@@ -136,7 +137,7 @@ class SubscriptionStreams:
         )
         session = Session(
             self.store,
-            self.bootstrap,
+            self.subscriptions.timelines,
             self.coordinator.local_sessions,
             subscription,
             stream_id,
@@ -204,19 +205,24 @@ class SubscriptionStreams:
         )
 
     async def _committed_offset(self, item: Mapping[str, str]) -> int:
-        """The Kafka offset a cursor to commit names; ``BEGIN`` is before the oldest event the
+        """The position a cursor to commit names; ``BEGIN`` is before the oldest event the
         partition holds (a partition that is not the subscription's is refused later)."""
+        timelines = (await self.subscriptions.topics([item["event_type"]]))[item["event_type"]]
         try:
-            offset = parse_offset(item["offset"])
+            offset = parse_offset(item["offset"], timelines.all[0].order)
         except OffsetFormatError:
             raise SubscriptionError(422, f"invalid offset {item['offset']!r} in a commit") from None
-        if offset.kafka_offset is not None:
-            return offset.kafka_offset
-        topic = (await self.subscriptions.topics([item["event_type"]]))[item["event_type"]]
         partition = int(item["partition"])
-        if partition >= topic.partitions:
+        if partition >= timelines.partitions:
             return -1
-        return (await self.watermarks.of(topic.topic, [partition]))[partition].oldest_position
+        if offset.kafka_offset is None:
+            return (await self.clusters.bounds(timelines, [partition]))[partition].oldest
+        try:
+            return timelines.position(offset.timeline, offset.kafka_offset, partition)
+        except PositionError as error:
+            raise SubscriptionError(
+                422, f"invalid offset {item['offset']!r} in a commit: {error}"
+            ) from None
 
     async def cursors(self, request: Request) -> Response:
         subscription = await self._subscription(request)
@@ -231,7 +237,7 @@ class SubscriptionStreams:
                     {
                         "event_type": event_type,
                         "partition": str(partition),
-                        "offset": format_offset(committed, timelines[event_type].timeline),
+                        "offset": offset_text(timelines[event_type], committed, partition),
                         "cursor_token": str(uuid.uuid4()),
                     }
                     for event_type, partition, committed in rows
@@ -327,17 +333,18 @@ class SubscriptionStreams:
         # Unconsumed events once the subscription has cursors (it streamed or was reset).
         lags: dict[PartitionKey, dict[str, int]] = {}
         topics = await self.subscriptions.existing_topics(subscription.event_types)
-        for name, topic in topics.items() if committed else ():
-            marks = await self.watermarks.of(topic.topic, range(topic.partitions))
+        for name, timelines in topics.items() if committed else ():
+            found = await self.clusters.bounds(timelines, range(timelines.partitions))
             behind: dict[int, int] = {}
-            for p in range(topic.partitions):
-                position = committed[(name, p)]
-                lags[(name, p)] = {"unconsumed_events": max(marks[p].newest_position - position, 0)}
+            for p in range(timelines.partitions):
+                # A partition added since the subscription last read its rows: nothing read.
+                position = committed.get((name, p), found[p].oldest)
+                lags[(name, p)] = {"unconsumed_events": max(found[p].newest - position, 0)}
                 if lags[(name, p)]["unconsumed_events"]:
-                    behind[p] = position + 1
+                    behind[p] = position
             if time_lag:
-                ages = await asyncio.to_thread(_ages, self.bootstrap, topic.topic, behind)
-                for p in range(topic.partitions):
+                ages = await asyncio.to_thread(_ages, timelines, behind)
+                for p in range(timelines.partitions):
                     lags[(name, p)]["consumer_lag_seconds"] = ages.get(p, 0)
         return JSONResponse({"items": await self.status(subscription, lags)})
 
@@ -351,12 +358,25 @@ class SubscriptionStreams:
         ]
 
 
-def _ages(bootstrap: str, topic: str, oldest: Mapping[int, int]) -> dict[int, int]:
-    """Whole seconds since the oldest unconsumed event of each partition was stored (blocking);
-    whole as Nakadi's (a Java client reading a fraction failed with a ClassCastException)."""
+def _ages(timelines: Timelines, consumed: Mapping[int, int]) -> dict[int, int]:
+    """Whole seconds since the oldest unconsumed event of each partition was stored (blocking;
+    ``consumed``: partition -> position consumed up to); whole as Nakadi's (a Java client
+    reading a fraction failed with a ClassCastException)."""
+    by_topic: dict[tuple[kafka.Cluster, str], dict[int, int]] = {}
+    for partition, position in consumed.items():
+        timeline, offset = timelines.at(position, partition)
+        by_topic.setdefault((timeline.cluster, timeline.topic), {})[partition] = offset
+    ages: dict[int, int] = {}
+    for (cluster, topic), oldest in by_topic.items():
+        ages |= topic_ages(cluster, topic, oldest)
+    return ages
+
+
+def topic_ages(cluster: kafka.Cluster, topic: str, oldest: Mapping[int, int]) -> dict[int, int]:
+    """Whole seconds since the event at each partition's offset in ``oldest`` was stored."""
     if not oldest:
         return {}
-    consumer = Consumer(consumer_config(bootstrap) | STREAM_CONSUMER_SETTINGS)
+    consumer = Consumer(consumer_config(cluster) | STREAM_CONSUMER_SETTINGS)
     ages: dict[int, int] = {}
     try:
         consumer.assign([TopicPartition(topic, p, offset) for p, offset in oldest.items()])

@@ -18,6 +18,7 @@ from broker.event_types import effective_schema
 from broker.event_types.effective_schema import EventValidator
 from broker.event_types.store import Revision
 from broker.publishing.api import Target
+from changebroker import kafka
 
 TABLE = tables.Table(
     "public.orders",
@@ -87,6 +88,7 @@ def _target(user_schema: dict[str, Any], mode: str, cleanup_policy: str) -> Targ
         name="orders",
         revision=Revision("orders", 1),
         topic="orders",
+        cluster=kafka.Cluster("127.0.0.1:9092"),
         partitions=1,
         category="data",
         partition_strategy="hash",

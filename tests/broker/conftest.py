@@ -2,7 +2,8 @@
 
 ``broker_url`` is the base URL of a broker served in a thread; ``make_event_type``
 creates an event type through the API and returns its name; ``nakadi_test_profile`` is a client
-of a second broker on the same database with the settings of Nakadi's acceptance-test profile.
+of a second broker on the same database with the settings of Nakadi's acceptance-test profile;
+``administered`` one checking tokens, with an administrator and a caller who is not.
 """
 
 from __future__ import annotations
@@ -16,9 +17,19 @@ import pytest
 from broker.app import create_app
 from broker.settings import Settings
 from changebroker import pg
+from changebroker.auth import AuthSettings
 from changebroker.stack.run import serve_in_thread
 from tests.support.brokers import broker_client
+from tests.support.credentials import tokens_file
 from tests.support.event_types import business_event_type
+
+# Every scope Nakadi names: who holds them all may still not be an administrator.
+NAKADI_SCOPES = [
+    "nakadi.config.write",
+    "nakadi.event_type.write",
+    "nakadi.event_stream.write",
+    "nakadi.event_stream.read",
+]
 
 
 @pytest.fixture(scope="module")
@@ -69,5 +80,21 @@ def nakadi_test_profile(
         stream_memory_limit=10_000,
         subscription_max_partitions=30,
     )
+    with broker_client(settings) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def administered(
+    broker_dsn: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[httpx.Client]:
+    """A broker on the module's database checking tokens: ``ops`` is its administrator,
+    ``shop`` is not; both hold every Nakadi scope (send ``Authorization: Bearer <name>``)."""
+    tokens = tokens_file(
+        tmp_path_factory.mktemp("auth") / "tokens.json",
+        {"ops": ("ops", NAKADI_SCOPES), "shop": ("shop", NAKADI_SCOPES)},
+    )
+    auth = AuthSettings(mode="tokens", tokens_file=tokens, admins=("ops",))
+    settings = Settings(pg_dsn=broker_dsn, kafka_bootstrap=kafka_bootstrap, auth=auth)
     with broker_client(settings) as client:
         yield client

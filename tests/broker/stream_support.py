@@ -12,6 +12,8 @@ import httpx
 from tests.broker.swagger import validate
 
 OFFSET_PATTERN = r"^001-0001-(-1|[0-9]{18})$"
+# In any timeline (broker/timelines/): ``001-<order, 4 hex>-...``.
+ANY_TIMELINE_OFFSET = r"^001-[0-9a-f]{4}-(-1|[0-9]{18})$"
 
 
 def order(number: str, partition: str | None = None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from changebroker.stack.processes import wait_until
-from tests.broker.stream_support import OFFSET_PATTERN, order, publish
+from tests.broker.stream_support import ANY_TIMELINE_OFFSET, order, publish
 from tests.broker.swagger import validate
 
 
@@ -60,7 +60,7 @@ class Stream:
             if line:
                 batch = json.loads(line)
                 validate("SubscriptionEventStreamBatch", batch)
-                assert re.match(OFFSET_PATTERN, batch["cursor"]["offset"]), batch
+                assert re.match(ANY_TIMELINE_OFFSET, batch["cursor"]["offset"]), batch
                 return dict(batch)
         self.ended = True
         return None
@@ -87,6 +87,22 @@ class Stream:
     def close(self) -> None:
         if self.status_code == 200:
             self._context.__exit__(None, None, None)
+
+
+def reopened(client: httpx.Client, subscription_id: str, **params: Any) -> Stream:
+    """A new stream, once the one a consumer just closed has ended on the server (a stream
+    opened before gets 409: no free slot)."""
+    opened: list[Stream] = []
+
+    def opens() -> bool:
+        stream = Stream(client, subscription_id, **params)
+        if stream.status_code == 409:
+            return False
+        opened.append(stream)
+        return True
+
+    wait_until(opens, timeout=30, what="the last stream to end on the server")
+    return opened[0]
 
 
 def published(

@@ -68,3 +68,18 @@ def test_consumption_settings_are_flags_and_variables_with_nakadis_defaults(
     monkeypatch.setenv("CHANGEBROKER_BROKER_STREAM_MEMORY_LIMIT", "10000")
     monkeypatch.setenv("CHANGEBROKER_BROKER_SUBSCRIPTION_MAX_PARTITIONS", "30")
     assert settings() == (5.0, 10_000, 30)
+
+
+def test_timeline_wait_timeout_is_nakadis_40_seconds_unless_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def wait_timeout(*flags: str) -> float:
+        parser = argparse.ArgumentParser()
+        main.configure(parser)
+        args = parser.parse_args(["--pg-url", "postgresql://x", *flags])
+        return config.from_args(Settings, args, pg_dsn=args.pg_url).timeline_wait_timeout
+
+    assert wait_timeout() == 40.0
+    assert wait_timeout("--timeline-wait-timeout", "2m") == 120.0
+    monkeypatch.setenv("CHANGEBROKER_BROKER_TIMELINE_WAIT_TIMEOUT", "5s")
+    assert wait_timeout() == 5.0

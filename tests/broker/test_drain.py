@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from broker.publishing.producer import KafkaProducer, Message
+from changebroker import kafka
 from changebroker.stack.processes import free_port, wait_until
 from changebroker.stack.run import broker_process
 from tests.broker.subscription_support import create
@@ -133,7 +134,9 @@ def test_a_publish_waiting_on_an_unreachable_kafka_is_answered_while_draining() 
     failed) within the graceful shutdown, not cut at its end, and the producer closes
     promptly after."""
     draining = threading.Event()
-    producer = KafkaProducer(f"127.0.0.1:{free_port()}", draining=draining)  # nothing listens
+    producer = KafkaProducer(
+        kafka.Cluster(f"127.0.0.1:{free_port()}"), draining=draining
+    )  # nothing listens
     producer.start()
 
     async def publish() -> list[str | None]:

@@ -26,8 +26,8 @@ SCHEMA = (
     # Streams hold a request open for a generated stream_timeout (up to 70 minutes);
     # test_streaming*.py covers their parameters one by one.
     .exclude(method="GET", path="/event-types/{name}/events")
-    # Not served by this broker (yet): Nakadi's operator settings, storages, timelines.
-    .exclude(path_regex=r"^/(settings|storages)|/timelines$")
+    # Not served by this broker (yet): Nakadi's operator settings.
+    .exclude(path_regex=r"^/settings")
 )
 
 

@@ -21,7 +21,9 @@ from broker.admin_settings import AdminSettings, initial_admins
 from broker.errors import EventTypeNotFound
 from broker.event_types.store import Revision, Store
 from broker.publishing.api import Publisher
-from broker.publishing.producer import KafkaProducer
+from broker.timelines.clusters import Clusters
+from broker.timelines.writers import Writer
+from changebroker import kafka
 from changebroker.auth import ANONYMOUS
 from tests.broker.kafka_read import read_all, topic_of
 from tests.support.event_types import business_event_type
@@ -74,13 +76,17 @@ def _with_late_publisher(
     async def run() -> None:
         store = LateStore(broker_dsn)
         await store.open()
-        producer = KafkaProducer(kafka_bootstrap)
-        producer.start()
+        clusters = Clusters(kafka.Cluster(kafka_bootstrap))
+        writer = Writer(
+            broker_dsn, store.pool, "broker", wait_timeout=40, on_resume=store.forget_revisions
+        )
+        await writer.start()
         try:
             access = Access(store.pool, AdminSettings(store.pool, initial_admins(())))
-            await scenario(Publisher(store, producer, access), store)
+            await scenario(Publisher(store, clusters, writer, access), store)
         finally:
-            await asyncio.to_thread(producer.close)
+            await writer.stop()
+            await clusters.close()
             await store.close()
 
     asyncio.run(run())

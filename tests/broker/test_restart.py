@@ -15,6 +15,7 @@ from broker.app import create_app
 from broker.bridge.event_types import EventTypes
 from broker.event_types.store import Store
 from broker.settings import Settings
+from changebroker import kafka
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import broker_process, serve_in_thread
 from tests.broker.kafka_read import read_all, topic_of
@@ -157,7 +158,7 @@ def test_a_type_deleted_and_created_again_takes_events_on_a_process_that_kept_pu
 
 
 def test_the_bridges_target_follows_a_type_deleted_and_created_again(
-    broker_url: str, broker_dsn: str, unique_name
+    broker_url: str, broker_dsn: str, kafka_bootstrap: str, unique_name
 ) -> None:
     """The bridge caches publishing targets as the publisher does: by revision and topic."""
     name = unique_name("bridged")
@@ -168,7 +169,7 @@ def test_the_bridges_target_follows_a_type_deleted_and_created_again(
         await store.open()
         try:
             async with httpx.AsyncClient(base_url=broker_url, timeout=30) as http:
-                targets = EventTypes(store, http)
+                targets = EventTypes(store, http, kafka.Cluster(kafka_bootstrap))
                 assert (await http.post("/event-types", json=body)).status_code == 201
                 before = await targets.target(name)
                 assert (await http.delete(f"/event-types/{name}")).status_code == 200

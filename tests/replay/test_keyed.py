@@ -111,7 +111,7 @@ EXPECTED_SECOND: Rows = dict(
 )
 
 
-def _event_type(stack: Stack, table: str) -> tuple[str, str]:
+def event_type(stack: Stack, table: str) -> tuple[str, str]:
     """The bridge's data event type of ``table``; its name and topic."""
     name = stack.event_type(table)
     body = data_event_type(name, Table(table, (), ("id",)), SCHEMA, PARTITIONS)
@@ -121,13 +121,13 @@ def _event_type(stack: Stack, table: str) -> tuple[str, str]:
     return name, str(timelines.json()[0]["topic"])
 
 
-def _produce(
+def produce(
     stack: Stack, topic: str, table: str, events: list[tuple[str, dict[str, Any], bool]],
-    keys: bool,
+    keys: bool, bootstrap: str | None = None,
 ) -> None:  # fmt: skip
     """The events in order, one partition per row key; keyed where ``keys`` and the event
-    says so."""
-    producer = Producer(kafka.producer_config(stack.kafka_bootstrap))
+    says so; into the stack's Kafka, or the one at ``bootstrap``."""
+    producer = Producer(kafka.producer_config(bootstrap or stack.kafka_bootstrap))
     for i, (op, data, keyed) in enumerate(events):
         value = {
             "metadata": {
@@ -148,16 +148,16 @@ def test_last_keyed_event_alone_only_where_it_stands_for_the_history(
     stack: Stack, spark: SparkSession, tmp_path: Path
 ) -> None:
     tables = {"public.keyed": True, "public.keyless": False}
-    topics = {table: _event_type(stack, table) for table in tables}
+    topics = {table: event_type(stack, table) for table in tables}
     for table, keys in tables.items():
-        _produce(stack, topics[table][1], table, FIRST, keys)
+        produce(stack, topics[table][1], table, FIRST, keys)
     event_types = tuple(name for name, _ in topics.values())
     options = stack.replay_options(tmp_path / "snapshots", event_types=event_types)
     first = snapshot_tables(spark, run_replay(options, spark))
     assert first == {"public.keyed": EXPECTED_FIRST, "public.keyless": EXPECTED_FIRST}
 
     for table, keys in tables.items():
-        _produce(stack, topics[table][1], table, SECOND, keys)
+        produce(stack, topics[table][1], table, SECOND, keys)
     second = run_replay(options, spark)
     assert second.base_snapshot_id is not None
     assert snapshot_tables(spark, second) == {
