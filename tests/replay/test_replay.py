@@ -239,7 +239,8 @@ def _handoff(
     """Consume the subscription made from the snapshot's manifest onto the loaded snapshot,
     while ``writer`` writes, until it is done and the rows equal the database."""
     consumer = Rebuilt(stack)
-    consumer.tables = {table: dict(rows) for table, rows in loaded.items()}
+    for table, rows in loaded.items():
+        consumer.load(table, rows)
     keys = {entry.event_type: sorted(entry.primary_key) for entry in manifest.tables.values()}
     result = subprocess.run(
         [
@@ -259,7 +260,8 @@ def _handoff(
                 batch = stream.batch()
                 assert batch is not None, "the subscription stream ended"
                 for event in batch.get("events", []):
-                    consumer.apply(event, keys[batch["cursor"]["event_type"]])
+                    cursor = batch["cursor"]
+                    consumer.apply(event, keys[cursor["event_type"]], cursor["partition"])
                 if batch.get("events"):
                     response = commit(client, subscription, stream.id, [batch["cursor"]])
                     assert response.status_code in (200, 204), response.text
