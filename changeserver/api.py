@@ -5,6 +5,11 @@ One extension transicator clients never send: ``GET /changes?table=<glob>`` (rep
 ``fnmatch`` globs of ``schema.table``) serves every change of the matching tables whatever
 its selector, and no scope or selector may be given with it. The bridge reads this way.
 
+A TRUNCATE, DROP TABLE, or ALTER TABLE after which earlier changes no longer describe the
+rows (``ddl.py``) may have removed rows a selector's reader holds: a read with a ``since``
+before it (or a ``snapshot`` that does not see it) answers ``SNAPSHOT_TOO_OLD``, transicator's
+signal to take a snapshot again, and its long polls are woken to hear so.
+
 Long polling: a request with nothing to return registers one waiter under each
 of its selectors; the replication thread, after each durable batch, wakes the
 waiters of the selectors it wrote through ``loop.call_soon_threadsafe``. No
@@ -35,7 +40,7 @@ from changebroker import http
 from changeserver import changes, diagnostics, metrics
 from changeserver import transicator_pb2 as pb
 from changeserver.changelog import Bounds, LogReader, Snapshot
-from changeserver.pgoutput import NO_SELECTOR
+from changeserver.pgoutput import NO_SELECTOR, RESET_EVERY, RESET_UNSELECTED
 from changeserver.sequence import ZERO, Sequence
 
 JSON = "application/json"
@@ -76,6 +81,11 @@ class Waiters:
 
     def _wake(self, selectors: set[str]) -> None:
         self.wakes += 1
+        # A table event: every poll that may hold the table's rows learns it is too old.
+        if RESET_EVERY in selectors:
+            selectors = set(self.by_selector)
+        elif RESET_UNSELECTED in selectors:
+            selectors = {*selectors, NO_SELECTOR}
         # A set: a long poll waiting on several of these selectors is woken (and counted) once.
         woken: set[Waiter] = set()
         for selector in (*selectors, ANY_SELECTOR):
@@ -312,6 +322,18 @@ class ChangesEndpoint:
                 f"changes after {query.since} are not held",
                 f"the oldest sequence held is {bounds.first}",
             )
+        if not query.tables and (query.since != ZERO or query.snapshot is not None):
+            # Read after the rows: a table event written in between is not missed.
+            reset = self.reader.reset_after(query.selectors, query.since, query.snapshot)
+            if reset is not None:
+                at, what = reset
+                raise BadRequest(
+                    400,
+                    "SNAPSHOT_TOO_OLD",
+                    f"rows after {query.since} may be gone or read otherwise: {what} at {at}",
+                    "a TRUNCATE, DROP TABLE or ALTER TABLE changed rows these selectors may"
+                    " hold: take a snapshot again",
+                )
         return bounds, rows
 
     def _answer(self, query: Query, *, checked: bool = False) -> Answer:

@@ -17,6 +17,10 @@ change: a read of every selector's changes in a window (the bridge's read by
 table) seeks only the selectors that changed since the window's start, not
 every selector there ever was.
 
+Table events (TRUNCATE, DROP, CREATE, an ALTER that redefines rows: ``pgoutput``) are
+records like changes, under selectors no request names; ``reset_after`` finds the first
+one a reader of given selectors must hear of.
+
 ``relations`` holds each relation (table and columns) that change bodies name
 by id: a body is the change's pgoutput message (see ``pgoutput``), decoded
 against its relation when served. Relations are never dropped, so an id a
@@ -338,14 +342,41 @@ class LogReader:
                 )
                 params: list[object] = [*selectors, since.lsn, since.index]
                 if snapshot is not None:
-                    # Keep only transactions the snapshot could not see.
-                    sql += f" AND (txid >= ? OR txid IN ({','.join('?' * len(snapshot.xip))}))"
-                    params += [snapshot.xmax, *snapshot.xip]
+                    condition, values = _unseen_by(snapshot)
+                    sql += condition
+                    params += values
                 sql += " ORDER BY lsn, idx LIMIT ?"
                 rows = conn.execute(sql, [*params, limit]).fetchall()
             return bounds, rows
         finally:
             conn.execute("COMMIT")
+
+    def reset_after(
+        self, selectors: list[str], since: Sequence, snapshot: Snapshot | None
+    ) -> tuple[Sequence, str] | None:
+        """The first table event after ``since`` (and, with ``snapshot``, not visible in it)
+        that may have removed or redefined rows of ``selectors``: its sequence and what
+        happened; ``None`` when there is none. Table events are few: one seek."""
+        resets = [pgoutput.RESET_EVERY]
+        if pgoutput.NO_SELECTOR in selectors:
+            resets.append(pgoutput.RESET_UNSELECTED)
+        query = (
+            f"SELECT lsn, idx, data FROM changes WHERE selector IN ({','.join('?' * len(resets))})"
+            " AND (lsn, idx) > (?, ?)"
+        )
+        params: list[object] = [*resets, since.lsn, since.index]
+        if snapshot is not None:
+            condition, values = _unseen_by(snapshot)
+            query += condition
+            params += values
+        row = self._conn.execute(query + " ORDER BY lsn, idx LIMIT 1", params).fetchone()
+        if row is None:
+            return None
+        lsn, idx, data = row
+        table = self.relation(pgoutput.BODY.unpack_from(data)[2]).table
+        return Sequence(
+            lsn, idx
+        ), f"{table} {pgoutput.table_event_detail(data, pgoutput.BODY.size)}"
 
     def read_tables(
         self, patterns: tuple[str, ...], since: Sequence, limit: int
@@ -421,6 +452,15 @@ class LogReader:
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _unseen_by(snapshot: Snapshot) -> tuple[str, list[object]]:
+    """The condition (and its parameters) that keeps only the transactions ``snapshot``
+    could not see."""
+    return (
+        f" AND (txid >= ? OR txid IN ({','.join('?' * len(snapshot.xip))}))",
+        [snapshot.xmax, *snapshot.xip],
+    )
 
 
 def _dump_relation(relation: Relation) -> bytes:

@@ -3,6 +3,7 @@
 A stored body is the change's pgoutput message behind ``pgoutput.BODY`` (see
 ``pgoutput``); it is decoded here, per request, into rows of Postgres's text
 output. JSON serves the text (bool as transicator spells it); protobuf values are typed from it.
+A table event (only ``table`` reads serve one) has no rows; JSON adds its ``detail``.
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ def to_json(lsn: int, idx: int, txid: int, data: bytes, relations: Relations) ->
         text += ',"newRow":' + _json_row(new)
     if old is not None:
         text += ',"oldRow":' + _json_row(old)
+    elif new is None:  # a table event (TRUNCATE, DROP, CREATE, REDEFINE): what happened
+        text += ',"detail":' + _string(pgoutput.table_event_detail(data, pgoutput.BODY.size))
     return text + "}"
 
 

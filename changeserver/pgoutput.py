@@ -12,8 +12,12 @@ is a whole one (``O``: REPLICA IDENTITY FULL); otherwise, a key-only old row
 (``K``, whose other columns are NULL) or none, the column is left out of the
 row: a consumer sees "not sent", never a wrong value.
 
-TRUNCATE yields no change: the transicator API has no operation for it, so it
-is skipped with a warning naming the tables (consumers must be told out of band).
+A TRUNCATE, and the DDL ``changebroker_ddl`` brings into the stream (``ddl.py``), become
+table events: one record per table (operation ``TRUNCATE``, ``DROP``, ``CREATE`` or
+``REDEFINE``, a ``*`` message of our own behind ``BODY``), at the place of the message that
+brought it, under a selector no request can name (``RESET_EVERY`` and the others below).
+Transicator's change list has no such operation: its readers are told through
+``SNAPSHOT_TOO_OLD`` (``api.py``); the ``table`` extension serves them as changes.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from changebroker import logs
+from changeserver import ddl
+from changeserver.ddl import CREATE, TRUNCATE
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +38,8 @@ _INT32 = struct.Struct("!i")
 _UINT32 = struct.Struct("!I")
 _INSERT, _UPDATE, _DELETE, _FULL_OLD = 0x49, 0x55, 0x44, 0x4F  # 'I', 'U', 'D', 'O'
 _TEXT, _NULL, _UNCHANGED = 0x74, 0x6E, 0x75  # 't', 'n', 'u'
+# A stored table event: '*', its operation, the detail's UTF-8 (ours, not pgoutput's).
+TABLE_EVENT = 0x2A
 
 # A stored change: this header, then the pgoutput message (from its kind byte).
 BODY = struct.Struct("!QqI")  # change LSN, commit time (µs since 2000-01-01), relation id
@@ -46,6 +54,13 @@ Record = tuple[str, int, int, int, bytes]
 # The selector of a row whose selector column is NULL, empty or missing: served to requests
 # that name no selector.
 NO_SELECTOR = ""
+# The selectors table events are stored under; a request cannot name them (selectors match
+# ^[0-9a-z_-]+$). After a TRUNCATE, DROP or REDEFINE rows any selector held may be gone or
+# read otherwise (the table has the selector column: ``RESET_EVERY``), or only rows without
+# a selector (``RESET_UNSELECTED``); a CREATE concerns no row anyone holds (``NO_RESET``).
+RESET_EVERY = "!reset"
+RESET_UNSELECTED = "!reset-unselected"
+NO_RESET = "!table"
 
 
 @dataclass(frozen=True)
@@ -81,8 +96,8 @@ class Decoder:
         self.relation_id = relation_id
         self.widen = widen
         # Postgres's relation OID -> (relation, its id in the change log, selector column's
-        # position or -1).
-        self.relations: dict[int, tuple[Relation, int, int]] = {}
+        # position or -1, whether it is ``changebroker_ddl``).
+        self.relations: dict[int, tuple[Relation, int, int, bool]] = {}
         self.current: Transaction | None = None
 
     def decode(self, data: bytes, wal_start: int) -> Transaction | None:
@@ -90,9 +105,12 @@ class Decoder:
         current = self.current
         kind = data[0]
         if kind == _INSERT:  # by far the most frequent: only the selector is read
-            _, relation_id, at = self.relations[_UINT32.unpack_from(data, 1)[0]]
+            relation, relation_id, at, ddl_table = self.relations[_UINT32.unpack_from(data, 1)[0]]
             if current is None:
                 raise ValueError("change outside a transaction")
+            if ddl_table:
+                self._ddl(data, relation, current, wal_start)
+                return None
             records = current.records
             records.append(
                 (
@@ -104,9 +122,12 @@ class Decoder:
                 )
             )
         elif kind in (_UPDATE, _DELETE):
-            relation, relation_id, _ = self.relations[_UINT32.unpack_from(data, 1)[0]]
+            relation, relation_id, _, ddl_table = self.relations[_UINT32.unpack_from(data, 1)[0]]
             if current is None:
                 raise ValueError("change outside a transaction")
+            if ddl_table:
+                self._ddl(data, relation, current, wal_start)
+                return None
             _, new, old = rows(data, 0, relation)
             records = current.records
             records.append(
@@ -130,15 +151,52 @@ class Decoder:
             return current
         elif kind == 0x52:  # 'R'
             self._relation(data)
-        elif kind == 0x54:  # 'T'
+        elif kind == 0x54:  # 'T': relation count, options (CASCADE, RESTART IDENTITY), relids
+            if current is None:
+                raise ValueError("Truncate outside a transaction")
             (count,) = _INT32.unpack_from(data, 1)
-            relids = struct.unpack_from(f"!{count}I", data, 6)  # after the options byte
-            log.warning(
-                "truncate skipped: the transicator API cannot express it",
-                extra=logs.fields(tables=",".join(self.relations[r][0].table for r in relids)),
-            )
+            for relid in struct.unpack_from(f"!{count}I", data, 6):
+                relation, _, at, _ = self.relations[relid]
+                event = ddl.TableEvent(relation.table, TRUNCATE, "truncated", at >= 0)
+                self._table_event(event, current, wal_start)
         # 'Y' (type), 'O' (origin) and anything newer carry nothing a change needs.
         return None
+
+    def _ddl(self, data: bytes, relation: Relation, current: Transaction, wal_start: int) -> None:
+        """The table events a change of ``changebroker_ddl`` brings, in its place: the change
+        itself is the capture's bookkeeping, no reader's data."""
+        operation, new, old = rows(data, 0, relation)
+        events = ddl.table_events(
+            operation,
+            {name: value for name, value, _ in new} if new is not None else None,
+            {name: value for name, value, _ in old} if old is not None else None,
+            self.selector_column,
+        )
+        for event in events:
+            self._table_event(event, current, wal_start)
+
+    def _table_event(self, event: ddl.TableEvent, current: Transaction, wal_start: int) -> None:
+        if event.operation == CREATE:
+            selector = NO_RESET
+        else:
+            selector = RESET_EVERY if event.selected else RESET_UNSELECTED
+        log.info(
+            "table event",
+            extra=logs.fields(table=event.table, operation=event.operation, detail=event.detail),
+        )
+        # A relation without columns: the table's name is all a table event's body needs.
+        relation_id = self.relation_id(Relation(event.table, ()))
+        message = bytes((TABLE_EVENT, event.operation)) + event.detail.encode()
+        records = current.records
+        records.append(
+            (
+                selector,
+                current.commit_lsn,
+                len(records),
+                current.txid,
+                BODY.pack(wal_start, current.commit_time, relation_id) + message,
+            )
+        )
 
     def _relation(self, data: bytes) -> None:
         (relid,) = _UINT32.unpack_from(data, 1)
@@ -157,7 +215,8 @@ class Decoder:
         relation = Relation(f"{schema or 'public'}.{name}", tuple(columns))
         names = [column for column, _ in columns]
         at = names.index(self.selector_column) if self.selector_column in names else -1
-        self.relations[relid] = (relation, self.relation_id(relation), at)
+        ddl_table = relation.table == ddl.DDL_TABLE
+        self.relations[relid] = (relation, self.relation_id(relation), at, ddl_table)
 
 
 def _string(data: bytes, pos: int) -> tuple[str, int]:
@@ -198,8 +257,11 @@ def _selector_of(new: Row | None, old: Row | None, column: str) -> str:
 
 
 def rows(data: bytes, pos: int, relation: Relation) -> tuple[int, Row | None, Row | None]:
-    """(operation, new row, old row) of the Insert, Update or Delete message at ``data[pos:]``."""
+    """(operation, new row, old row) of the Insert, Update or Delete message at ``data[pos:]``;
+    a table event has neither row."""
     kind = data[pos]
+    if kind == TABLE_EVENT:
+        return data[pos + 1], None, None
     pos += 5  # after the kind and the relation OID
     if kind == _INSERT:
         new, _ = _tuple(data, pos + 1, relation, None)  # after 'N'
@@ -217,6 +279,11 @@ def rows(data: bytes, pos: int, relation: Relation) -> tuple[int, Row | None, Ro
         old, _ = _tuple(data, pos + 1, relation, None)  # after 'K' or 'O'
         return DELETE, None, old
     raise ValueError(f"not a change message: {chr(kind)!r}")
+
+
+def table_event_detail(data: bytes, pos: int) -> str:
+    """What happened, of the table event message at ``data[pos:]``."""
+    return data[pos + 2 :].decode()
 
 
 def _tuple(data: bytes, pos: int, relation: Relation, old: Row | None) -> tuple[Row, int]:

@@ -6,6 +6,7 @@ them to the change log in batches: it drains whatever the socket already holds
 in one SQLite transaction. Only then does it confirm the batch's end LSN to
 Postgres, so a crash at any moment loses nothing; a restart streams from the
 stored position and skips transactions whose commit LSN is already durable.
+Before streaming, the DDL capture (``ddl.py``) is installed in the database.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 from psycopg import pq, sql
 
 from changebroker import logs, pg
-from changeserver import changes, metrics
+from changeserver import changes, ddl, metrics
 from changeserver.changelog import ChangeLog, Commit
 from changeserver.pgoutput import Decoder, Record, Transaction
 
@@ -66,24 +68,7 @@ def ensure_slot(
     and the changes in between skipped without a word.
     """
     with pg.connect(dsn, autocommit=True) as conn:
-        if not conn.execute(
-            "SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)
-        ).fetchone():
-            covered = (
-                sql.SQL("TABLE ")
-                + sql.SQL(", ").join(sql.Identifier(*t.split(".", 1)) for t in tables)
-                if tables
-                else sql.SQL("ALL TABLES")
-            )
-            try:
-                conn.execute(
-                    sql.SQL("CREATE PUBLICATION {} FOR {}").format(
-                        sql.Identifier(publication), covered
-                    )
-                )
-                log.info("publication created", extra=logs.fields(publication=publication))
-            except psycopg.errors.DuplicateObject:
-                pass  # a fleet's other server, starting at the same moment, made it first
+        ensure_publication(conn, publication, tables)
         row = conn.execute(
             "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (slot,)
         ).fetchone()
@@ -97,6 +82,26 @@ def ensure_slot(
             raise SlotLost(f"replication slot {slot} was dropped")
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
         log.info("replication slot created", extra=logs.fields(slot=slot))
+
+
+def ensure_publication(
+    conn: psycopg.Connection[Any], publication: str, tables: tuple[str, ...] = ()
+) -> None:
+    """Create ``publication`` for ``tables`` (or all tables) unless it exists."""
+    if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)).fetchone():
+        return
+    covered = (
+        sql.SQL("TABLE ") + sql.SQL(", ").join(sql.Identifier(*t.split(".", 1)) for t in tables)
+        if tables
+        else sql.SQL("ALL TABLES")
+    )
+    try:
+        conn.execute(
+            sql.SQL("CREATE PUBLICATION {} FOR {}").format(sql.Identifier(publication), covered)
+        )
+    except psycopg.errors.DuplicateObject:
+        return  # a fleet's other server, starting at the same moment, made it first
+    log.info("publication created", extra=logs.fields(publication=publication))
 
 
 def slot_start(dsn: str, slot: str) -> int:
@@ -176,6 +181,7 @@ class Replicator(threading.Thread):
         self.streaming = threading.Event()
         self.stopping = threading.Event()
         self._next_purge = 0.0
+        self._ddl_installed = False
         # For the metrics: the LSN confirmed to the server, and when the newest durable
         # transaction committed (Unix seconds; None before the first).
         self.confirmed_lsn = changelog.durable()[1]
@@ -188,6 +194,13 @@ class Replicator(threading.Thread):
         backoff = 0.1
         while not self.stopping.is_set():
             try:
+                if not self._ddl_installed:
+                    # Before a new slot: the capture's own setup is not a change to stream. Once
+                    # per process: refused (no superuser), it is logged, not retried.
+                    with pg.connect(self.dsn, autocommit=True) as conn:
+                        ensure_publication(conn, self.publication, self.tables)
+                    ddl.install(self.dsn, self.publication)
+                    self._ddl_installed = True
                 ensure_slot(
                     self.dsn,
                     self.slot,

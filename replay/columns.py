@@ -4,8 +4,9 @@ The bridge (broker/bridge/tables.py, values.py) declares each column as a proper
 ``description`` starts with the Postgres type (``format_type``: ``bigint``,
 ``numeric(12,2)``, ``timestamp with time zone``; ``type <oid>`` when the change's type was
 not the catalog's) and whose ``type`` admits ``null`` when the column is nullable; the
-primary key is ``required``. Every version is read, oldest first: columns are the union,
-a later version's declaration of a column wins (a retype the mode allowed).
+primary key is ``required`` of a row. Every version is read, oldest first: columns are the
+union, a later version's declaration of a column wins (a retype the mode allowed), and a
+column the newest declaration marks dropped is no column of the snapshot.
 
 What each Postgres type becomes (README "Snapshot format"): the value keeps its Postgres
 meaning. Integers stay integers of their width, ``real`` a 32-bit float (its value is the
@@ -21,6 +22,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from broker.bridge.values import DROPPED
 
 # Spark SQL type names (DDL spelling) by the replay's kind of column.
 SPARK_TYPES = {
@@ -153,13 +156,19 @@ def column_of(name: str, prop: Mapping[str, Any], required: Iterable[str]) -> Co
 
 def union_columns(schemas: Iterable[Mapping[str, Any]]) -> list[Column]:
     """Columns of every version (oldest first), in order of first appearance; a later
-    version's declaration of a column replaces an earlier one."""
+    version's declaration of a column replaces an earlier one, and one that marks it
+    dropped (``values.DROPPED``: dropped or renamed away) leaves it out."""
     columns: dict[str, Column] = {}
+    gone: set[str] = set()
     for schema in schemas:
         required = schema.get("required", [])
         for name, prop in schema.get("properties", {}).items():
-            columns[name] = column_of(name, prop, required)
-    return list(columns.values())
+            if str(prop.get("description", "")).startswith(DROPPED):
+                gone.add(name)
+            else:
+                gone.discard(name)
+                columns[name] = column_of(name, prop, required)
+    return [column for name, column in columns.items() if name not in gone]
 
 
 def primary_key(event_type: Mapping[str, Any], table: str) -> list[str]:

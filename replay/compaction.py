@@ -19,8 +19,13 @@ that carries every column; otherwise (a ``U`` that omits a column) every record 
 parsed, and so is every record without a key (written before the bridge keyed them). What is
 parsed is then compacted as above, so the result is the same as parsing everything.
 
+A table event (the bridge's ``D`` with ``data`` ``{}`` after a TRUNCATE or DROP TABLE, one per
+partition, its record keyed ``[]``) ends every earlier row of its partition: each partition's
+last one is found with the last records, and every record before it in that partition is left
+out, as is the base snapshot's every row (the events after hold every row there is since).
+
 Everything runs in Spark (grouped aggregations, a semi-join); the driver learns only whether
-any key needs its history.
+any key needs its history, and whether any table event was read.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from broker.bridge.table_events import TABLE_EVENT_KEY
 from replay.catalog import TableSpec
 from replay.columns import Column
 from replay.offsets import PartitionRange
@@ -153,6 +159,7 @@ def parsed_events(events: DataFrame, spec: TableSpec) -> DataFrame:
 
     parsed = events.select(
         F.col("key").alias("_record_key"),
+        F.col("partition").alias("_partition"),
         F.col("offset").alias("_offset"),
         F.col("value").cast("string").alias("_value"),
         F.from_json(F.col("value").cast("string"), event_schema(spec.columns)).alias("_e"),
@@ -167,6 +174,7 @@ def parsed_events(events: DataFrame, spec: TableSpec) -> DataFrame:
     )
     return parsed.select(
         "_record_key",
+        "_partition",
         op.alias("_op"),
         "_offset",
         F.when(
@@ -183,18 +191,20 @@ def parsed_events(events: DataFrame, spec: TableSpec) -> DataFrame:
 def last_events(events: DataFrame, spec: TableSpec) -> DataFrame:
     """Each record key's last record, parsed, with ``_whole``: whether it stands for its key's
     whole history (else the key's earlier records are needed too, and its base row). A
-    record without a key is a group of its own, as it is."""
+    record without a key is a group of its own, as it is; table events are one group per
+    partition (``table_ends`` picks them out)."""
     from pyspark.sql import functions as F
 
     keyless = F.col("key").isNull()
+    per_partition = keyless | (F.col("key") == F.lit(TABLE_EVENT_KEY))
     last = (
         events.groupBy(
             "key",
-            F.when(keyless, F.col("partition")).alias("_partition"),
+            F.when(per_partition, F.col("partition")).alias("_group_partition"),
             F.when(keyless, F.col("offset")).alias("_keyless_offset"),
         )
-        .agg(F.max_by(F.struct("offset", "value"), "offset").alias("_last"))
-        .select("key", "_last.offset", "_last.value")
+        .agg(F.max_by(F.struct("offset", "value", "partition"), "offset").alias("_last"))
+        .select("key", "_last.offset", "_last.value", "_last.partition")
     )
     parsed = parsed_events(last, spec)
     keys = F.col("_keys")
@@ -204,6 +214,32 @@ def last_events(events: DataFrame, spec: TableSpec) -> DataFrame:
         (F.col("_op") != F.lit("U")) | keys.isNull() | (F.size(F.array_except(every, keys)) == 0)
     )
     return parsed.withColumn("_whole", whole)
+
+
+def _is_table_event(record_key: SparkColumn) -> SparkColumn:
+    from pyspark.sql import functions as F
+
+    return record_key.isNotNull() & (record_key == F.lit(TABLE_EVENT_KEY))
+
+
+def table_ends(last: DataFrame) -> DataFrame:
+    """Per partition, the offset of its last table event (rows of ``last_events``)."""
+    from pyspark.sql import functions as F
+
+    ends = last.where(_is_table_event(F.col("_record_key")))
+    return ends.select("_partition", F.col("_offset").alias("_end"))
+
+
+def after_ends(parsed: DataFrame, ends: DataFrame) -> DataFrame:
+    """The row events of ``parsed`` (``last_events`` or ``with_history`` rows) that no table
+    event of their partition came after, without the partition."""
+    from pyspark.sql import functions as F
+
+    rows = parsed.where(~_is_table_event(F.col("_record_key")))
+    kept = rows.join(F.broadcast(ends), "_partition", "left").where(
+        F.col("_end").isNull() | (F.col("_offset") > F.col("_end"))
+    )
+    return kept.drop("_partition", "_end")
 
 
 def with_history(events: DataFrame, needed: DataFrame, spec: TableSpec) -> DataFrame:

@@ -268,10 +268,14 @@ def compacted(
     """The table's snapshot rows: ``events`` (Kafka records, or None) compacted onto the
     ``base`` snapshot's table (or none). Valid inside the ``with``: a part is kept cached."""
     # Kept: asked whether any key's last record is partial, then compacted.
-    last = compaction.last_events(events, spec).persist() if events is not None else None
+    parsed = compaction.last_events(events, spec).persist() if events is not None else None
     try:
-        changes, whole = None, True
-        if events is not None and last is not None:
+        changes, whole, ended = None, True, False
+        if events is not None and parsed is not None:
+            ends = compaction.table_ends(parsed)
+            # A TRUNCATE or DROP TABLE read: every row there is since has events after it.
+            ended = not ends.isEmpty()
+            last = compaction.after_ends(parsed, ends)
             changes = last.drop("_whole")
             partial = last.where("NOT _whole")
             if not partial.isEmpty():
@@ -279,9 +283,10 @@ def compacted(
                 # A record without a key is compacted as it is (compaction's docstring).
                 needed = partial.where("_record_key IS NOT NULL")
                 changes = last.where("_whole OR _record_key IS NULL").drop("_whole")
-                changes = changes.unionByName(compaction.with_history(events, needed, spec))
+                history = compaction.with_history(events, needed, spec)
+                changes = changes.unionByName(compaction.after_ends(history, ends))
         base_rows = None
-        if base is not None:
+        if base is not None and not ended:
             base_rows = compaction.base_rows(spark, base, base_format, spec)
         if changes is not None and base_rows is not None:
             yield compaction.onto_base(changes, base_rows, spec, whole=whole)
@@ -292,8 +297,8 @@ def compacted(
         else:
             yield _empty(spark, spec)
     finally:
-        if last is not None:
-            last.unpersist()
+        if parsed is not None:
+            parsed.unpersist()
 
 
 def _empty(spark: SparkSession, spec: TableSpec) -> DataFrame:

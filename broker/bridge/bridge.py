@@ -4,7 +4,9 @@ publishing pipeline, commit the events and the new position in one Kafka transac
 Tables by name: the bridge reads every change of the tables ``--include``/``--exclude``
 select (the changeserver's ``table`` extension of ``/changes``), whatever their selector;
 each selected table is first published as it is (a snapshot: ``snapshots.py``), its rows as
-``S`` events woven into the stream, and again whenever an operator asks.
+``S`` events woven into the stream, unless the stream brought its CREATE, and again whenever
+an operator asks or an ALTER TABLE redefines its rows. A TRUNCATE or DROP TABLE is a table
+event in every partition (``table_events.py``); a DROP ends the table's unit.
 
 Units of progress: each table is a unit, and each event type of the outbox is one. A unit
 whose change cannot be published (its schema change refused, an event the event type
@@ -42,6 +44,7 @@ from broker.bridge.changes_client import Answer, ChangesClient, ChangesUnreadabl
 from broker.bridge.commits import Commits
 from broker.bridge.event_types import EventTypes, Published, SchemaRefused, event_type_name
 from broker.bridge.snapshots import IN_FLIGHT, WATERMARKS, Chunk, Chunks, Run
+from broker.bridge.table_events import ended_rows
 from broker.bridge.transactions import (
     Transactions,
     ensure_positions_topic,
@@ -55,12 +58,13 @@ from broker.settings import TIMELINE_WAIT_TIMEOUT
 from broker.timelines.writers import Writer
 from changebroker import auth, kafka, logs, pg
 from changebroker.timestamps import utc_second
+from changeserver.ddl import CREATE, DROP, REDEFINE, TRUNCATE
 from changeserver.sequence import ZERO, Sequence
 
 log = logging.getLogger(__name__)
 
 _OPS = {1: "C", 2: "U", 3: "D"}
-_INSERT = 1
+_INSERT, _DELETE = 1, 3
 # eids are uuid5 of "<unit>/<sequence>" in this namespace: the same change, the same eid.
 EID_NAMESPACE = uuid.UUID("6f1c2f4e-1b0a-5c39-9b7e-2f1d0c4b8a11")
 _EID_PREFIX = EID_NAMESPACE.bytes
@@ -225,6 +229,11 @@ class UnitStopped(Exception):
     """This change cannot be published; its unit stops here."""
 
 
+class TableGone(Exception):
+    """The table is dropped (or renamed) and never had an event type: nothing says what its
+    key was, and its DROP, ahead in the stream, ends whatever it had."""
+
+
 class TableRefused(Exception):
     """The bridge cannot publish this table (no key): none of its changes are published."""
 
@@ -262,11 +271,14 @@ class Bridge:
             settings.include, settings.exclude, own_tables(settings.outbox_table)
         )
         self.refused: dict[str, str] = {}  # table -> why it is not published
+        self._gone: set[str] = set()  # dropped before any change was published (TableGone)
         self.rows_read_here: dict[str, int] = {}  # snapshot rows this process read, per table
         self._tables: dict[str, tables.Table] = {}  # as last described
         self._snapshot_requests: dict[str, Run] = {}  # asked for, not committed yet
         self._chunks = Chunks(settings.name, settings.app_dsn, settings.snapshot_chunk)
         self._next_discovery = 0.0
+        # A discovery's mark and the tables it found: decided once the mark is streamed.
+        self._discovery: tuple[str, list[str]] | None = None
         self._progress_logged: dict[str, float] = {}
 
     # -- status -------------------------------------------------------------------------
@@ -390,9 +402,11 @@ class Bridge:
             # anything now; the committed ones are retried, as after any restart.
             self.stopped.clear()
             self.refused.clear()
+            self._gone.clear()
             self._published.clear()
             self._row_types.clear()
             self._next_discovery = 0.0
+            self._discovery = None
             await store.open()
             await writer.start()
             self._writer = writer
@@ -479,16 +493,32 @@ class Bridge:
     # -- snapshots ----------------------------------------------------------------------
 
     async def _discover(self) -> None:
-        """Selected tables of the publication never snapshotted: their first run starts."""
+        """Selected tables of the publication never snapshotted nor seen created: each gets
+        its first run unless the stream, read up to a mark written now, brings its CREATE
+        (the CREATE committed before the catalog was read, so before the mark): a table
+        created while the bridge reads had every row come through the stream."""
         assert self._catalog is not None
         self._next_discovery = time.monotonic() + _DISCOVER_EVERY
+        if self._discovery is not None:
+            return  # the last one's mark is still on its way
+        found = []
         for table in await tables.published(self._catalog, self.settings.publication):
             if not self.selection(table):
                 continue
             if table in self.position.snapshots or table in self._snapshot_requests:
                 continue
             if await self._describe(table) is not None:
+                found.append(table)
+        if found:
+            self._discovery = (await self._chunks.mark(), found)
+
+    def _discovered(self, position: Position) -> None:
+        """The discovery's mark came through: its tables not seen created get their run."""
+        assert self._discovery is not None
+        for table in self._discovery[1]:
+            if table not in position.snapshots and table not in self._snapshot_requests:
                 self._snapshot_requests[table] = Run(uuid.uuid4().hex, now_rfc3339())
+        self._discovery = None
 
     async def _start_requested(self, commits: Commits[Position]) -> None:
         """Commit the runs asked for (a restart then knows them) before reading any chunk."""
@@ -529,7 +559,10 @@ class Bridge:
                 and not (flight and flight[-1].final)
             ):
                 after = flight[-1].last_key if flight else run.last_key
-                chunk = await self._chunks.read(described, run.id, after)
+                try:
+                    chunk = await self._chunks.read(described, run.id, after)
+                except psycopg.errors.UndefinedTable:
+                    break  # dropped: its DROP comes through the stream and ends the run
                 self.rows_read_here[table] = self.rows_read_here.get(table, 0) + chunk.read
                 flight = self._chunks.in_flight(table)
 
@@ -566,6 +599,9 @@ class Bridge:
                 )
                 for key, row in chunk.rows.items()
             ]
+        except TableGone:
+            self._chunks.discard(table)
+            return []
         except (SchemaRefused, ItemFailure, TableRefused, UnitStopped) as exc:
             self._chunks.discard(table)
             reason = exc.detail if isinstance(exc, ItemFailure) else str(exc)
@@ -667,9 +703,17 @@ class Bridge:
                 # not after the batch (converting 10,000 changes takes ~0.3 s).
                 await asyncio.sleep(0)
             if change["table"] == WATERMARKS:
-                chunk = self._chunks.watermark(change)
+                mark = self._chunks.mark_of(change)
+                if mark is None:
+                    continue
+                if self._discovery is not None and self._discovery[0] == mark:
+                    self._discovered(position)
+                chunk = self._chunks.watermark(mark)
                 if chunk is not None:
                     messages += await self._snapshot_events(chunk, position, change, received_at)
+                continue
+            if change["operation"] > _DELETE:
+                messages += await self._table_event(change, position, rewound, received_at)
                 continue
             published = await self._publish(change, position, rewound, received_at)
             if published is None:
@@ -779,7 +823,9 @@ class Bridge:
         """(unit, event type, messages) of one change; ``None`` when it publishes nothing."""
         table = change["table"]
         outbox = table == self.settings.outbox_table
-        if not outbox and (not self.selection(table) or table in self.refused):
+        if not outbox and (
+            not self.selection(table) or table in self.refused or table in self._gone
+        ):
             return None
         if outbox:
             if change["operation"] != _INSERT:
@@ -800,6 +846,15 @@ class Bridge:
                 event_type, messages = await self._data_events(change, received_at)
         except TableRefused:
             return None  # refused and logged by _describe; nothing of it is published
+        except TableGone:
+            # Not some changes of it and not others: none, until its DROP.
+            self._gone.add(table)
+            log.warning(
+                "table dropped before any change of it was published: its changes are skipped"
+                " until its DROP",
+                extra=logs.fields(table=table),
+            )
+            return None
         except (UnitStopped, SchemaRefused, ItemFailure) as exc:
             reason = exc.detail if isinstance(exc, ItemFailure) else str(exc)
             self._stop(unit, reason, Sequence.parse(change["sequence"]), position)
@@ -859,25 +914,23 @@ class Bridge:
         if in_force is not None:
             return in_force
         known = self._row_types.get(table, {})
-        published = self._published.get(table)
-        if table not in self.position.snapshots and table not in self._snapshot_requests:
-            # A table first heard of in the stream (created since the last look): its first
-            # run starts at the next step, while it holds few rows, not up to 30 s later with
-            # every row inserted meanwhile published twice (C, then S).
-            self._next_discovery = 0.0
         assert self._catalog is not None and self._event_types is not None
+        name = self._event_type_name(table)
+        # As last set, or as stored (a restart, a table redefined): what it declared stays.
+        published = self._published.get(table) or await self._event_types.published(name)
         described = await self._describe(table)
         if described is None and table in self.refused:
             raise TableRefused(self.refused[table])
+        catalog = described is not None
+        if described is None and published is None:
+            raise TableGone(table)
         if described is None:
             # Dropped since: the change's own columns are all there is to go by.
-            key = published.target.key_fields if published else ()
-            described = tables.Table(table, (), tuple(key))
-        schema = tables.json_schema(described, row_types, published.schema if published else None)
+            assert published is not None
+            described = tables.Table(table, (), published.target.key_fields)
+        previous = published.schema if published else None
+        schema = tables.json_schema(described, row_types, previous, catalog)
         if published is None or tables.canonical(schema) != tables.canonical(published.schema):
-            name = self._renames.get(table) or self.position.renamed.get(
-                table, event_type_name(self.settings.pattern, self.settings.prefix, table)
-            )
             published = await self._event_types.ensure(
                 name, described, schema, self.settings.partitions
             )
@@ -888,6 +941,156 @@ class Bridge:
         self._published[table] = published
         self._row_types[table] = {**known, **row_types}
         return published
+
+    def _event_type_name(self, table: str) -> str:
+        """The table's event type: where an operator moved it, else by ``--pattern``."""
+        return self._renames.get(table) or self.position.renamed.get(
+            table, event_type_name(self.settings.pattern, self.settings.prefix, table)
+        )
+
+    # -- table events -------------------------------------------------------------------
+
+    async def _table_event(
+        self, change: Mapping[str, Any], position: Position, rewound: bool, received_at: str
+    ) -> list[Message]:
+        """A TRUNCATE, DROP, CREATE or REDEFINE of a table (the changeserver's table events):
+
+        * TRUNCATE: a table event in every partition ends every earlier row; a snapshot run
+          under way is done (the rows it had not read are gone, later ones are changes);
+        * DROP: the same, the event type's schema marked as ended, and the unit ends: its
+          progress, run and state are forgotten (a dropped table's name is no unit);
+        * CREATE: a new table, every row of which comes through the stream: no snapshot;
+        * REDEFINE: earlier events no longer describe the rows (a column renamed, a default
+          filled in, a retype...): the schema follows the catalog, and a new snapshot run
+          publishes every row again, each ``S`` event replacing the row.
+
+        Pending chunks of the table are dropped in each case: read before, they may describe
+        rows as they no longer are."""
+        table, operation = change["table"], change["operation"]
+        if not self.selection(table) or table in self.stopped:
+            return []
+        if rewound and Sequence.parse(change["sequence"]) <= position.floor(table):
+            return []
+        self._chunks.discard(table)
+        self._snapshot_requests.pop(table, None)
+        self._gone.discard(table)
+        log.info(
+            "table event",
+            extra=logs.fields(table=table, operation=operation, detail=change.get("detail", "")),
+        )
+        if operation == CREATE:
+            # Refused now (no key): its changes are not published, so it is not complete
+            # from the stream; once it has a key, it is snapshotted. Gone again: it was.
+            await self._describe(table)
+            if table not in self.refused:
+                run = Run(uuid.uuid4().hex, now_rfc3339(), created=change["sequence"])
+                run.finished_at = run.started_at
+                position.snapshots[table] = run
+            return []
+        if operation == REDEFINE:
+            await self._redefined(table, change, position)
+            return []
+        if table in self.refused:
+            if operation == DROP:
+                self._end_unit(table, position)
+            return []  # never published: no rows to end
+        try:
+            messages = await self._ended_rows(table, change, position, received_at)
+        except UnitStopped as exc:
+            self._stop(table, str(exc), Sequence.parse(change["sequence"]), position)
+            return []
+        if operation == DROP:
+            await self._mark_dropped(table)
+            self._end_unit(table, position)
+        elif operation == TRUNCATE:
+            running = position.snapshots.get(table)
+            if running is not None and running.finished_at is None:
+                running.finished_at = now_rfc3339()
+                log.info(
+                    "snapshot finished: the table was truncated", extra=logs.fields(table=table)
+                )
+        return messages
+
+    async def _ended_rows(
+        self, table: str, change: Mapping[str, Any], position: Position, received_at: str
+    ) -> list[Message]:
+        """The table events that end every earlier row of ``table``, one per partition (none
+        when the table never had an event type)."""
+        assert self._event_types is not None
+        published = self._published.get(table) or await self._event_types.published(
+            self._event_type_name(table)
+        )
+        if published is None:
+            return []
+        if not published.ends_rows:
+            raise UnitStopped(
+                f"event type {published.target.name} was created before table events: its"
+                " schema requires the key in every event, so a TRUNCATE or DROP TABLE cannot"
+                " be told to its consumers. Move the table to a new event type"
+                ' (POST /units/<table>/resume with {"event_type": ...})'
+            )
+        sequence = change["sequence"]
+        eids = [
+            eid(f"{table}/{sequence}/partition/{p}") for p in range(published.target.partitions)
+        ]
+        flow_id = "truncate" if change["operation"] == TRUNCATE else "drop"
+        messages = ended_rows(published, table, eids, flow_id, occurred_at(change), received_at)
+        progress = position.progress.setdefault(table, Progress())
+        progress.event_type = published.target.name
+        progress.sequence = sequence
+        progress.events += len(messages)
+        progress.commit_time = change["timestamp"]
+        return messages
+
+    async def _redefined(self, table: str, change: Mapping[str, Any], position: Position) -> None:
+        """The schema follows the catalog now (renamed and dropped columns marked, added ones
+        declared), and a new run publishes every row again."""
+        self._published.pop(table, None)
+        self._row_types.pop(table, None)
+        described = await self._describe(table)
+        if described is None:
+            return  # refused, or gone again: its DROP follows
+        try:
+            await self._evolved(table, {})
+        except TableGone:
+            return
+        except (SchemaRefused, TableRefused) as exc:
+            self._stop(table, str(exc), Sequence.parse(change["sequence"]), position)
+            return
+        self._snapshot_requests[table] = Run(uuid.uuid4().hex, now_rfc3339())
+
+    async def _mark_dropped(self, table: str) -> None:
+        """The event type stays, for its retention; its schema says the table was dropped."""
+        assert self._event_types is not None
+        name = self._event_type_name(table)
+        published = await self._event_types.published(name)
+        if published is None:
+            return
+        key = tables.Table(table, (), published.target.key_fields)
+        schema = tables.dropped_schema(published.schema, table)
+        try:
+            await self._event_types.ensure(name, key, schema, self.settings.partitions)
+        except SchemaRefused as exc:
+            log.warning(
+                "dropped table's event type not marked",
+                extra=logs.fields(table=table, error=str(exc)),
+            )
+
+    def _end_unit(self, table: str, position: Position) -> None:
+        """A dropped table is no unit any more: nothing of it stays in the position record,
+        ``/status`` or memory (a table of the same name later is a new unit)."""
+        for kept in (position.progress, position.held, position.snapshots):
+            kept.pop(table, None)
+        for state in (
+            self.stopped,
+            self.refused,
+            self._published,
+            self._row_types,
+            self._tables,
+            self.rows_read_here,
+            self._progress_logged,
+        ):
+            state.pop(table, None)
 
     # -- the outbox ---------------------------------------------------------------------
 

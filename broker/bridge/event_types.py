@@ -10,7 +10,7 @@ registers each schema version in the registry under the event type's subject (te
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,17 +44,17 @@ class OwnSchema:
     are checked per event, and an event that fails the check is validated in full, which
     says what is wrong. Validating every event in full cost ~11% of the bridge's CPU."""
 
-    required: frozenset[str]
+    required: frozenset[str]  # the key: a row's event carries it
     not_null: frozenset[str]
 
     @classmethod
-    def of(cls, schema: Mapping[str, Any]) -> OwnSchema:
+    def of(cls, schema: Mapping[str, Any], key: Iterable[str]) -> OwnSchema:
         not_null = set()
         for name, column in schema.get("properties", {}).items():
             types = column.get("type")
             if types is not None and "null" not in (types if isinstance(types, list) else [types]):
                 not_null.add(name)
-        return cls(frozenset(schema.get("required", ())), frozenset(not_null))
+        return cls(frozenset(key), frozenset(not_null))
 
     def admits(self, data: Mapping[str, Any]) -> bool:
         """Whether an event of row ``data`` needs no validation."""
@@ -78,8 +78,15 @@ class Published:
     @classmethod
     def of(cls, target: Target, schema: dict[str, Any]) -> Published:
         declared = effective_schema.build("data", schema, COMPATIBILITY_MODE, CLEANUP_POLICY)
-        own = OwnSchema.of(schema) if target.validator.schema == declared else None
+        own = (
+            OwnSchema.of(schema, target.key_fields) if target.validator.schema == declared else None
+        )
         return cls(target, schema, own)
+
+    @property
+    def ends_rows(self) -> bool:
+        """Whether its schema admits a table event's ``{}`` (tables.json_schema)."""
+        return "required" not in self.schema
 
 
 def event_type_name(pattern: str, prefix: str, table: str) -> str:
@@ -134,6 +141,14 @@ class EventTypes:
                 return None
             cached = self._targets[name] = Target.of(stored, self._cluster)
         return cached
+
+    async def published(self, name: str) -> Published | None:
+        """The event type as it is stored, with its schema; ``None`` when there is none."""
+        target = await self.target(name)
+        stored = await self._store.get(name) if target is not None else None
+        if target is None or stored is None:
+            return None
+        return Published.of(target, json.loads(stored.body["schema"]["schema"]))
 
     async def ensure(
         self, name: str, table: Table, schema: dict[str, Any], partitions: int

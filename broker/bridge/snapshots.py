@@ -53,6 +53,9 @@ class Run:
     rows_read: int = 0  # rows of committed chunks (emitted, or dropped for a newer change)
     last_key: list[str | None] | None = None  # text of the last key of the committed chunks
     finished_at: str | None = None
+    # The sequence of the table's CREATE when the bridge saw it in the stream: every row came
+    # through the stream, and the run read nothing.
+    created: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         # Every table's, several times a batch: asdict's deep copy costs 10 us; only the key
@@ -151,8 +154,7 @@ class Chunks:
         ``pending`` for its watermarks to come through the stream."""
         conn = self._conn
         assert conn is not None
-        low, high = uuid.uuid4().hex, uuid.uuid4().hex
-        await self._mark(low)
+        low = await self.mark()
         columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in table.columns)
         keys = sql.SQL(", ").join(sql.Identifier(k) for k in table.key)
         types = {c.name: c.type_name for c in table.columns}
@@ -179,7 +181,7 @@ class Chunks:
             rows = await cursor.fetchall()
         finally:
             await conn.execute("COMMIT")
-        await self._mark(high)
+        high = await self.mark()
         at = [[c.name for c in table.columns].index(k) for k in table.key]
         chunk = Chunk(
             table=table,
@@ -198,13 +200,25 @@ class Chunks:
         self._marks[high] = (chunk, True)
         return chunk
 
-    async def _mark(self, mark: str) -> None:
+    async def mark(self) -> str:
+        """A new watermark, written in a transaction of its own: when the stream brings it,
+        every transaction committed before it was written has come through."""
         assert self._conn is not None
+        mark = uuid.uuid4().hex
         await self._conn.execute(
             "INSERT INTO changebroker_watermarks (name, mark) VALUES (%s, %s)"
             " ON CONFLICT (name) DO UPDATE SET mark = excluded.mark, written_at = now()",
             (self.name, mark),
         )
+        return mark
+
+    def mark_of(self, change: Mapping[str, Any]) -> str | None:
+        """The mark a change of the watermark table wrote, if it is this bridge's."""
+        row = change.get("newRow") or {}
+        if (row.get("name") or {}).get("value") != self.name:
+            return None
+        mark: str | None = (row.get("mark") or {}).get("value")
+        return mark
 
     def observe(self, change: Mapping[str, Any]) -> None:
         """A change of a table with chunks pending: drop the rows it makes stale."""
@@ -220,12 +234,9 @@ class Chunks:
         for chunk in pending:
             chunk.observe(keys, change["txid"])
 
-    def watermark(self, change: Mapping[str, Any]) -> Chunk | None:
-        """A change of the watermark table: the chunk whose high watermark it is, if any."""
-        row = change.get("newRow") or {}
-        if (row.get("name") or {}).get("value") != self.name:
-            return None
-        found = self._marks.pop((row.get("mark") or {}).get("value") or "", None)
+    def watermark(self, mark: str) -> Chunk | None:
+        """A mark from the stream: the chunk whose high watermark it is, if any."""
+        found = self._marks.pop(mark, None)
         if found is None:
             return None  # a mark of an earlier session, or of a discarded chunk
         chunk, high = found

@@ -8,8 +8,9 @@ change's type wins and the column counts as nullable.
 Evolution under the event type's ``forward`` mode (old consumers must read new events):
 
 * an added column becomes a new optional property: a MINOR version;
-* a dropped column stays declared (events just stop carrying it): removing the property
-  would let new events put anything there, which old readers refuse;
+* a dropped (or renamed) column stays declared, its description marked ``dropped: ``
+  (events stop carrying it; the replay leaves it out): removing the property would let new
+  events put anything there, which old readers refuse;
 * a retype within one JSON type (``int`` -> ``bigint``, ``varchar(5)`` -> ``text``) changes
   the property's description: a PATCH version; a retype to another JSON type (``text`` ->
   ``int``) or a ``DROP NOT NULL`` is refused by the mode, and the table stops (bridge.py).
@@ -148,11 +149,24 @@ def refusal(table: Table) -> str | None:
 
 
 def json_schema(
-    table: Table, row_types: Mapping[str, int], previous: Mapping[str, Any] | None
+    table: Table,
+    row_types: Mapping[str, int],
+    previous: Mapping[str, Any] | None,
+    catalog: bool = True,
 ) -> dict[str, Any]:
     """The schema of ``data``: ``row_types`` (column -> OID) from the change at hand win over
-    the catalog; properties ``previous`` declared and the table no longer has stay."""
+    the catalog; properties ``previous`` declared and the table no longer has stay, marked
+    dropped (``catalog``: ``table`` is the catalog's, not a stand-in for a table gone).
+
+    ``data`` is a row, whose key is required, or ``{}``: a table event (TRUNCATE, DROP TABLE)
+    that ends every earlier row of its partition. A schema from before table events
+    (``required`` at the top) keeps its form: making the key optional would be refused."""
     properties: dict[str, Any] = dict((previous or {}).get("properties", {}))
+    if catalog:
+        now = {column.name for column in table.columns} | set(row_types)
+        for name, gone in list(properties.items()):
+            if name not in now:
+                properties[name] = values.dropped(gone)
     for column in table.columns:
         oid = row_types.get(column.name, column.oid)
         if oid == column.oid:
@@ -162,14 +176,21 @@ def json_schema(
     for name, oid in row_types.items():
         if name not in properties:
             properties[name] = values.column_schema(oid, f"type {oid}", True)
-    schema: dict[str, Any] = {
-        "type": "object",
-        "description": f"a row of {table.name}",
-        "properties": properties,
-    }
-    if table.key:
+    schema: dict[str, Any] = {"type": "object", "description": f"a row of {table.name}"}
+    schema["properties"] = properties
+    if table.key and previous is not None and "required" in previous:
         schema["required"] = list(table.key)
+    elif table.key:
+        schema["description"] += (
+            ", or {}: every earlier row of its partition is gone (TRUNCATE, DROP TABLE)"
+        )
+        schema["anyOf"] = [{"required": list(table.key)}, {"maxProperties": 0}]
     return schema
+
+
+def dropped_schema(schema: Mapping[str, Any], table: str) -> dict[str, Any]:
+    """``schema`` as the event type keeps it once ``table`` is dropped: its history ends."""
+    return {**schema, "description": f"a row of {table}, which was dropped: history ended"}
 
 
 def canonical(schema: Mapping[str, Any]) -> str:

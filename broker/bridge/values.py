@@ -102,6 +102,20 @@ _NOTES = {
 }
 
 
+# How a property's description starts once its column is no longer the table's (dropped,
+# or renamed away): the property stays declared, as forward compatibility wants, and the
+# replay leaves the column out.
+DROPPED = "dropped: "
+
+
+def dropped(schema: dict[str, Any]) -> dict[str, Any]:
+    """A column's property schema once the column is gone from the table."""
+    description = str(schema.get("description", ""))
+    if description.startswith(DROPPED):
+        return schema
+    return {**schema, "description": DROPPED + description}
+
+
 def column_schema(oid: int, type_name: str, nullable: bool) -> dict[str, Any]:
     """A column's property schema; the description names the Postgres type (a retype that
     keeps the JSON type is then a PATCH version, visible in the schema history)."""

@@ -380,7 +380,11 @@ class Campaign:
             txns: list[workload.Txn] = []
             acked: set[str] = set()
             refused: set[str] = set()
-            writers = [workload.Writer(i, app_dsn, self.seed, txns) for i in range(1, 4)]
+            writers: list[workload.Worker] = [
+                workload.Writer(i, app_dsn, self.seed, txns) for i in range(1, 4)
+            ]
+            ddl = workload.Ddl(app_dsn, every=15.0)
+            writers.append(ddl)
             publishers = [workload.Publisher(i, brokers, acked, refused) for i in range(1, 3)]
             # Through the load balancer, on the public changeserver port.
             public = f"http://127.0.0.1:{self.stack.ports.changeserver}"
@@ -420,6 +424,7 @@ class Campaign:
             self.report.counts.update(
                 {
                     "transactions committed": sum(t.certain for t in txns),
+                    "DDL statements (TRUNCATE, ADD/RENAME COLUMN)": len(ddl.done),
                     "events acknowledged": len(acked),
                     "events refused by a 207": len(refused),
                     "workload errors (retried)": sum(
@@ -483,12 +488,16 @@ class Campaign:
                 self.violations.add("bridge data equals the tables", "equal", problem)
 
     def bridge_matches(self, app_dsn: str, problems: list[str]) -> bool:
-        """The bridge's committed events, applied in order, equal the tables; no eid twice."""
+        """The bridge's committed events, applied in each partition's order by the bridge
+        README's rules, equal the tables, every column; no eid twice."""
         broker = self.url("broker-1")
+        tables: dict[str, dict[int, dict[str, Any]]] = {}
         with psycopg.connect(app_dsn) as conn:
-            tables: dict[str, dict[int, int]] = {
-                t: dict(conn.execute(f"SELECT id, v FROM {t}").fetchall()) for t in workload.TABLES
-            }
+            for table in workload.TABLES:
+                cursor = conn.execute(f"SELECT * FROM {table}")
+                names = [d.name for d in cursor.description or ()]
+                rows = (dict(zip(names, row, strict=True)) for row in cursor.fetchall())
+                tables[table] = {row["id"]: row for row in rows}
         ok = True
         for table, expected in tables.items():
             events = workload.read_events(broker, f"changebroker.public.{table}")
@@ -496,18 +505,32 @@ class Campaign:
             if len(eids) != len(set(eids)):
                 problems.append(f"{table}: {len(eids) - len(set(eids))} eids committed twice")
                 ok = False
-            rebuilt: dict[int, int] = {}
+            rebuilt: dict[int, dict[str, Any]] = {}
+            partition_of: dict[int, str] = {}
             for event in events:
-                data = event.get("data") or {}
-                if event.get("data_op") == "D":
+                data, op = event.get("data") or {}, event.get("data_op")
+                partition = event["metadata"]["partition"]
+                if op == "D" and not data:  # TRUNCATE: every earlier row of the partition
+                    for key in [k for k, p in partition_of.items() if p == partition]:
+                        del rebuilt[key], partition_of[key]
+                elif op == "D":
                     rebuilt.pop(int(data["id"]), None)
-                elif "v" in data:
-                    rebuilt[int(data["id"])] = int(data["v"])
+                    partition_of.pop(int(data["id"]), None)
+                else:
+                    key = int(data["id"])
+                    rebuilt[key] = {**rebuilt.get(key, {}), **data} if op == "U" else data
+                    partition_of[key] = partition
+            rebuilt = {
+                key: {c: rebuilt[key].get(c) for c in expected[key]} if key in expected else row
+                for key, row in rebuilt.items()
+            }
             if rebuilt != expected:
                 wrong = [k for k in expected if rebuilt.get(k) != expected[k]]
+                extra = sorted(rebuilt.keys() - expected.keys())
                 problems.append(
                     f"{table}: {len(wrong)} of {len(expected)} rows differ, e.g. "
-                    f"{[(k, expected[k], rebuilt.get(k)) for k in wrong[:3]]}"
+                    f"{[(k, expected[k], rebuilt.get(k)) for k in wrong[:3]]};"
+                    f" {len(extra)} rows the table lacks, e.g. {extra[:3]}"
                 )
                 ok = False
         self.report.counts["bridge rows checked"] = sum(len(t) for t in tables.values())

@@ -2,8 +2,12 @@
 
 - ``Writers``: Postgres transactions of 1 to 4 inserts and updates over three tables; every
   row version has a value ``v`` no other has, so each served change names one write.
+- ``Ddl``: what the history must survive, now and then: TRUNCATE of one table, ADD COLUMN
+  with a default and RENAME COLUMN of another.
 - ``ChangesReader``: long-polls ``/changes``; a change served twice, out of commit order, with
   a value never written, or missing at the end without a SNAPSHOT_TOO_OLD, is a violation.
+  Told SNAPSHOT_TOO_OLD (a gap, or a TRUNCATE or ALTER TABLE of its tables), it goes on
+  from the newest change, as a client that took a snapshot would.
 - ``Publishers``: Nakadi batches to both broker processes; what a 200 or a 207 says was
   stored must be readable at the end, and what a 207 says was not stored must not be.
 - ``SubscriptionReader`` and ``StreamReader``: a subscription that commits, and a low-level
@@ -128,7 +132,10 @@ class Writer(Worker):
                 known = self.ids[table]
                 if known and self.rng.random() < 0.5:
                     row_id = self.rng.choice(known)
-                    conn.execute(f"UPDATE {table} SET v = %s WHERE id = %s", (v, row_id))
+                    updated = conn.execute(f"UPDATE {table} SET v = %s WHERE id = %s", (v, row_id))
+                    if updated.rowcount == 0:  # truncated (Ddl): no change to expect
+                        known.remove(row_id)
+                        continue
                 else:
                     row_id = v  # unique too
                     conn.execute(f"INSERT INTO {table} (id, v) VALUES (%s, %s)", (row_id, v))
@@ -149,6 +156,34 @@ class Writer(Worker):
         self.stopping.wait(0.02)
 
 
+class Ddl(Worker):
+    """Every ``every`` seconds one DDL, in turn: TRUNCATE ``chaos_c``, ADD COLUMN ... DEFAULT
+    to ``chaos_b``, RENAME that column. The bridge's events must still equal the tables (all
+    their columns), and ``/changes`` readers are told SNAPSHOT_TOO_OLD."""
+
+    def __init__(self, dsn: str, every: float) -> None:
+        super().__init__("ddl")
+        self.dsn, self.every = dsn, every
+        self.done: list[str] = []
+        self._added: str | None = None
+
+    def step(self) -> None:
+        if self.stopping.wait(self.every):
+            return
+        turn = len(self.done) % 3
+        if turn == 0:
+            statement = "TRUNCATE chaos_c"
+        elif turn == 1 or self._added is None:
+            self._added = f"extra_{len(self.done)}"
+            statement = f"ALTER TABLE chaos_b ADD COLUMN {self._added} text DEFAULT 'filled'"
+        else:
+            statement = f"ALTER TABLE chaos_b RENAME COLUMN {self._added} TO {self._added}_r"
+            self._added = None
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(statement)
+        self.done.append(statement)
+
+
 class ChangesReader(Worker):
     """``/changes`` of the workload's selector, from the beginning, checked as it comes."""
 
@@ -158,7 +193,7 @@ class ChangesReader(Worker):
         self.since = "0.0.0"
         self.seen: dict[int, tuple[str, int]] = {}  # v -> (table, id)
         self.last_of_writer: dict[int, int] = {}
-        # What was read since the last start from 0.0.0: after a SNAPSHOT_TOO_OLD a client
+        # What was read since the last start over: after a SNAPSHOT_TOO_OLD a client
         # starts over, and another server of a fleet may serve it what it read before.
         self.since_start: set[int] = set()
         self.too_old_at: list[float] = []  # monotonic times we were told SNAPSHOT_TOO_OLD
@@ -173,8 +208,11 @@ class ChangesReader(Worker):
         }
         response = self.client.get(f"{self.url}/changes", params=params)
         if response.status_code == 400 and response.json().get("code") == "SNAPSHOT_TOO_OLD":
+            # On from the newest change, as after a snapshot; what came before is excused.
+            bounds = self.client.get(f"{self.url}/changes", params={"scope": SELECTOR, "limit": 0})
+            bounds.raise_for_status()
+            self.since = bounds.json()["lastSequence"]
             self.too_old_at.append(time.monotonic())
-            self.since = "0.0.0"  # from what the log holds now; the gap is excused
             self.since_start.clear()
             self.last_of_writer.clear()
             return

@@ -130,7 +130,8 @@ def test_a_subscription_consumer_rebuilds_the_tables(stack: Stack, rebuilt: Rebu
                 (batch,) = stream.read_events(1)
                 seen += len(batch["events"])
                 for event in batch["events"]:
-                    through_api.apply(event, sorted(keys[event["metadata"]["event_type"]]))
+                    name = event["metadata"]["event_type"]
+                    through_api.apply(event, sorted(keys[name]), batch["cursor"]["partition"])
                 answer = commit(client, subscription["id"], stream.id, [batch["cursor"]])
                 assert answer.status_code in (200, 204), answer.text
         finally:

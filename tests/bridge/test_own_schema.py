@@ -62,7 +62,7 @@ def _rows() -> list[dict[str, Any]]:
 
 
 def test_an_event_the_check_lets_through_is_one_full_validation_accepts() -> None:
-    own = OwnSchema.of(SCHEMA)
+    own = OwnSchema.of(SCHEMA, TABLE.key)
     validator = EventValidator(
         effective_schema.build("data", SCHEMA, COMPATIBILITY_MODE, CLEANUP_POLICY)
     )
@@ -76,7 +76,7 @@ def test_an_event_the_check_lets_through_is_one_full_validation_accepts() -> Non
 
 
 def test_a_null_where_the_catalog_said_not_null_or_a_missing_key_is_validated() -> None:
-    own = OwnSchema.of(SCHEMA)
+    own = OwnSchema.of(SCHEMA, TABLE.key)
     assert own.admits({"id": 1, "name": "x", "amount": None, "doc": None, "paid": None})
     assert not own.admits({"id": 1, "name": None})
     assert not own.admits({"name": "x"})
@@ -102,7 +102,7 @@ def _target(user_schema: dict[str, Any], mode: str, cleanup_policy: str) -> Targ
 
 def test_events_are_checked_only_under_the_schema_the_bridge_declared() -> None:
     declared = _target(SCHEMA, COMPATIBILITY_MODE, CLEANUP_POLICY)
-    assert Published.of(declared, SCHEMA).own == OwnSchema.of(SCHEMA)
+    assert Published.of(declared, SCHEMA).own == OwnSchema.of(SCHEMA, TABLE.key)
     # Changed by hand since, or under a mode or policy that makes the schema stricter.
     stricter = {**SCHEMA, "required": ["id", "name"]}
     for target in (

@@ -124,7 +124,7 @@ def through_subscription(stack: Stack, count: int) -> Rebuilt:
             for line in response.iter_lines():
                 batch = json.loads(line) if line else {}
                 for event in batch.get("events", []):
-                    out.apply(event, keys)
+                    out.apply(event, keys, batch["cursor"]["partition"])
                 if batch.get("events"):
                     answer = commit(client, subscription["id"], stream_id, [batch["cursor"]])
                     assert answer.status_code in (200, 204), answer.text

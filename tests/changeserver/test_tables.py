@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 
+from changeserver.ddl import CREATE
 from changeserver.sequence import Sequence
 from tests.support.changeserver import Harness
 
@@ -18,9 +19,10 @@ def test_every_change_of_named_tables_whatever_the_selector(cs: Harness) -> None
         " INSERT INTO plain VALUES (1, 'x'); INSERT INTO other VALUES (1);"
         " UPDATE plain SET v = 'y'; DELETE FROM plain"
     )
-    body = cs.wait_for(5, table=["public.plain", "public.it*"])
+    body = cs.wait_for(6, table=["public.plain", "public.it*"])
     served = [(c["table"], c["operation"]) for c in body["changes"]]
     assert served == [
+        ("public.plain", CREATE),  # a table event (test_table_events.py)
         ("public.items", 1),
         ("public.items", 1),
         ("public.plain", 1),
@@ -51,7 +53,7 @@ def test_a_window_moves_past_other_tables_changes(cs: Harness) -> None:
 def test_a_long_poll_on_tables_wakes_on_a_change(cs: Harness) -> None:
     cs.sql("CREATE TABLE plain (id int PRIMARY KEY)")
     cs.sql("INSERT INTO plain VALUES (0)")
-    last = cs.wait_for(1, table="public.plain")["lastSequence"]
+    last = cs.wait_for(2, table="public.plain")["lastSequence"]  # its CREATE and the insert
     timer = threading.Timer(0.5, cs.sql, ("INSERT INTO plain VALUES (1)",))
     timer.start()
     body = cs.changes(table="public.plain", since=last, block=20)

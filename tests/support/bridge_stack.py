@@ -153,13 +153,16 @@ def table_rows(dsn: str, table: str) -> dict[tuple[Any, ...], dict[str, Any]]:
 
 @dataclass
 class Rebuilt:
-    """Tables rebuilt from committed events, and every eid seen (to catch duplicates)."""
+    """Tables rebuilt from committed events by the bridge README's rules, and every eid seen
+    (to catch duplicates)."""
 
     stack: Stack
     consumer: Consumer | None = None  # None: events come from elsewhere, through apply()
     assigned: set[str] = field(default_factory=set)
     keys: dict[str, list[str]] = field(default_factory=dict)  # topic -> key fields
     tables: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = field(default_factory=dict)
+    # table -> key -> the partition of the event that last wrote the row (None: loaded)
+    partitions: dict[str, dict[tuple[Any, ...], int | None]] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     record_keys: dict[str, bytes | None] = field(default_factory=dict)  # eid -> Kafka key
 
@@ -196,20 +199,37 @@ class Rebuilt:
             assert value is not None and topic is not None
             event = json.loads(value)
             self.record_keys[event["metadata"]["eid"]] = message.key()
-            self.apply(event, self.keys[topic])
+            partition = message.partition()
+            assert partition is not None
+            self.apply(event, self.keys[topic], partition)
 
-    def apply(self, event: dict[str, Any], key_fields: list[str]) -> None:
+    def load(self, table: str, rows: dict[tuple[Any, ...], dict[str, Any]]) -> None:
+        """Rows of a snapshot, before any event: no event wrote them."""
+        self.tables[table] = dict(rows)
+        self.partitions[table] = dict.fromkeys(rows)
+
+    def apply(self, event: dict[str, Any], key_fields: list[str], partition: int | str) -> None:
+        """One event of ``partition``, as the bridge README says a consumer applies it."""
         self.events.append(event)
         if "data_op" not in event:
             return
         table = self.tables.setdefault(event["data_type"], {})
-        data = event["data"]
+        written = self.partitions.setdefault(event["data_type"], {})
+        data, op, partition = event["data"], event["data_op"], int(partition)
+        if op == "D" and not data:
+            # A table event: every row of this partition so far is gone, and every row
+            # loaded from a snapshot that no event wrote since.
+            for key in [k for k, p in written.items() if p is None or p == partition]:
+                del table[key], written[key]
+            return
         key = tuple(data[k] for k in key_fields)
-        if event["data_op"] == "D":
+        if op == "D":
             table.pop(key, None)
-        else:
-            # An update may leave out an unchanged TOASTed value: keep what we had.
-            table[key] = {**table.get(key, {}), **data}
+            written.pop(key, None)
+            return
+        # C and S carry the whole row; an update may leave out an unchanged TOASTed value.
+        table[key] = {**table.get(key, {}), **data} if op == "U" else dict(data)
+        written[key] = partition
 
     def equals_database(self, tables: list[str]) -> bool:
         """Every row equal to ``SELECT *``: a column an event did not carry (added to the

@@ -63,7 +63,9 @@ class Harness:
         response = self.get(**params)
         assert response.status_code == 200, response.text
         body: dict[str, Any] = response.json()
-        conforms(body, "ChangeList")
+        # The table extension also serves table events (operations past transicator's 1-3).
+        changes = [c for c in body["changes"] if "table" not in params or c["operation"] <= 3]
+        conforms({**body, "changes": changes}, "ChangeList")
         return body
 
     def wait_for(self, count: int, **params: Any) -> dict[str, Any]:
