@@ -612,8 +612,7 @@ class Bridge:
         if answer.status != 200:
             said = answer.body[:500].decode(errors="replace")
             raise ChangesUnreadable(f"GET /changes answered {answer.status}: {said}")
-        # orjson reads it exactly: the changeserver's values are strings, its numbers 64-bit.
-        body = orjson.loads(answer.body)
+        body = answer.changes()
         last = Sequence.parse(body["lastSequence"])
         if body["changes"]:
             # Read on while this batch is turned into events and committed.
