@@ -199,11 +199,33 @@ def from_compact(data: bytes) -> dict[str, Any]:
     found = relations.__getitem__
     unpack, size = _CHANGE.unpack_from, _CHANGE.size
     listed = []
+    # What the changes of one transaction share, worked out once for all of them.
+    commit_lsn, prefix, commit_time, second = -1, "", -1, 0
     for _ in range(count):
         lsn, idx, txid, length = unpack(data, pos)
         pos += size
-        listed.append(to_mapping(lsn, idx, txid, data[pos : pos + length], found))
+        operation, table, change_lsn, time, new, old = _decode(data[pos : pos + length], found)
         pos += length
+        if lsn != commit_lsn:
+            commit_lsn, prefix = lsn, sequence.text(lsn, 0)[:-1]
+        if time != commit_time:
+            commit_time, second = time, unix_us(time) // 1_000_000
+        # As to_json writes it, key for key.
+        change: dict[str, Any] = {
+            "operation": operation,
+            "table": table,
+            "sequence": f"{prefix}{idx:x}",
+            "commitSequence": lsn,
+            "changeSequence": change_lsn,
+            "commitIndex": idx,
+            "txid": txid,
+            "timestamp": second,
+        }
+        if new is not None:
+            change["newRow"] = _mapping_row(new)
+        if old is not None:
+            change["oldRow"] = _mapping_row(old)
+        listed.append(change)
     if pos != len(data):
         raise ValueError(f"{len(data) - pos} bytes after the last change of a compact answer")
     return {
@@ -221,23 +243,3 @@ def _mapping_row(row: Row) -> dict[str, dict[str, Any]]:
         }
         for name, value, oid in row
     }
-
-
-def to_mapping(lsn: int, idx: int, txid: int, data: bytes, relations: Relations) -> dict[str, Any]:
-    """The change as :func:`to_json`'s text reads back."""
-    operation, table, change_lsn, commit_time, new, old = _decode(data, relations)
-    change: dict[str, Any] = {
-        "operation": operation,
-        "table": table,
-        "sequence": sequence.text(lsn, idx),
-        "commitSequence": lsn,
-        "changeSequence": change_lsn,
-        "commitIndex": idx,
-        "txid": txid,
-        "timestamp": unix_us(commit_time) // 1_000_000,
-    }
-    if new is not None:
-        change["newRow"] = _mapping_row(new)
-    if old is not None:
-        change["oldRow"] = _mapping_row(old)
-    return change
