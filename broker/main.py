@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import logging
 import os
@@ -165,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.workers <= 1:
         app = create_app(settings)
-        tune_gc()
+        http.tune_gc()
         http.serve(app, args.host, args.port, tls=tls, limits=http.limits_of(args))
         return 0
     # Workers share nothing but Postgres, Kafka and the metrics directory, whose files each
@@ -185,14 +184,5 @@ def worker_app() -> ASGIApp:
     app = http.FlowIdMiddleware(
         create_app(Settings.from_json(json.loads(os.environ[SETTINGS_ENV])))
     )
-    tune_gc()
+    http.tune_gc()
     return app
-
-
-def tune_gc() -> None:
-    """Publishing allocates thousands of short-lived dicts per batch, which refcounting frees;
-    at the default threshold (700) the cycle collector ran every few events and cost ~1 us per
-    published event (5%). Cycles are still collected, once 20,000 objects accumulate, and what
-    start-up created is frozen out of the full collections."""
-    gc.freeze()
-    gc.set_threshold(20_000, 10, 10)

@@ -45,6 +45,7 @@ from changeserver.sequence import ZERO, Sequence
 
 JSON = "application/json"
 PROTOBUF = "application/transicator+protobuf"
+COMPACT = changes.COMPACT  # the bridge's: the stored bodies as they are
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 100_000
 _SELECTOR = re.compile(r"^[0-9a-z_-]+$")
@@ -176,15 +177,15 @@ async def http_error(request: Request, exc: Exception) -> Response:
 EXCEPTION_HANDLERS = {HTTPException: http_error}
 
 
-def _media_type(accept: str) -> str:
-    """JSON unless the Accept header prefers transicator's protobuf; 415 when neither fits."""
+def _media_type(accept: str, served: tuple[str, ...]) -> str:
+    """JSON unless the Accept header prefers another of ``served``; 415 when none fits."""
     if not accept.strip():
         return JSON
     for quality, name in http.accepted(accept):
         if quality == 0:
             break
-        if name == PROTOBUF:
-            return PROTOBUF
+        if name in served:
+            return name
         if name in (JSON, "application/*", "*/*"):
             return JSON
     raise BadRequest(415, "UNSUPPORTED_FORMAT", f"unsupported media type: {accept}")
@@ -220,8 +221,9 @@ class Query:
     tables: tuple[str, ...] = ()  # the ``table`` extension: every change of these tables
 
 
-def parse_query(request: Request) -> Query:
-    media_type = _media_type(request.headers.get("accept", ""))
+def parse_query(request: Request, served: tuple[str, ...] = (JSON, PROTOBUF)) -> Query:
+    """The query of ``/changes`` (or ``/snapshots``), answered in one of ``served``."""
+    media_type = _media_type(request.headers.get("accept", ""), served)
     params = request.query_params
     selectors = sorted(set(params.getlist("scope") + params.getlist("selector")))
     for selector in selectors:
@@ -292,7 +294,7 @@ class ChangesEndpoint:
         try:
             # No local holds the request: a blocked poll keeps only its query, not the
             # request's parsed headers and query string.
-            query = parse_query(Request(scope))
+            query = parse_query(Request(scope), (JSON, PROTOBUF, COMPACT))
             respond = (scope.get("extensions") or {}).get(http.RESPOND)
             answer = await self._changes(query, respond)
         except BadRequest as bad:
@@ -497,6 +499,8 @@ def _render(
     # A server behind ``since`` (another server of a fleet answered it first) holds nothing
     # after it: the client stays where it is rather than be sent back to read changes again.
     last = max(last, query.since)
+    if query.media_type == COMPACT:
+        return changes.to_compact(bounds.first, last, rows, relations)
     if query.media_type == PROTOBUF:
         message = pb.ChangeListPb(
             firstSequence=str(bounds.first),

@@ -683,8 +683,7 @@ class Bridge:
             raise ChangesUnreadable(f"GET /changes answered {answer.status}: {said}")
         if not self._writer.alive():
             raise WriterLapsed("could not renew the bridge's registration as a writer in time")
-        # orjson reads it exactly: the changeserver's values are strings, its numbers 64-bit.
-        body = orjson.loads(answer.body)
+        body = answer.changes()
         last = Sequence.parse(body["lastSequence"])
         if body["changes"]:
             # Read on while this batch is turned into events and committed.

@@ -233,5 +233,6 @@ def run(args: argparse.Namespace) -> int:
     log.info("bridge starting", extra=logs.fields(port=args.port, name=args.name))
     authenticator = auth.start(auth.AuthSettings.from_args(args), SCOPE)
     app = create_app(bridge, authenticator, args.admin_scope)
+    http.tune_gc()
     http.serve(app, args.host, args.port, tls=http.tls_of(args), limits=http.limits_of(args))
     return 0

@@ -19,6 +19,7 @@ from broker.bridge.changes_client import Answer, ChangesClient, ChangesUnreadabl
 from changebroker import auth, http
 from changebroker.stack.processes import free_port
 from changebroker.stack.run import serve_in_thread
+from changeserver import changes
 from tests.support.credentials import self_signed_ca
 
 
@@ -38,6 +39,7 @@ class Server:
             "since": since,
             "tables": request.query_params.getlist("table"),
             "authorization": request.headers.get("authorization"),
+            "accept": request.headers.get("accept"),
         }
         if since == "chunked":
 
@@ -84,6 +86,17 @@ def test_reads_share_one_connection_and_send_every_parameter(server: tuple[Serve
     assert b'"tables":["public.a","public.b"]' in answers[0].body
     assert b'"since":"2"' in answers[1].body
     assert served.clients[0] == served.clients[1]
+
+
+def test_the_compact_form_is_asked_for_first_and_a_json_answer_is_read_as_json(
+    server: tuple[Server, str],
+) -> None:
+    """A changeserver without the compact form (an older one of a fleet) answers JSON."""
+    _, url = server
+    (answer,) = read(url, [("since", "1")])
+    assert answer.content_type == "application/json"
+    accept = answer.changes()["accept"]
+    assert [name for _, name in http.accepted(accept)] == [changes.COMPACT, "application/json"]
 
 
 def test_a_chunked_answer_is_read_whole(server: tuple[Server, str]) -> None:

@@ -11,8 +11,8 @@ import json
 import random
 from typing import Any
 
-from changeserver import changelog, changes, pgoutput
-from changeserver.pgoutput import Relation
+from changeserver import api, changelog, changes, pgoutput
+from changeserver.pgoutput import NO_SELECTOR, Relation
 from changeserver.sequence import Sequence
 
 _BOOL = 16
@@ -33,36 +33,72 @@ def _row(relation: Relation, values: list[str | None]) -> dict[str, Any]:
     return row
 
 
+def _relation(rnd: random.Random) -> Relation:
+    columns = tuple((f"c{i}{_text(rnd)}", rnd.choice(_TYPES)) for i in range(rnd.randint(0, 5)))
+    return Relation("public." + _text(rnd), columns)
+
+
+def _random_change(
+    rnd: random.Random, relation: Relation, relation_id: int
+) -> tuple[tuple[int, int, int, bytes], dict[str, Any]]:
+    """A stored change of ``relation`` (lsn, index, txid, body), and that change as
+    ``json.dumps`` would be given it."""
+    columns = relation.columns
+    new = [rnd.choice([None, "t", "f", _text(rnd)]) for _ in columns]
+    old = [rnd.choice([None, "t", "f", _text(rnd)]) for _ in columns]
+    operation = rnd.choice([pgoutput.INSERT, pgoutput.UPDATE, pgoutput.DELETE])
+    lsn, idx, txid = rnd.randrange(2**64), rnd.randrange(2**32), rnd.randrange(2**64)
+    change_lsn, commit_time = rnd.randrange(2**64), rnd.randrange(2**62)
+    new_row = [(name, value, oid) for (name, oid), value in zip(columns, new, strict=True)]
+    old_row = [(name, value, oid) for (name, oid), value in zip(columns, old, strict=True)]
+    with_old = operation == pgoutput.DELETE or (operation == pgoutput.UPDATE and bool(old_row))
+    message = changelog._message(operation, new_row, old_row if with_old else None)
+    body = pgoutput.BODY.pack(change_lsn, commit_time, relation_id) + message
+    expected: dict[str, Any] = {
+        "operation": operation,
+        "table": relation.table,
+        "sequence": str(Sequence(lsn, idx)),
+        "commitSequence": lsn,
+        "changeSequence": change_lsn,
+        "commitIndex": idx,
+        "txid": txid,
+        "timestamp": changes.unix_us(commit_time) // 1_000_000,
+    }
+    if operation != pgoutput.DELETE:
+        expected["newRow"] = _row(relation, new)
+    if with_old:
+        expected["oldRow"] = _row(relation, old)
+    return (lsn, idx, txid, body), expected
+
+
 def test_to_json_is_json_dumps_of_the_change_byte_for_byte() -> None:
     rnd = random.Random(20261127)
     for _ in range(3000):
-        columns = tuple((f"c{i}{_text(rnd)}", rnd.choice(_TYPES)) for i in range(rnd.randint(0, 5)))
-        relation = Relation("public." + _text(rnd), columns)
-        new = [rnd.choice([None, "t", "f", _text(rnd)]) for _ in columns]
-        old = [rnd.choice([None, "t", "f", _text(rnd)]) for _ in columns]
-        operation = rnd.choice([pgoutput.INSERT, pgoutput.UPDATE, pgoutput.DELETE])
-        lsn, idx, txid = rnd.randrange(2**64), rnd.randrange(2**32), rnd.randrange(2**64)
-        change_lsn, commit_time = rnd.randrange(2**64), rnd.randrange(2**62)
-        new_row = [(name, value, oid) for (name, oid), value in zip(columns, new, strict=True)]
-        old_row = [(name, value, oid) for (name, oid), value in zip(columns, old, strict=True)]
-        with_old = operation == pgoutput.DELETE or (operation == pgoutput.UPDATE and bool(old_row))
-        message = changelog._message(operation, new_row, old_row if with_old else None)
-        body = pgoutput.BODY.pack(change_lsn, commit_time, 1) + message
+        relation = _relation(rnd)
+        stored, expected = _random_change(rnd, relation, 1)
 
-        served = changes.to_json(lsn, idx, txid, body, {1: relation}.__getitem__)
+        served = changes.to_json(*stored, {1: relation}.__getitem__)
 
-        expected: dict[str, Any] = {
-            "operation": operation,
-            "table": relation.table,
-            "sequence": str(Sequence(lsn, idx)),
-            "commitSequence": lsn,
-            "changeSequence": change_lsn,
-            "commitIndex": idx,
-            "txid": txid,
-            "timestamp": changes.unix_us(commit_time) // 1_000_000,
-        }
-        if operation != pgoutput.DELETE:
-            expected["newRow"] = _row(relation, new)
-        if with_old:
-            expected["oldRow"] = _row(relation, old)
         assert served == json.dumps(expected, separators=(",", ":"))
+
+
+def test_a_compact_answer_reads_back_as_the_same_answer_in_json() -> None:
+    """The bridge reads the compact form: what it reads must be what the JSON answer parses
+    to, change for change (bodies of several relations, every kind of value, the bounds)."""
+    rnd = random.Random(20261129)
+    for size in (0, 1, 2, 300):
+        relations = {id: _relation(rnd) for id in rnd.sample(range(1, 2**32), 4)}
+        rows = []
+        for _ in range(size):
+            id = rnd.choice(list(relations))
+            stored, _ = _random_change(rnd, relations[id], id)
+            rows.append(stored)
+        first, last = Sequence(1, 2), Sequence(rnd.randrange(2**64), rnd.randrange(2**32))
+        bounds = changelog.Bounds(first, last, Sequence(0, 0))
+        answers = {}
+        for media_type in (api.JSON, api.COMPACT):
+            query = api.Query([NO_SELECTOR], first, 1000, 0, None, media_type)
+            answers[media_type] = api._render(query, bounds, rows, relations.__getitem__)
+
+        assert changes.from_compact(answers[api.COMPACT]) == json.loads(answers[api.JSON])
+        assert len(answers[api.COMPACT]) < len(answers[api.JSON]) or not rows

@@ -166,6 +166,18 @@ def test_bad_selectors_are_refused_as_changes_refuses_them(
         assert response.json()["code"] == "PARAMETER_INVALID"
 
 
+def test_the_bridges_compact_form_is_not_a_snapshot_format(
+    make_server: MakeServer, tmp_path: Path
+) -> None:
+    cs, directory = _serve(make_server, tmp_path)
+    write_snapshot(directory, cs.dsn, ["public.items"], "0.1.0")
+
+    response = _snapshots(cs, {"accept": changes.COMPACT}, selector="a")
+
+    assert response.status_code == 415
+    assert response.json()["code"] == "UNSUPPORTED_FORMAT"
+
+
 def test_gzip_when_the_client_accepts_it(make_server: MakeServer, tmp_path: Path) -> None:
     cs, directory = _serve(make_server, tmp_path)
     cs.sql("INSERT INTO items SELECT g, repeat('x', 100), 'a' FROM generate_series(1, 5000) g")

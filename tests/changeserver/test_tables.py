@@ -4,8 +4,10 @@ transicator's own queries unaffected."""
 
 from __future__ import annotations
 
+import json
 import threading
 
+from changeserver import changes
 from changeserver.ddl import CREATE
 from changeserver.sequence import Sequence
 from tests.support.changeserver import Harness
@@ -65,3 +67,26 @@ def test_table_with_a_selector_is_refused(cs: Harness) -> None:
     response = cs.get(table="public.items", scope="a")
     assert response.status_code == 400
     assert response.json()["code"] == "PARAMETER_INVALID"
+
+
+def test_the_compact_form_reads_back_as_the_json_answer(cs: Harness) -> None:
+    """The bridge's form of a ``table`` read: named in Accept it is served (smaller), and it
+    reads back as the JSON answer to the same query does, table events too; a wildcard still
+    gets JSON."""
+    cs.sql("CREATE TABLE typed (id int PRIMARY KEY, ok boolean, doc jsonb, amount numeric)")
+    cs.sql(
+        'INSERT INTO typed VALUES (1, true, \'{"a": [1, "é"]}\', 1.50), (2, false, NULL, NULL);'
+        " UPDATE typed SET ok = NULL, amount = 2 WHERE id = 1; DELETE FROM typed WHERE id = 2"
+    )
+    cs.sql("TRUNCATE typed")
+    as_json = cs.wait_for(5, table="public.typed")
+    assert as_json["changes"][-1]["detail"] == "truncated"
+
+    compact = cs.get(accept=changes.COMPACT, table="public.typed")
+
+    assert compact.status_code == 200
+    assert compact.headers["content-type"] == changes.COMPACT
+    assert changes.from_compact(compact.content) == as_json
+    assert len(compact.content) < len(json.dumps(as_json))
+    wildcard = cs.get(accept=f"*/*, {changes.COMPACT};q=0.1", table="public.typed")
+    assert wildcard.headers["content-type"] == "application/json"
