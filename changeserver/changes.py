@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from json.encoder import encode_basestring_ascii as _string  # json.dumps's, ensure_ascii
 
+from changebroker import transicator_pb2 as pb
 from changeserver import pgoutput, sequence
-from changeserver import transicator_pb2 as pb
 from changeserver.pgoutput import Relation, Row
 
 # Postgres type OIDs that transicator's protobuf carries typed; everything else is a string.
