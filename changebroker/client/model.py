@@ -11,7 +11,7 @@ Postgres's text output (``numeric``, ``timestamptz``, ``uuid``, ``json``...); SQ
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import IntEnum
@@ -25,7 +25,9 @@ _BOOL, _BYTEA, _INT8, _INT2, _INT4, _OID, _FLOAT4, _FLOAT8 = 16, 17, 20, 21, 23,
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's __init__ costs several times as much, and a feed makes one
+# of these per value it hands out.
+@dataclass(slots=True)
 class Column:
     value: Value
     type: int  # the Postgres type OID
@@ -40,7 +42,7 @@ class Operation(IntEnum):
     DELETE = 3
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Change:
     """One row change, as ``/changes`` serves it. ``new_row`` is there for inserts and
     updates, ``old_row`` for deletes and for updates of a table with a replica identity."""
@@ -68,7 +70,7 @@ class SnapshotStart:
     reason: str  # "first start" or "position too old"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SnapshotRow:
     table: str  # schema.table
     row: Row
@@ -103,10 +105,8 @@ _FROM_TEXT: dict[int, Callable[[str], Value]] = {
 
 
 def from_text(text: str | None, oid: int) -> Value:
-    if text is None:
-        return None
     convert = _FROM_TEXT.get(oid)
-    if convert is None:
+    if convert is None or text is None:
         return text
     try:
         return convert(text)
@@ -128,19 +128,14 @@ def json_row(row: Mapping[str, Any] | None) -> Row | None:
     """A JSON row (column -> ``{"value": text or null, "type": oid}``) typed."""
     if row is None:
         return None
-    return {
-        name: Column(from_text(column["value"], column["type"]), column["type"])
-        for name, column in row.items()
-    }
+    typed = {}
+    for name, column in row.items():
+        oid = column["type"]
+        typed[name] = Column(from_text(column["value"], oid), oid)
+    return typed
 
 
-def protobuf_row(columns: list[pb.ColumnPb]) -> Row | None:
+def protobuf_row(columns: Iterable[pb.ColumnPb]) -> Row | None:
     """A protobuf row; ``None`` when it has no columns (a change without that row)."""
-    if not columns:
-        return None
-    return {
-        column.name: Column(
-            from_protobuf(column.value) if column.HasField("value") else None, column.type
-        )
-        for column in columns
-    }
+    typed = {column.name: Column(from_protobuf(column.value), column.type) for column in columns}
+    return typed or None

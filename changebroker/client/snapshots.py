@@ -128,6 +128,12 @@ def take(run: FeedRun, reason: str) -> Generator[Effect, Any, str | None]:
         if answer.status == 200:
             sequence = answer.headers.get(SEQUENCE_HEADER, "")
             snapshot_id = answer.headers.get(ID_HEADER, "")
+            if not sequence:
+                yield Close()
+                raise ChangeFeedError(
+                    f"GET /snapshots answered without {SEQUENCE_HEADER}: the changes after"
+                    " the snapshot cannot be found"
+                )
             held = yield from _changes_held_after(run, sequence)
             if held is None:
                 yield Close()

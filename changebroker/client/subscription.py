@@ -204,19 +204,24 @@ class Lines:
 
 
 def batch_of(line: bytes, stream_id: str) -> EventBatch:
-    document = orjson.loads(line)
-    cursor = document["cursor"]
-    return EventBatch(
-        Cursor(
-            str(cursor["partition"]),
-            str(cursor["offset"]),
-            str(cursor.get("event_type", "")),
-            str(cursor.get("cursor_token", "")),
-        ),
-        document.get("events") or [],
-        document.get("info"),
-        stream_id,
-    )
+    try:
+        document = orjson.loads(line)
+        cursor = document["cursor"]
+        return EventBatch(
+            Cursor(
+                str(cursor["partition"]),
+                str(cursor["offset"]),
+                str(cursor.get("event_type", "")),
+                str(cursor.get("cursor_token", "")),
+            ),
+            document.get("events") or [],
+            document.get("info"),
+            stream_id,
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise SubscriptionError(
+            f"stream {stream_id} sent what is not a batch ({error}): {line[:200]!r}"
+        ) from None
 
 
 def consume(run: SubscriptionRun) -> Generator[Effect, Any, None]:

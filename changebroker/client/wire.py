@@ -46,9 +46,13 @@ class Page:
     changes: list[Change]
 
 
+# Operation(n) goes through Enum's lookup machinery: a dict is a tenth of it, per change.
+_OPERATIONS = {operation.value: operation for operation in Operation}
+
+
 def _json_change(change: Mapping[str, Any]) -> Change:
     return Change(
-        Operation(change["operation"]),
+        _OPERATIONS[change["operation"]],
         change["table"],
         change["sequence"],
         change.get("commitSequence", 0),
@@ -69,7 +73,7 @@ def page_from_json(body: bytes) -> Page:
 
 def _protobuf_change(change: pb.ChangePb) -> Change:
     return Change(
-        Operation(change.operation),
+        _OPERATIONS[change.operation],
         change.table,
         change.sequence,
         change.commitSequence,
@@ -78,8 +82,8 @@ def _protobuf_change(change: pb.ChangePb) -> Change:
         # The 64-bit txid; an older server sends only the 32-bit xid.
         change.transactionIDEpoch or change.transactionID,
         change.timestamp,
-        protobuf_row(list(change.newColumns)),
-        protobuf_row(list(change.oldColumns)),
+        protobuf_row(change.newColumns),
+        protobuf_row(change.oldColumns),
     )
 
 

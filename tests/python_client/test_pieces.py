@@ -1,4 +1,5 @@
-"""The client's pieces that need no server: streams cut anywhere, delays, the position file."""
+"""The client's pieces that need no server: streams cut anywhere, delays, the position file,
+error bodies."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import pytest
 
 from changebroker import transicator_pb2 as pb
 from changebroker.client import Backoff, FilePositionStore, Position
-from changebroker.client.errors import ChangeFeedError
+from changebroker.client.errors import ChangeFeedError, SubscriptionError
 from changebroker.client.snapshots import SnapshotDecoder
-from changebroker.client.subscription import Lines
+from changebroker.client.subscription import Lines, batch_of
+from changebroker.client.wire import Refusal
 
 
 def _framed(message: bytes) -> bytes:
@@ -94,3 +96,27 @@ def test_the_position_file_is_replaced_whole_and_a_broken_one_says_what_to_do(
     (tmp_path / "feed" / "position.json").write_text('{"sequence": "x"}')
     with pytest.raises(ValueError, match=r"not a change feed position.*remove it to start over"):
         store.load()
+
+
+def test_what_is_not_a_batch_is_an_error_naming_the_stream() -> None:
+    with pytest.raises(SubscriptionError, match="stream s-1 sent what is not a batch"):
+        batch_of(b'{"events": []}', "s-1")  # no cursor
+    batch = batch_of(
+        b'{"cursor": {"partition": "0", "offset": "001-0001-000000000000000004"}}', "s"
+    )
+    assert (batch.cursor.partition, batch.events, batch.info) == ("0", [], None)
+
+
+def test_refusals_read_both_error_shapes() -> None:
+    changeserver = b'{"code": "SNAPSHOT_TOO_OLD", "error": "changes after 0.1.0 are not held"}'
+    assert str(Refusal.of(400, changeserver)) == (
+        "400 SNAPSHOT_TOO_OLD: changes after 0.1.0 are not held"
+    )
+    nakadi = (
+        b'{"type": "about:blank", "title": "Conflict", "status": 409, "detail": "No free slots"}'
+    )
+    assert (Refusal.of(409, nakadi).code, Refusal.of(409, nakadi).message) == (
+        "Conflict",
+        "No free slots",
+    )
+    assert str(Refusal.of(502, b"<html>Bad Gateway</html>")) == "502: <html>Bad Gateway</html>"
