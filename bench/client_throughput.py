@@ -9,11 +9,10 @@ as a consumer would, ``since`` moved to the last change; nothing typed, nothing 
 
 Subscription: an event type of 4 partitions filled with ``EVENTS`` 1 KB events, read from
 ``begin`` (batch_limit 1000, max_uncommitted_events 4000, batch_flush_timeout 1 s) by
-``Subscription``, each batch
-handed to a handler that counts it and committed once the handler returns. Baselines: a bare
-httpx loop on the same stream (each line parsed with orjson, its cursor committed before
-the next line is read) and a raw confluent-kafka group member committing every
-``consume(1000)`` synchronously. Each reads a subscription of its own; medians of three
+``Subscription``, each batch handed to a handler that counts it and committed once the
+handler returns. Baselines: a bare httpx loop on the same stream (each line parsed with
+orjson, its cursor committed before the next line is read) and a raw confluent-kafka group
+member committing every ``consume(1000)`` synchronously. Each reads a subscription of its own; medians of three
 reads, the baselines' taken in turn with ours.
 
     .venv/bin/python -m bench client_throughput
