@@ -12,8 +12,8 @@ Subscription: an event type of 4 partitions filled with ``EVENTS`` 1 KB events, 
 ``Subscription``, each batch handed to a handler that counts it and committed once the
 handler returns. Baselines: a bare httpx loop on the same stream (each line parsed with
 orjson, its cursor committed before the next line is read) and a raw confluent-kafka group
-member committing every ``consume(1000)`` synchronously. Each reads a subscription of its own; medians of three
-reads, the baselines' taken in turn with ours.
+member committing every ``consume(1000)`` synchronously. Each reads a subscription of its
+own; medians of three reads, the baselines' taken in turn with ours.
 
     .venv/bin/python -m bench client_throughput
 
