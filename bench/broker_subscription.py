@@ -101,13 +101,13 @@ def _group_consumer(bootstrap: str, group: str) -> Consumer:
     )
 
 
-def _raw_group(bootstrap: str, topic: str) -> float:
+def _raw_group(bootstrap: str, topic: str, events: int = EVENTS) -> float:
     consumer = _group_consumer(bootstrap, f"bench-{uuid.uuid4().hex[:8]}")
     started = time.monotonic()
     consumer.subscribe([topic])
     received = 0
     try:
-        while received < EVENTS:
+        while received < events:
             messages = consumer.consume(BATCH_LIMIT, 10)
             for message in messages:
                 if message.error() is not None:

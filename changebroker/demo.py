@@ -10,18 +10,31 @@ from __future__ import annotations
 
 import json
 import ssl
+import threading
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import NewTopic
 
 from changebroker import auth, kafka, pg
+from changebroker.client import (
+    Change,
+    ChangeFeed,
+    ClientError,
+    EventBatch,
+    Operation,
+    SnapshotEnd,
+    SnapshotRow,
+    SnapshotStart,
+    Subscription,
+    sequence_order,
+)
 from changebroker.stack.local import LocalStack
 from changebroker.stack.processes import wait_until
-from changeserver.sequence import Sequence
 
 
 class DemoError(RuntimeError):
@@ -55,6 +68,32 @@ def _http(
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()
+
+
+def _client_options() -> dict[str, Any]:
+    """What the Python client needs to reach a stack with TLS or authentication on."""
+    return {"token": _token, "verify": _tls_context or True}
+
+
+WAIT_SECONDS = 30  # the longest a tour waits for what it expects
+
+
+def _until(
+    stop: Callable[[], None], items: Iterable[Any], done: Callable[[Any], bool]
+) -> list[Any] | None:
+    """The items up to the first that is ``done``; None when ``stop`` (called after
+    WAIT_SECONDS) ended them first."""
+    timer = threading.Timer(WAIT_SECONDS, stop)
+    timer.start()
+    seen = []
+    try:
+        for item in items:
+            seen.append(item)
+            if done(item):
+                return seen
+        return None
+    finally:
+        timer.cancel()
 
 
 def _expect(status: int, body: bytes, *wanted: int) -> Any:
@@ -124,34 +163,31 @@ def kafka_tour(stack: LocalStack) -> None:
 def changeserver_tour(stack: LocalStack, base_url: str) -> None:
     _step(f"Changeserver ({base_url}): one transaction, long-polled from /changes")
     selector = "demo"
-    # Ask from the last sequence seen before the commit, blocking: the answer comes as
-    # soon as the change log has made the transaction durable.
-    before = _expect(*_http("GET", f"{base_url}/changes?selector={selector}&limit=0"), 200)
     with pg.connect(stack.pg_dsn, autocommit=True) as conn:
         conn.execute(
             "CREATE TABLE IF NOT EXISTS demo_accounts"
             " (id serial PRIMARY KEY, owner text NOT NULL, balance numeric(12, 2),"
             " _change_selector text)"
         )
-        with conn.transaction():
+    # A feed from "now" (the newest change when it is opened), long polling: the transaction
+    # comes as soon as the change log has made it durable.
+    with ChangeFeed(base_url, [selector], start="now", block=10, **_client_options()) as feed:
+        with pg.connect(stack.pg_dsn, autocommit=True) as conn, conn.transaction():
             for owner, balance in (("ada", "10.50"), ("grace", "99999.99")):
                 conn.execute(
                     "INSERT INTO demo_accounts (owner, balance, _change_selector)"
                     " VALUES (%s, %s, %s)",
                     (owner, balance, selector),
                 )
-    since = before["lastSequence"]
-    url = f"{base_url}/changes?selector={selector}&since={since}&block=10"
-    answer = _expect(*_http("GET", url), 200)
-    changes = answer["changes"]
-    if len(changes) != 2:
-        raise DemoError(f"expected the 2 inserted rows after {since}, got {answer}")
+        changes = _until(feed.stop, feed, lambda change: change.new_row["owner"].value == "grace")
+    if changes is None or len(changes) != 2:
+        raise DemoError(f"expected the 2 inserted rows, got {changes}")
     for change in changes:
-        row = change["newRow"]
+        row = change.new_row or {}
         _say(
-            f"{change['sequence']} {change['table']} op {change['operation']}: "
-            f"owner={row['owner']['value']} balance={row['balance']['value']} "
-            f"(commit {change['commitSequence']}, index {change['commitIndex']})"
+            f"{change.sequence} {change.table} op {change.operation}: "
+            f"owner={row['owner'].value!s} balance={row['balance'].value!s} "
+            f"(commit {change.commit_sequence}, index {change.commit_index})"
         )
 
 
@@ -256,11 +292,11 @@ def broker_tour(base_url: str) -> None:
 def _bridge_caught_up(bridge_url: str, changeserver_url: str) -> None:
     """Until the bridge has published every change the changeserver holds now."""
     last = _expect(*_http("GET", f"{changeserver_url}/changes?limit=0"), 200)["lastSequence"]
-    wanted = Sequence.parse(last)
+    wanted = sequence_order(last)
 
     def published() -> bool:
         status, body = _http("GET", f"{bridge_url}/status")
-        return status == 200 and Sequence.parse(json.loads(body)["position"]) >= wanted
+        return status == 200 and sequence_order(json.loads(body)["position"]) >= wanted
 
     if not wait_until(published, timeout=60, what=None):
         raise DemoError(f"the bridge did not reach {last}: see .state/logs/bridge.log")
@@ -288,7 +324,6 @@ def snapshots_tour(stack: LocalStack, running: dict[str, Any]) -> None:
     _bridge_caught_up(running["bridge"]["url"], changeserver)
 
     from replay.job import ReplayOptions, run_replay
-    from replay.subscribe import subscribe
 
     options = ReplayOptions(
         broker_url=broker,
@@ -309,48 +344,64 @@ def snapshots_tour(stack: LocalStack, running: dict[str, Any]) -> None:
     for event_type, cursors in manifest.cursors.items():
         _say(f"  {event_type}: " + ", ".join(f"{c['partition']}@{c['offset']}" for c in cursors))
 
-    status, body = _http("GET", f"{changeserver}/snapshots?selector=bridge")
-    answer = _expect(status, body, 200)
-    rows = next(t["rows"] for t in answer["tables"] if t["name"] == "public.demo_orders")
-    _say(f"GET /snapshots?selector=bridge: {len(rows)} demo_orders rows, sequence"
-         f" {answer['sequence']}")  # fmt: skip
-    for row in rows[-3:]:
-        _say(f"  id={row['id']['value']} item={row['item']['value']} qty={row['qty']['value']}")
-
     with pg.connect(stack.pg_dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO demo_orders (item, qty) VALUES ('cream', 1)")
-    since = position = answer["sequence"]
-    # Follow /changes as a client does: an answer holds what the change log had then, and
-    # earlier changes under the selector (the bridge's own bookkeeping, demo_orders' updates)
-    # can come first; the tour shows demo_orders' inserts.
-    seen: list[dict[str, Any]] = []
-    inserted: list[dict[str, Any]] = []
-    while not inserted:
-        url = f"{changeserver}/changes?selector=bridge&since={position}&block=10"
-        after = _expect(*_http("GET", url), 200)["changes"]
-        if not after:
-            raise DemoError(f"expected the new demo_orders row after {since}, got {seen}")
-        seen += after
-        position = after[-1]["sequence"]
-        inserted = [c for c in after if c["table"] == "public.demo_orders" and c["operation"] == 1]
-    _say(f"GET /changes?since={since}: only what came after the snapshot:")
-    for change in inserted:
-        _say(f"  {change['sequence']} op {change['operation']} {change['table']}"
-             f" item={change['newRow']['item']['value']}")  # fmt: skip
+    # A new consumer of the selector from the snapshot: its rows, then only the changes after
+    # it (earlier changes under the selector, demo_orders' updates among them, are in it).
+    rows: list[SnapshotRow] = []
+
+    def shown(item: Any) -> bool:
+        if isinstance(item, SnapshotStart):
+            rows.clear()  # a snapshot taken again (one that broke off) replaces the last
+        elif isinstance(item, SnapshotRow) and item.table == "public.demo_orders":
+            rows.append(item)
+        elif isinstance(item, SnapshotEnd):
+            _say(f"GET /snapshots?selector=bridge: {len(rows)} demo_orders rows, sequence"
+                 f" {item.sequence} (snapshot {item.snapshot_id})")  # fmt: skip
+            for row in (r.row for r in rows[-3:]):
+                _say(
+                    f"  id={row['id'].value!s} item={row['item'].value!s} qty={row['qty'].value!s}"
+                )
+            _say(f"GET /changes?since={item.sequence}: only what came after the snapshot:")
+        elif isinstance(item, Change) and item.table == "public.demo_orders":
+            row = item.new_row or item.old_row or {}
+            _say(f"  {item.sequence} op {item.operation} {item.table} item={row['item'].value!s}")
+            return item.operation == Operation.INSERT
+        return False
+
+    with ChangeFeed(
+        changeserver, ["bridge"], start="snapshot", block=10, snapshot_wait=WAIT_SECONDS,
+        **_client_options(),
+    ) as feed:  # fmt: skip
+        if _until(feed.stop, feed, shown) is None:
+            raise DemoError("no new demo_orders row came after the snapshot")
 
     _bridge_caught_up(running["bridge"]["url"], changeserver)
-    subscription = subscribe(
-        broker, manifest, "changebroker-demo", token=_token, ca_file=stack.ca_file
-    )
-    _say(f"subscription {subscription} (read_from: cursors = the snapshot's) streams:")
-    stream = f"{broker}/subscriptions/{subscription}/events?stream_timeout=3&batch_flush_timeout=1"
-    status, body = _http("GET", stream)
-    _expect(status, b"", 200)
-    events = [e for line in body.splitlines() for e in json.loads(line).get("events", [])]
+    consumer = Subscription.from_snapshot(
+        broker, manifest.as_json(), "changebroker-demo", batch_flush_timeout=1,
+        **_client_options(),
+    )  # fmt: skip
+    _say(f"subscription {consumer.subscription_id} (read_from: cursors = the snapshot's)"
+         " streams, each batch committed once handled:")  # fmt: skip
+    events: list[dict[str, Any]] = []
+
+    def handle(batch: EventBatch) -> None:
+        for event in batch.events:
+            _say(f"  {event['data_op']} {event['data_type']} {event['data']}")
+        events.extend(batch.events)
+        consumer.stop()
+
+    with consumer:
+        timer = threading.Timer(WAIT_SECONDS, consumer.stop)
+        timer.start()
+        try:
+            consumer.run(handle)
+        finally:
+            timer.cancel()
     if not events:
-        raise DemoError(f"subscription {subscription} sent no events after the snapshot")
-    for event in events:
-        _say(f"  {event['data_op']} {event['data_type']} {event['data']}")
+        raise DemoError(
+            f"subscription {consumer.subscription_id} sent no events after the snapshot"
+        )
 
 
 def run(stack: LocalStack) -> int:
@@ -371,7 +422,7 @@ def run(stack: LocalStack) -> int:
             broker_tour(running["broker"]["url"])
         if {"changeserver", "broker", "bridge"} <= running.keys():
             snapshots_tour(stack, running)
-    except (DemoError, OSError) as error:
+    except (DemoError, ClientError, OSError) as error:
         print(f"\ndemo failed: {error} (logs: {stack.state.logs})")
         return 1
     _step("Done. `changebroker status --json` lists the endpoints; `changebroker down` stops it.")

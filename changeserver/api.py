@@ -37,8 +37,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from changebroker import http
+from changebroker import transicator_pb2 as pb
 from changeserver import changes, diagnostics, metrics
-from changeserver import transicator_pb2 as pb
 from changeserver.changelog import Bounds, LogReader, Snapshot
 from changeserver.pgoutput import NO_SELECTOR, RESET_EVERY, RESET_UNSELECTED
 from changeserver.sequence import ZERO, Sequence

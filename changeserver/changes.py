@@ -17,8 +17,8 @@ from collections.abc import Callable
 from json.encoder import encode_basestring_ascii as _string  # json.dumps's, ensure_ascii
 from typing import Any
 
+from changebroker import transicator_pb2 as pb
 from changeserver import pgoutput, sequence
-from changeserver import transicator_pb2 as pb
 from changeserver.pgoutput import Relation, Row
 from changeserver.sequence import Sequence
 

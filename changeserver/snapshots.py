@@ -40,8 +40,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from changebroker import transicator_pb2 as pb
 from changeserver import api, changes
-from changeserver import transicator_pb2 as pb
 from changeserver.pgoutput import NO_SELECTOR
 
 MANIFEST = "manifest.json"

@@ -14,7 +14,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from changebroker import tasks
-from changeserver.sequence import Sequence
+from changebroker.client import sequence_order
 from console.context import Console
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ def total_unconsumed(stats: Any) -> int:
 
 def lsn(sequence: Any) -> int | None:
     try:
-        return Sequence.parse(str(sequence)).lsn
+        return sequence_order(str(sequence))[0]
     except ValueError:
         return None
 

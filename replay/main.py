@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from changebroker import auth, config, http
+from changebroker.client import SubscriptionRefused, create_snapshot_subscription
 from changebroker.stack.state import default_snapshots_dir
 from replay import schedule
 from replay.catalog import CatalogError
@@ -17,7 +18,6 @@ from replay.columns import NoPrimaryKey
 from replay.job import FORMATS, ReplayOptions, run_replay
 from replay.offsets import RangeError
 from replay.snapshots import SnapshotNotFound, find
-from replay.subscribe import SubscriptionRefused, subscribe
 
 log = logging.getLogger(__name__)
 
@@ -138,13 +138,13 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _subscribe(args: argparse.Namespace) -> int:
     manifest = find(args.out, args.snapshot)
-    found = subscribe(
+    found = create_snapshot_subscription(
         args.broker_url,
-        manifest,
+        manifest.as_json(),
         args.owning_application,
         args.consumer_group,
         token=args.client_token or None,
-        ca_file=args.tls_ca,
+        verify=auth.client_verify(args.tls_ca),
     )
     print(found)
     return 0

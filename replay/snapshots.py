@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from changebroker.files import write_atomically
 from replay.columns import Column
 
 FORMAT = 1
@@ -157,16 +157,5 @@ def find(out: Path, snapshot_id: str | None) -> Manifest:
 
 def publish(directory: Path, manifest: Manifest) -> Manifest:
     """Write the manifest last and atomically: from now on the directory is a snapshot."""
-    tmp = directory / f".{MANIFEST}.tmp"
-    with open(tmp, "w") as file:
-        json.dump(manifest.as_json(), file, indent=2)
-        file.write("\n")
-        file.flush()
-        os.fsync(file.fileno())
-    os.rename(tmp, directory / MANIFEST)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_atomically(directory / MANIFEST, json.dumps(manifest.as_json(), indent=2) + "\n")
     return dataclasses.replace(manifest, directory=directory)

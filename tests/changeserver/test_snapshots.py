@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from changebroker import transicator_pb2 as pb
 from changeserver import changes
-from changeserver import transicator_pb2 as pb
 from changeserver.api import PROTOBUF
 from changeserver.snapshots import ID_HEADER, SEQUENCE_HEADER
 from tests.support.changeserver import Harness, MakeServer
@@ -238,51 +237,6 @@ def test_a_large_snapshot_is_streamed_in_pieces(make_server: MakeServer, tmp_pat
     assert max(sizes) < 2_000_000
 
 
-def _snapshot_messages() -> dict[str, Any]:
-    """Transicator's snapshot stream messages (its .proto), built here from descriptors: an
-    independent decoder for what the server assembles by hand."""
-    pool = descriptor_pool.DescriptorPool()
-    common = descriptor_pb2.FileDescriptorProto()
-    pb.DESCRIPTOR.CopyToProto(common)
-    pool.Add(common)
-    proto = descriptor_pb2.FileDescriptorProto(
-        name="snapshot_stream.proto", package="common", dependency=[common.name], syntax="proto2"
-    )
-    field = descriptor_pb2.FieldDescriptorProto
-    string, message = field.TYPE_STRING, field.TYPE_MESSAGE
-    optional, repeated = field.LABEL_OPTIONAL, field.LABEL_REPEATED
-
-    def add(name: str, *fields: tuple[str, int, int, int, str]) -> None:
-        described = proto.message_type.add(name=name)
-        for field_name, number, kind, label, type_name in fields:
-            item = described.field.add(name=field_name, number=number, type=kind, label=label)
-            if type_name:
-                item.type_name = type_name
-        if name == "StreamMessagePb":
-            described.oneof_decl.add(name="message")
-            for item in described.field:
-                item.oneof_index = 0
-
-    add(
-        "SnapshotHeaderPb",
-        ("timestamp", 1, string, optional, ""),
-        ("snapshot", 2, string, optional, ""),
-    )
-    add(
-        "TableHeaderPb",
-        ("name", 1, string, optional, ""),
-        ("columns", 2, message, repeated, ".common.ColumnPb"),
-    )
-    add("RowPb", ("values", 1, message, repeated, ".common.ValuePb"))
-    add("StreamMessagePb", ("table", 1, message, optional, ".common.TableHeaderPb"),
-        ("row", 2, message, optional, ".common.RowPb"))  # fmt: skip
-    pool.Add(proto)
-    return {
-        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"common.{name}"))
-        for name in ("SnapshotHeaderPb", "StreamMessagePb")
-    }
-
-
 def test_protobuf_is_transicators_snapshot_stream(make_server: MakeServer, tmp_path: Path) -> None:
     cs, directory = _serve(make_server, tmp_path)
     cs.sql(TYPES)
@@ -295,17 +249,16 @@ def test_protobuf_is_transicators_snapshot_stream(make_server: MakeServer, tmp_p
     assert response.status_code == 200
     assert response.headers["content-type"] == PROTOBUF
     assert response.headers[SEQUENCE_HEADER] == "0.1.0"
-    messages = _snapshot_messages()
     data, frames = response.content, []
     while data:
         (length,) = struct.unpack(">i", data[:4])
         frames.append(data[4 : 4 + length])
         data = data[4 + length :]
-    header = messages["SnapshotHeaderPb"].FromString(frames[0])
+    header = pb.SnapshotHeaderPb.FromString(frames[0])
     assert header.timestamp == as_json["timestamp"]
     tables: list[dict[str, Any]] = []
     for frame in frames[1:]:
-        stream = messages["StreamMessagePb"].FromString(frame)
+        stream = pb.StreamMessagePb.FromString(frame)
         if stream.WhichOneof("message") == "table":
             columns = [(c.name, c.type) for c in stream.table.columns]
             tables.append({"name": stream.table.name, "columns": columns, "rows": []})

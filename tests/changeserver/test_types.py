@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import psycopg
 
-from changeserver import transicator_pb2 as pb
+from changebroker import transicator_pb2 as pb
 from tests.support.changeserver import Harness
 
 COLUMNS = {

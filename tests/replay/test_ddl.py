@@ -28,12 +28,12 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
+from changebroker.client.sync import create_snapshot_subscription
 from changebroker.stack.processes import wait_until
 from changeserver.sequence import Sequence
 from changeserver.snapshots import SEQUENCE_HEADER
 from replay import run_replay
 from replay.snapshots import Manifest
-from replay.subscribe import subscribe
 from tests.broker.subscription_support import Stream, commit
 from tests.support.bridge_stack import Rebuilt, Stack, rebuilding, table_rows
 from tests.support.replay_snapshots import Rows, snapshot_tables
@@ -312,7 +312,7 @@ class Subscriber:
         for table, rows in loaded.items():
             self.consumer.load(table, rows)
         self.keys = {e.event_type: sorted(e.primary_key) for e in manifest.tables.values()}
-        self.id = subscribe(stack.broker_url, manifest, "ddl-test")
+        self.id = create_snapshot_subscription(stack.broker_url, manifest.as_json(), "ddl-test")
         self.client = httpx.Client(base_url=stack.broker_url, timeout=60)
         self.stream = Stream(self.client, self.id, batch_flush_timeout=1, batch_limit=200)
         self.failure: BaseException | None = None

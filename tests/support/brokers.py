@@ -9,6 +9,7 @@ import httpx
 
 from broker.app import create_app
 from broker.settings import Settings
+from changebroker import pg
 from changebroker.stack.run import serve_in_thread
 
 
@@ -21,3 +22,13 @@ def broker_client(settings: Settings) -> Iterator[httpx.Client]:
         httpx.Client(base_url=url, timeout=60) as client,
     ):
         yield client
+
+
+@contextlib.contextmanager
+def scratch_broker(pg_server_dsn: str, kafka_bootstrap: str) -> Iterator[str]:
+    """A broker served in a thread on a metadata database of its own (dropped afterwards);
+    its base URL."""
+    with pg.scratch_database(pg_server_dsn, "t_broker") as dsn:
+        settings = Settings(pg_dsn=dsn, kafka_bootstrap=kafka_bootstrap)
+        with serve_in_thread(create_app(settings)) as url:
+            yield url

@@ -70,3 +70,33 @@ class ChangeListPb(_message.Message):
     firstSequence: str
     changes: _containers.RepeatedCompositeFieldContainer[ChangePb]
     def __init__(self, lastSequence: _Optional[str] = ..., firstSequence: _Optional[str] = ..., changes: _Optional[_Iterable[_Union[ChangePb, _Mapping]]] = ...) -> None: ...
+
+class SnapshotHeaderPb(_message.Message):
+    __slots__ = ("timestamp", "snapshot")
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    timestamp: str
+    snapshot: str
+    def __init__(self, timestamp: _Optional[str] = ..., snapshot: _Optional[str] = ...) -> None: ...
+
+class TableHeaderPb(_message.Message):
+    __slots__ = ("name", "columns")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    columns: _containers.RepeatedCompositeFieldContainer[ColumnPb]
+    def __init__(self, name: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[ColumnPb, _Mapping]]] = ...) -> None: ...
+
+class RowPb(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedCompositeFieldContainer[ValuePb]
+    def __init__(self, values: _Optional[_Iterable[_Union[ValuePb, _Mapping]]] = ...) -> None: ...
+
+class StreamMessagePb(_message.Message):
+    __slots__ = ("table", "row")
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    ROW_FIELD_NUMBER: _ClassVar[int]
+    table: TableHeaderPb
+    row: RowPb
+    def __init__(self, table: _Optional[_Union[TableHeaderPb, _Mapping]] = ..., row: _Optional[_Union[RowPb, _Mapping]] = ...) -> None: ...
