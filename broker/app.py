@@ -52,6 +52,7 @@ from broker.timelines.storages import Storages
 from broker.timelines.store import TimelineStore
 from broker.timelines.switch import Switcher
 from broker.timelines.writers import Writer
+from broker.url_firewall import UrlFirewall
 from changebroker import auth, http, kafka, pg, tasks
 from changebroker import metrics as service_metrics
 
@@ -159,7 +160,7 @@ def create_app(settings: Settings) -> ASGIApp:
         },
     )
     app.state.admin = admin
-    return auth.AuthMiddleware(
+    authenticated = auth.AuthMiddleware(
         bodies.EncodedOnlyOnPost(app),
         settings.auth.authenticator(),
         _refused,
@@ -167,6 +168,8 @@ def create_app(settings: Settings) -> ASGIApp:
         open_paths=frozenset({"/health"}),
         scopes=settings.scopes.table(),
     )
+    # Outermost, as Nakadi's firewall runs before its authentication.
+    return UrlFirewall(authenticated)
 
 
 def _refused(status: int, detail: str) -> Response:

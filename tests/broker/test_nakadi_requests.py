@@ -172,3 +172,15 @@ def test_read_from_cursors_without_initial_cursors_is_422_in_nakadis_words(
             "status": 422,
             "detail": "initial_cursors should contain cursors for all partitions of subscription",
         }
+
+
+def test_a_url_nakadis_firewall_rejects_is_400_before_authentication(
+    client: httpx.Client,
+) -> None:
+    """InvalidRequestAT.whenRequestRejectedExceptionThrownThenResponseIs400: an encoded slash
+    or period, a double slash or a semicolon is a 400 Problem, not a 404; a name with dots
+    passes."""
+    for path in ("/%2F%2F/", "/event-types//x", "/event-types;x", "/event-types/%2e%2e/x"):
+        response = client.get(path)
+        assert_problem(response, 400, "potentially malicious")
+    assert client.get("/event-types/no.such.type").status_code == 404
