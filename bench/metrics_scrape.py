@@ -32,7 +32,11 @@ from bench.broker_publish import _event, _rate, poster
 from bench.broker_stream import PARTITIONS, broker_with_event_type
 from bench.console_pages import EVENT_TYPES, SUBSCRIPTIONS, _fill
 from bench.report import Figure, report, verdict
+from changebroker.metrics import PROMETHEUS_ACCEPT
 from changebroker.stack.processes import wait_until
+
+# The broker answers JSON unless asked for Prometheus text, as a scraper asks.
+SCRAPER = {"accept": PROMETHEUS_ACCEPT}
 
 REQUESTS = 30
 GOAL_MS = 200.0
@@ -58,7 +62,7 @@ def _publish_rate(url: str, name: str, scrape_every: float | None) -> float:
     stop = threading.Event()
 
     def scraper() -> None:
-        with httpx.Client(base_url=url, timeout=60) as client:
+        with httpx.Client(base_url=url, timeout=60, headers=SCRAPER) as client:
             while not stop.wait(scrape_every or 0):
                 client.get("/metrics").raise_for_status()
 
@@ -112,12 +116,12 @@ def main() -> int:
         )
 
         def lag_read() -> bool:
-            text = httpx.get(f"{url}/metrics", timeout=60).text
+            text = httpx.get(f"{url}/metrics", timeout=60, headers=SCRAPER).text
             series = sum(1 for line in text.splitlines() if line.startswith(LAG + "{"))
             return series >= SUBSCRIPTIONS * PARTITIONS
 
         wait_until(lag_read, timeout=300, what="every subscription's lag in /metrics")
-        with httpx.Client(base_url=url, timeout=60) as client:
+        with httpx.Client(base_url=url, timeout=60, headers=SCRAPER) as client:
             text = client.get("/metrics").text
             scraped = _timed_ms(client, "/metrics")
             health = _timed_ms(client, "/health")

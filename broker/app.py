@@ -133,7 +133,7 @@ def create_app(settings: Settings) -> ASGIApp:
         *Status(store.pool, clusters.topics(clusters.own)).routes(),
         # Process, request and publishing metrics (broker/metrics.py), and every subscription's
         # lag, read and rendered in the background at most once per --lag-interval.
-        service_metrics.route(refresh=[lag_refresh], texts=[lag.text]),
+        service_metrics.route(refresh=[lag_refresh], texts=[lag.text], nakadi_json=True),
         Route("/registry/enrichment-strategies", enrichment_strategies, methods=["GET"]),
         Route("/registry/partition-strategies", partition_strategies, methods=["GET"]),
         *event_type_api.routes(),

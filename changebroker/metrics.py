@@ -40,8 +40,9 @@ from prometheus_client import (
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import mark_process_dead
+from prometheus_client.parser import text_string_to_metric_families
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from changebroker.metrics_files import WorkerFiles
@@ -152,9 +153,13 @@ def route(
     collectors: Iterable[Collector] = (),
     refresh: Iterable[Refresh] = (),
     texts: Iterable[Text] = (),
+    *,
+    nakadi_json: bool = False,
 ) -> Route:
     """``GET /metrics``; each ``refresh`` (an ``Interval``) is asked first, and the text is
-    rendered off the event loop (collectors may read files or databases)."""
+    rendered off the event loop (collectors may read files or databases). ``nakadi_json``:
+    a request that does not ask for Prometheus text by its ``Accept`` gets the same samples
+    in the JSON of Nakadi's ``/metrics`` (:func:`nakadi_json_of`)."""
     refreshes = list(refresh)
     exposing = _Exposition(collectors, texts)
 
@@ -162,9 +167,55 @@ def route(
         for step in refreshes:
             await step()
         body = await asyncio.to_thread(exposing.text)
+        if nakadi_json and not wants_prometheus_text(request.headers.get("accept")):
+            return JSONResponse(nakadi_json_of(body.decode()))
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     return Route("/metrics", metrics, methods=["GET"])
+
+
+# What a Prometheus scraper's Accept names, for clients of ours that scrape.
+PROMETHEUS_ACCEPT = "text/plain;version=0.0.4"
+
+
+def wants_prometheus_text(accept: str | None) -> bool:
+    """Whether ``Accept`` names Prometheus's formats, as every Prometheus scraper's does
+    (``text/plain;version=0.0.4``, ``application/openmetrics-text``); ``*/*`` does not."""
+    lowered = (accept or "").lower()
+    return "text/plain" in lowered or "openmetrics" in lowered
+
+
+# The metric kinds of Nakadi's /metrics (Dropwizard's JSON): Prometheus families map to the
+# first three; Dropwizard's meters and timers have no Prometheus kind and stay empty.
+_NAKADI_SECTIONS = {"counter": "counters", "gauge": "gauges", "histogram": "histograms"}
+
+
+def nakadi_json_of(text: str) -> dict[str, Any]:
+    """Prometheus text as the JSON Nakadi's ``/metrics`` answers: ``version``, then
+    ``counters`` (``{"count": n}``), ``gauges`` (``{"value": v}``), ``histograms``
+    (``{"count": n, "sum": s}``), ``meters`` and ``timers``, each keyed by the sample's name
+    and labels as Prometheus writes them."""
+    found: dict[str, Any] = {
+        "version": "4.0.0",
+        "counters": {},
+        "gauges": {},
+        "histograms": {},
+        "meters": {},
+        "timers": {},
+    }
+    for family in text_string_to_metric_families(text):
+        section = found[_NAKADI_SECTIONS.get(family.type, "gauges")]
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            if family.type == "histogram":
+                if sample.name.endswith(("_count", "_sum")) and "le" not in sample.labels:
+                    key = family.name + (f"{{{labels}}}" if labels else "")
+                    field = "count" if sample.name.endswith("_count") else "sum"
+                    section.setdefault(key, {})[field] = sample.value
+                continue
+            key = sample.name + (f"{{{labels}}}" if labels else "")
+            section[key] = {"count" if family.type == "counter" else "value": sample.value}
+    return found
 
 
 class Interval:

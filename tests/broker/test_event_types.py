@@ -11,6 +11,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from changebroker import kafka
+from changebroker.metrics import PROMETHEUS_ACCEPT
 from tests.broker.swagger import assert_problem, validate
 from tests.support.event_types import business_event_type
 
@@ -366,10 +367,20 @@ def test_registry_strategies(client: httpx.Client) -> None:
 
 def test_health_and_metrics(client: httpx.Client) -> None:
     assert client.get("/health").status_code == 200
-    metrics = client.get("/metrics")
+    # A Prometheus scraper names its text format and gets it.
+    metrics = client.get("/metrics", headers={"accept": PROMETHEUS_ACCEPT})
     assert metrics.status_code == 200
     assert metrics.headers["content-type"].startswith("text/plain")
     assert "# TYPE changebroker_broker_events_published_total counter" in metrics.text
+    # Anyone else gets Nakadi's JSON (MetricsAT.whenGetMetricsThenStructureIsOk), the same
+    # samples in it.
+    nakadi = client.get("/metrics")
+    assert nakadi.headers["content-type"] == "application/json"
+    body = nakadi.json()
+    assert {"version", "counters", "gauges", "histograms", "meters", "timers"} <= set(body)
+    assert "process_start_time_seconds" in body["gauges"]
+    assert body["histograms"], "the request durations"
+    assert all(set(h) == {"count", "sum"} for h in body["histograms"].values())
 
 
 def test_unknown_route_is_problem(client: httpx.Client) -> None:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from changebroker.metrics import PROMETHEUS_ACCEPT
+
 
 @dataclass(frozen=True)
 class Scrape:
@@ -38,7 +40,7 @@ class Scrape:
 
 def scrape(url: str) -> Scrape:
     """``url`` is the whole /metrics URL; fails unless it answers 200 in Prometheus text."""
-    response = httpx.get(url, timeout=30)
+    response = httpx.get(url, timeout=30, headers={"accept": PROMETHEUS_ACCEPT})
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("text/plain"), response.headers
     families: dict[str, str] = {}
