@@ -53,7 +53,8 @@ _SCOPED: list[tuple[frozenset[str], re.Pattern[str], str]] = [
     (frozenset({"POST"}), re.compile(r"/event-types/?"), "event_type_write"),
     (frozenset({"PUT"}), re.compile(_NAME), "event_type_write"),
     (frozenset({"DELETE"}), re.compile(_NAME), "config_write"),
-    (frozenset({"POST"}), re.compile(_NAME + "/events"), "event_stream_write"),
+    (frozenset({"POST"}), re.compile(_NAME + "/schemas"), "event_type_write"),
+    (frozenset({"POST"}), re.compile(_NAME + "/(events|deleted-events)"), "event_stream_write"),
     (frozenset({"GET"}), re.compile(_NAME + "/events"), "event_stream_read"),
     (
         frozenset({"POST"}),
