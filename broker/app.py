@@ -32,6 +32,7 @@ from starlette.types import ASGIApp
 from broker import bodies
 from broker.access import Access
 from broker.admin_settings import AdminSettings, initial_admins
+from broker.avro.schemas import AvroSchemas
 from broker.errors import BrokerError
 from broker.event_types.api import EventTypeApi
 from broker.event_types.rules import ENRICHMENT_STRATEGIES
@@ -62,9 +63,10 @@ def create_app(settings: Settings) -> ASGIApp:
     )
     event_type_api = EventTypeApi(store, topics, settings, access)
     producer = KafkaProducer(settings.kafka_bootstrap)
-    publisher = Publisher(store, producer, access)
+    avro_schemas = AvroSchemas(store)
+    publisher = Publisher(store, producer, access, avro_schemas)
     watermarks = Watermarks(settings.kafka_bootstrap)
-    subscriptions = SubscriptionService(store, settings, watermarks, access)
+    subscriptions = SubscriptionService(store, settings, watermarks, access, avro_schemas)
     lag = SubscriptionLag(store, settings.kafka_bootstrap)
     lag_refresh = service_metrics.Interval(settings.lag_interval, lag.refresh)
 
@@ -112,6 +114,7 @@ def create_app(settings: Settings) -> ASGIApp:
             watermarks,
             access,
             settings.stream_memory_limit,
+            avro_schemas,
         ),
         # Subscriptions, their streams, commits and stats: broker/subscriptions/.
         *subscriptions.routes(),

@@ -211,6 +211,11 @@ def stored(metadata: Mapping[str, Any], payload: bytes) -> bytes:
     return _ENVELOPE.message({"metadata": metadata, "payload": payload})
 
 
+def datum(metadata: Mapping[str, Any], payload: bytes) -> bytes:
+    """An ``Envelope`` (version 1) datum: an item of a consumption batch's ``events``."""
+    return _ENVELOPE.datum({"metadata": metadata, "payload": payload})
+
+
 def read_stored(value: bytes) -> Record:
     """The metadata and payload of a stored envelope."""
     envelope = _read(_ENVELOPES, value, "envelope")

@@ -8,11 +8,12 @@ step, the others ``aborted``); when Kafka refuses some events the answer is
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,13 +24,22 @@ from starlette.routing import BaseRoute, Route
 
 from broker import bodies, metrics
 from broker.access import Access
+from broker.avro.payloads import PayloadSchema
+from broker.avro.schemas import AvroSchemas
 from broker.bodies import BadBody
-from broker.errors import EventTypeNotFound
+from broker.errors import EventTypeNotFound, Unprocessable
 from broker.event_types import effective_schema
+from broker.event_types.rules import AVRO_SCHEMA
 from broker.event_types.store import Revision, Store, StoredEventType
+from broker.publishing import binary
 from broker.publishing.enrichment import EnrichmentError, enrich
-from broker.publishing.partitioning import Partitioner, PartitioningError, partitioner
-from broker.publishing.producer import KafkaProducer, Message
+from broker.publishing.partitioning import (
+    Partitioner,
+    PartitioningError,
+    metadata_partitioner,
+    partitioner,
+)
+from broker.publishing.producer import Delivery, KafkaProducer, Message
 from changebroker import logs
 from changebroker.auth import principal_of
 from changebroker.http import OneWriteResponse
@@ -56,25 +66,39 @@ class Target:
     key_fields: tuple[str, ...]
     enriched: bool
     compacted: bool
-    version: str
-    validator: effective_schema.EventValidator
+    version: str  # of the json_schema JSON events are validated against
+    validator: effective_schema.EventValidator | NoJsonSchema
     # The event type's authorization section (its writers publish), None when it has none.
     authorization: Mapping[str, Any] | None = None
+    # Its avro_schema versions, which Avro events name.
+    avro: Mapping[str, PayloadSchema] = dataclasses.field(default_factory=dict)
 
     @functools.cached_property
     def partition(self) -> Partitioner:
         """Derived, not a field: ``dataclasses.replace`` of the strategy gets a new one."""
         return partitioner(self.partition_strategy, self.key_fields, self.category, self.partitions)
 
+    @functools.cached_property
+    def metadata_partition(self) -> Partitioner:
+        """The partition of an Avro event, by its metadata record."""
+        return metadata_partitioner(self.partition_strategy, self.partitions)
+
     @classmethod
-    def of(cls, stored: StoredEventType) -> Target:
+    def of(cls, stored: StoredEventType, avro: Mapping[str, PayloadSchema] | None = None) -> Target:
+        """JSON events are validated against the newest json_schema version, as Nakadi does
+        once an event type moved to Avro; without one, every JSON event is refused."""
         body = stored.body
-        schema = effective_schema.build(
-            body["category"],
-            json.loads(body["schema"]["schema"]),
-            body["compatibility_mode"],
-            body["cleanup_policy"],
-        )
+        validator: effective_schema.EventValidator | NoJsonSchema = NoJsonSchema(stored.name)
+        version = stored.schema_version
+        if stored.json_schema is not None:
+            schema = effective_schema.build(
+                body["category"],
+                json.loads(stored.json_schema["schema"]),
+                body["compatibility_mode"],
+                body["cleanup_policy"],
+            )
+            validator = effective_schema.EventValidator(schema)
+            version = stored.json_schema["version"]
         return cls(
             name=stored.name,
             revision=stored.stamp,
@@ -85,10 +109,22 @@ class Target:
             key_fields=tuple(body.get("partition_key_fields") or ()),
             enriched="metadata_enrichment" in body["enrichment_strategies"],
             compacted=effective_schema.compacted(body["cleanup_policy"]),
-            version=stored.schema_version,
-            validator=effective_schema.EventValidator(schema),
+            version=version,
+            validator=validator,
             authorization=body.get("authorization"),
+            avro=avro or {},
         )
+
+
+class NoJsonSchema:
+    """The validator of an event type that has only Avro schemas: JSON events do not fit."""
+
+    def __init__(self, name: str) -> None:
+        self.detail = f"No json_schema found for event type: {name}"
+        self.schema: Mapping[str, Any] | None = None
+
+    def first_error(self, event: Any) -> str | None:
+        return self.detail
 
 
 class ItemFailure(Exception):
@@ -156,11 +192,21 @@ def _item(event: Any, status: str, step: str, detail: str | None = None) -> dict
     return item
 
 
+# What preparing a batch for one revision of its event type gives: the messages, or the first
+# event refused (its index and why).
+Prepared = tuple[list[Message], tuple[int, "ItemFailure"] | None]
+# Nakadi's words for deleting from a type whose cleanup_policy is delete.
+NOT_COMPACTED = "It is not allowed to delete events from non compacted event type"
+
+
 class Publisher:
-    def __init__(self, store: Store, producer: KafkaProducer, access: Access) -> None:
+    def __init__(
+        self, store: Store, producer: KafkaProducer, access: Access, avro: AvroSchemas
+    ) -> None:
         self.store = store
         self.producer = producer
         self.access = access
+        self.avro = avro
         # Per process; a revision check per request keeps it right across processes (and
         # across a delete and re-create: the revision holds the new topic).
         self._targets: dict[str, Target] = {}
@@ -174,7 +220,10 @@ class Publisher:
         return kept if current.revision == kept.revision else current
 
     def routes(self) -> list[BaseRoute]:
-        return [Route("/event-types/{name}/events", self.publish, methods=["POST"])]
+        return [
+            Route("/event-types/{name}/events", self.publish, methods=["POST"]),
+            Route("/event-types/{name}/deleted-events", self.delete, methods=["POST"]),
+        ]
 
     async def target(self, name: str, *, fresh: bool = False) -> Target | None:
         revision = await self.store.revision(name, fresh=fresh)
@@ -187,63 +236,42 @@ class Publisher:
         stored = await self.store.get(name)
         if stored is None:
             return None
-        target = Target.of(stored)
+        avro = None
+        if stored.body["schema"]["type"] == AVRO_SCHEMA:
+            schemas = await self.avro.of(name, fresh=fresh)
+            avro = schemas.versions if schemas is not None else None
+        target = Target.of(stored, avro)
         self._targets[name] = target
         return target
 
-    async def publish(self, request: Request) -> Response:
+    async def _writable(self, request: Request) -> tuple[str, Target]:
         name = request.path_params["name"]
         target = await self.target(name)
         if target is None:
             raise EventTypeNotFound(name)
-        principal = principal_of(request)
-        await self.access.require_publish(principal, name, target.authorization)
+        await self.access.require_publish(principal_of(request), name, target.authorization)
+        return name, target
+
+    async def publish(self, request: Request) -> Response:
+        name, target = await self._writable(request)
         started = time.perf_counter()
+        if binary.is_avro(request.headers.get("content-type")):
+            records = binary.records(await bodies.raw(request))
+            return await self._binary(request, name, target, records, started, delete=False)
         batch = split_batch(await bodies.raw(request))
         received_at = received_now()
-        messages, refused = _prepared(target, batch, received_at)
-        if refused is not None:
-            # Refused by what this process keeps: another process may have just changed the
-            # event type, its notification still on the way. Ask the database before saying no.
-            current = await self._current(name, target)
-            if current is not target:
-                await self.access.require_publish(principal, name, current.authorization)
-                target = current
-                messages, refused = _prepared(target, batch, received_at)
-        if refused is None:
-            delivery = await self.producer.submit(messages)
-            if not await delivery.answered_or_late() or delivery.failed:
-                # Late (producer.LATE_AFTER_S) or failed: the topic may be one another process
-                # has just deleted with its event type, its notification still on the way (Kafka
-                # would hold these events until its 30 s timeout). Only a new topic changes
-                # anything: in the kept one, these events may be stored already.
-                current = await self._current(name, target)
-                if current.topic != target.topic:
-                    await self.access.require_publish(principal, name, current.authorization)
-                    target = current
-                    messages, refused = _prepared(target, batch, received_at)
-                    if refused is None:
-                        delivery = await self.producer.submit(messages)
+        target, messages, refused, delivery = await self._deliver(
+            request, name, target, lambda t: _prepared(t, batch, received_at)
+        )
         if refused is not None:
             index, failure = refused
             labelled(metrics.batches, name, "422").inc()
             labelled(metrics.failures, failure.step).inc()
             metrics.publish_duration.observe(time.perf_counter() - started)
             return JSONResponse(_rejected(batch, index, failure), status_code=422)
-        await delivery.answered()
-        errors = delivery.errors()
-        metrics.publish_duration.observe(time.perf_counter() - started)
-        metrics.batch_events.observe(len(messages))
+        assert delivery is not None
+        errors = _counted(name, messages, delivery, started)
         if any(errors):
-            failed = sum(1 for e in errors if e)
-            labelled(metrics.batches, name, "207").inc()
-            labelled(metrics.failures, "publishing").inc(failed)
-            stored = [m for m, error in zip(messages, errors, strict=True) if not error]
-            labelled(metrics.events, name).inc(len(stored))
-            labelled(metrics.published_bytes, name).inc(sum(len(m.value) for m in stored))
-            log.warning(
-                "publishing partly failed", extra=logs.fields(event_type=name, failed=failed)
-            )
             items = [
                 _item(event, "failed", "publishing", error)
                 if error
@@ -251,11 +279,167 @@ class Publisher:
                 for (event, _), error in zip(batch, errors, strict=True)
             ]
             return JSONResponse(items, status_code=207)
-        labelled(metrics.batches, name, "200").inc()
-        labelled(metrics.events, name).inc(len(messages))
-        labelled(metrics.published_bytes, name).inc(sum(len(m.value) for m in messages))
         # One write for the answer most publishes get: a single event's is mostly this.
         return OneWriteResponse(status_code=200)
+
+    async def delete(self, request: Request) -> Response:
+        """Tombstones for the events' keys (``metadata.partition_compaction_key``) in their
+        partitions, so that compaction removes every event of those keys; readers never see a
+        tombstone. Only compacted event types (422 for others, as Nakadi)."""
+        name, target = await self._writable(request)
+        started = time.perf_counter()
+        if binary.is_avro(request.headers.get("content-type")):
+            records = binary.records(await bodies.raw(request))
+            if not target.compacted:
+                raise Unprocessable(NOT_COMPACTED)
+            return await self._binary(request, name, target, records, started, delete=True)
+        batch = split_batch(await bodies.raw(request))
+        if not target.compacted:
+            detail = NOT_COMPACTED
+            items = [_item(event, "aborted", "validating", detail) for event, _ in batch]
+            return JSONResponse(items, status_code=422)
+        target, _, refused, delivery = await self._deliver(
+            request, name, target, lambda t: _tombstones(t, batch)
+        )
+        if refused is not None:
+            index, failure = refused
+            return JSONResponse(_rejected(batch, index, failure), status_code=422)
+        assert delivery is not None
+        errors = delivery.errors()
+        if any(errors):
+            items = [
+                _item(event, "failed", "publishing", error)
+                if error
+                else _item(event, "submitted", "publishing")
+                for (event, _), error in zip(batch, errors, strict=True)
+            ]
+            return JSONResponse(items, status_code=207)
+        return Response(status_code=200)
+
+    async def _binary(
+        self,
+        request: Request,
+        name: str,
+        target: Target,
+        records: list[binary.Record],
+        started: float,
+        *,
+        delete: bool,
+    ) -> Response:
+        received_ms = int(time.time() * 1000)
+        flow_id = logs.flow_id.get()
+
+        def prepare(target: Target) -> Prepared:
+            messages: list[Message] = []
+            for index, record in enumerate(records):
+                try:
+                    messages.append(
+                        binary.message(
+                            target,
+                            record,
+                            delete=delete,
+                            received_ms=received_ms,
+                            flow_id=flow_id,
+                        )
+                    )
+                except binary.RecordFailure as failure:
+                    return messages, (index, ItemFailure("publishing", str(failure)))
+            return messages, None
+
+        target, messages, refused, delivery = await self._deliver(request, name, target, prepare)
+        if refused is not None:
+            index, failure = refused
+            return JSONResponse(binary.items(records, index, failure.detail), status_code=207)
+        assert delivery is not None
+        errors = delivery.errors() if delete else _counted(name, messages, delivery, started)
+        if any(errors):
+            return JSONResponse(binary.items(records, errors=errors), status_code=207)
+        return Response(status_code=200)
+
+    async def _deliver(
+        self,
+        request: Request,
+        name: str,
+        target: Target,
+        prepare: Callable[[Target], Prepared],
+    ) -> tuple[Target, list[Message], tuple[int, ItemFailure] | None, Delivery | None]:
+        """``prepare``'s messages written and answered by Kafka: the target they were prepared
+        for, the messages, and the refusal or Kafka's answer."""
+        principal = principal_of(request)
+        messages, refused = prepare(target)
+        if refused is not None:
+            # Refused by what this process keeps: another process may have just changed the
+            # event type, its notification still on the way. Ask the database before saying no.
+            current = await self._current(name, target)
+            if current is not target:
+                await self.access.require_publish(principal, name, current.authorization)
+                target = current
+                messages, refused = prepare(target)
+            if refused is not None:
+                return target, messages, refused, None
+        delivery = await self.producer.submit(messages)
+        if not await delivery.answered_or_late() or delivery.failed:
+            # Late (producer.LATE_AFTER_S) or failed: the topic may be one another process
+            # has just deleted with its event type, its notification still on the way (Kafka
+            # would hold these events until its 30 s timeout). Only a new topic changes
+            # anything: in the kept one, these events may be stored already.
+            current = await self._current(name, target)
+            if current.topic != target.topic:
+                await self.access.require_publish(principal, name, current.authorization)
+                target = current
+                messages, refused = prepare(target)
+                if refused is not None:
+                    return target, messages, refused, None
+                delivery = await self.producer.submit(messages)
+        await delivery.answered()
+        return target, messages, None, delivery
+
+
+def _counted(
+    name: str, messages: Sequence[Message], delivery: Delivery, started: float
+) -> list[str | None]:
+    """Kafka's answer per message, counted in the publishing metrics."""
+    errors = delivery.errors()
+    metrics.publish_duration.observe(time.perf_counter() - started)
+    metrics.batch_events.observe(len(messages))
+    if any(errors):
+        failed = sum(1 for e in errors if e)
+        labelled(metrics.batches, name, "207").inc()
+        labelled(metrics.failures, "publishing").inc(failed)
+        stored = [m for m, error in zip(messages, errors, strict=True) if not error]
+        log.warning("publishing partly failed", extra=logs.fields(event_type=name, failed=failed))
+    else:
+        labelled(metrics.batches, name, "200").inc()
+        stored = list(messages)
+    labelled(metrics.events, name).inc(len(stored))
+    labelled(metrics.published_bytes, name).inc(sum(len(m.value or b"") for m in stored))
+    return errors
+
+
+def _tombstones(target: Target, batch: list[tuple[Any, int]]) -> Prepared:
+    """A tombstone per event: its key and partition only (its content is not validated, as
+    Nakadi does not)."""
+    messages: list[Message] = []
+    for index, (event, size) in enumerate(batch):
+        try:
+            if size > MAX_EVENT_BYTES:
+                raise ItemFailure("validating", f"Event too large: {size} bytes")
+            if not isinstance(event, dict):
+                raise ItemFailure("validating", "an event must be a JSON object")
+            metadata = event.get("metadata")
+            key = metadata.get("partition_compaction_key") if isinstance(metadata, dict) else None
+            if not isinstance(key, str) or not key:
+                raise ItemFailure(
+                    "validating", "metadata.partition_compaction_key is required to delete events"
+                )
+            try:
+                partition = target.partition(event)
+            except PartitioningError as exc:
+                raise ItemFailure("partitioning", str(exc)) from None
+        except ItemFailure as failure:
+            return messages, (index, failure)
+        messages.append(Message(target.topic, partition, key.encode(), None))
+    return messages, None
 
 
 def _prepared(

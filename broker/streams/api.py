@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from broker import bodies, metrics
 from broker.access import Access
+from broker.avro.schemas import AvroSchemas
 from broker.errors import (
     BadRequest,
     BrokerError,
@@ -47,6 +48,7 @@ from broker.streams.cursors import (
     shift,
 )
 from broker.streams.event_stream import EventStream, parse_limits
+from broker.streams.transcode import Transcoder
 from broker.streams.watermarks import Watermark, Watermarks
 from changebroker.auth import principal_of
 from changebroker.numerals import whole_number
@@ -69,13 +71,17 @@ class BatchStreamResponse(StreamingResponse):
     kind = ""
 
     def __init__(
-        self, lines: AsyncIterator[bytes], gzip: bool, headers: dict[str, str] | None = None
+        self,
+        lines: AsyncIterator[bytes],
+        gzip: bool,
+        headers: dict[str, str] | None = None,
+        media_type: str = STREAM_MEDIA_TYPE,
     ) -> None:
         headers = dict(headers or {})
         if gzip:
             headers["Content-Encoding"] = "gzip"
         body = _gzipped(lines) if gzip else lines
-        super().__init__(body, media_type=STREAM_MEDIA_TYPE, headers=headers)
+        super().__init__(body, media_type=media_type, headers=headers)
 
     async def ended(self) -> None:
         """Release what the stream held."""
@@ -136,6 +142,7 @@ class Reading:
     watermarks: Watermarks
     access: Access
     memory_limit: int
+    avro: AvroSchemas
 
     async def _readable(self, request: Request) -> EventTypeTopic:
         """The event type the path names (else 404), if the caller may read it (else 403)."""
@@ -185,6 +192,7 @@ class Reading:
             topic.timeline,
             memory_limit=self.memory_limit,
             blocked=self.access.consumption_blocked_check(principal, [name]),
+            transcode=Transcoder(self.avro, {topic.topic: name}, binary=False),
         )
         batches = self.access.guarded(stream.batches(), principal, [name])
         return _StreamResponse(stream, batches, _wants_gzip(request))
@@ -308,10 +316,12 @@ def routes(
     watermarks: Watermarks,
     access: Access,
     memory_limit: int,
+    avro: AvroSchemas,
 ) -> list[BaseRoute]:
     """The reading endpoints; ``watermarks`` is the app's, closed by its lifespan;
-    ``memory_limit``: the bytes a stream holds for batches not yet due."""
-    reading = Reading(resolve, kafka_bootstrap, watermarks, access, memory_limit)
+    ``memory_limit``: the bytes a stream holds for batches not yet due; ``avro``: the Avro
+    schemas Avro events are read with."""
+    reading = Reading(resolve, kafka_bootstrap, watermarks, access, memory_limit, avro)
     endpoints: list[tuple[str, Endpoint, str]] = [
         ("/event-types/{name}/events", reading.stream, "GET"),
         ("/event-types/{name}/partitions", reading.partitions, "GET"),

@@ -196,11 +196,13 @@ class Batcher:
         self.first_info = first_info
         self.partitions: dict[PartitionKey, PartitionBatch] = {}
         self.accepted = 0
+        self.sent = 0  # events in the lines emitted
         self.pending_bytes = 0  # of every partition's pending events
 
     def emit(self, state: PartitionBatch, info: str | None = None) -> bytes:
         """The partition's next line (see :meth:`PartitionBatch.line`)."""
         self.pending_bytes -= state.pending_bytes
+        self.sent += len(state.pending)
         line = state.line(info or self.first_info)
         self.first_info = None
         return line
@@ -234,10 +236,11 @@ class Batcher:
             if error is not None:
                 raise RuntimeError(f"Kafka failed while streaming {message.topic()}: {error}")
             state = self.partitions.get((message.topic(), message.partition()))  # type: ignore[arg-type]
-            if state is None:
-                # Fetched before its partition was given up (subscription rebalance): not ours.
+            value: bytes | None = message.value()
+            if state is None or value is None:
+                # Fetched before its partition was given up (subscription rebalance): not ours;
+                # or a tombstone of deleted-events, which readers never see (as in Nakadi).
                 continue
-            value: bytes = message.value()  # type: ignore[assignment]
             state.pending.append(value)
             state.pending_bytes += len(value)
             self.pending_bytes += len(value)
@@ -304,9 +307,11 @@ class EventStream:
         *,
         memory_limit: int = STREAM_MEMORY_LIMIT,
         blocked: Callable[[], Awaitable[bool]] | None = None,
+        transcode: Callable[[list[Message]], Awaitable[None]] | None = None,
     ) -> None:
         """``blocked``: asked before every poll; once it says so, the stream ends (Nakadi ends
-        the stream of a consumer the blacklist blocks)."""
+        the stream of a consumer the blacklist blocks); ``transcode``: rewrites each poll's
+        events for the reader (:mod:`broker.streams.transcode`)."""
         self._bootstrap = bootstrap
         self._topic = topic
         self._positions = dict(positions)
@@ -314,6 +319,7 @@ class EventStream:
         self._timeline = timeline
         self._memory_limit = memory_limit
         self._blocked = blocked
+        self._transcode = transcode
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"stream-{topic}")
         self._consumer: Consumer | None = None
         self._closed = False
@@ -369,6 +375,8 @@ class EventStream:
                 now = time.monotonic()
                 wait = min(max(batcher.next_flush(ends_at) - now, 0.0), MAX_POLL_SECONDS)
                 messages = await loop.run_in_executor(self._executor, self._poll, wait)
+                if self._transcode is not None:
+                    await self._transcode(messages)
                 out, limit_reached = batcher.take(messages)
                 now = time.monotonic()
                 # Asked to stop: what is batched goes out, then the stream ends whole.

@@ -7,6 +7,7 @@ from __future__ import annotations
 from starlette.routing import BaseRoute
 
 from broker.access import Access
+from broker.avro.schemas import AvroSchemas
 from broker.event_types.store import Store, StoreResolver
 from broker.settings import Settings
 from broker.streams.watermarks import Watermarks
@@ -20,7 +21,12 @@ class SubscriptionService:
     """Everything under ``/subscriptions`` for one app, and its notification listener."""
 
     def __init__(
-        self, store: Store, settings: Settings, watermarks: Watermarks, access: Access
+        self,
+        store: Store,
+        settings: Settings,
+        watermarks: Watermarks,
+        access: Access,
+        avro: AvroSchemas,
     ) -> None:
         self.subscriptions = Subscriptions(
             store, StoreResolver(store), watermarks, settings.subscription_max_partitions
@@ -34,6 +40,7 @@ class SubscriptionService:
             access,
             settings.max_commit_timeout,
             settings.stream_memory_limit,
+            avro,
         )
         self.api = SubscriptionApi(self.subscriptions, self.streams.status, access)
 

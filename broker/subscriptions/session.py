@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -26,8 +27,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from broker.avro import envelope
 from broker.event_types.store import Store
 from broker.event_types.topics import EventTypeTopic
+from broker.streams.cursors import format_offset
 from broker.streams.event_stream import (
     MESSAGES_PER_POLL,
     STREAM_CONSUMER_SETTINGS,
@@ -38,6 +41,7 @@ from broker.streams.event_stream import (
     parse_limits,
     poll,
 )
+from broker.streams.transcode import Transcoder, Unrepresentable
 from broker.streams.watermarks import consumer_config
 from broker.subscriptions.read_ahead import READ_AHEAD_EVENTS, ReadAhead
 from broker.subscriptions.store import (
@@ -120,6 +124,35 @@ class _Batch(PartitionBatch):
         )
 
 
+@dataclass
+class _AvroBatch(_Batch):
+    """A partition's batches for an Avro reader: Nakadi's ``ConsumptionBatch`` records."""
+
+    partition_text: str = ""
+    event_type: str = ""
+
+    def _record(self, offset: int, info: str | None, events: list[bytes]) -> bytes:
+        cursor = {
+            "partition": self.partition_text,
+            "offset": format_offset(offset, self.timeline),
+            "event_type": self.event_type,
+            "cursor_token": str(uuid.uuid4()),
+        }
+        return envelope.consumption_batch(cursor, info, events)
+
+    def line(self, info: str | None = None) -> bytes:
+        if not self.pending:
+            self.keep_alives += 1
+            return self._record(self.last_offset, info, [])
+        self.keep_alives = 0
+        self.sent = self.last_offset
+        events, self.pending, self.pending_bytes = self.pending, [], 0
+        return self._record(self.last_offset, info, events)
+
+    def info_line(self, info: str) -> bytes:
+        return self._record(self.sent, info, [])
+
+
 class SessionEnded(Exception):
     """The session was closed by someone else (a cursor reset, the subscription deleted);
     ``debug``: what the stream's last batch says, if anything."""
@@ -149,9 +182,11 @@ class Session:
         *,
         memory_limit: int,
         blocked: Callable[[], Awaitable[bool]],
+        transcode: Transcoder,
     ) -> None:
         """``memory_limit``: the bytes of events held for batches not yet due; ``blocked``:
-        asked on every turn of the stream, which ends once it says so."""
+        asked on every turn of the stream, which ends once it says so; ``transcode``: what
+        the reader gets of each event (JSON or Avro, :mod:`broker.streams.transcode`)."""
         self._store = store
         self._bootstrap = bootstrap
         self._local_sessions = local_sessions
@@ -161,8 +196,12 @@ class Session:
         self._topics = dict(topics)
         self._changed = changed
         self._blocked = blocked
+        self._transcode = transcode
+        # Nakadi ends a subscription stream once stream_limit events are committed, not sent:
+        # the batcher does not count them, the session does (``_allowance``,
+        # ``_committed_events``).
         self._batcher = Batcher(
-            params.limits,
+            dataclasses.replace(params.limits, stream_limit=0),
             memory_limit,
             overflow_info="Stream parameters are causing overflow",
             first_info="Stream started",
@@ -176,6 +215,10 @@ class Session:
         self._uncommitted_since: float | None = None
         self._last_sent_at = time.monotonic()
         self._commit_timed_out = False
+        # Events committed on this stream's partitions while it ran: what stream_limit counts.
+        self._committed_events = 0
+        # Why the stream must end (an event its reader's format cannot carry), once known.
+        self._ending: str | None = None
         self._closed = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="subscription")
         self._consumer: Consumer | None = None
@@ -268,7 +311,9 @@ class Session:
                 waits.append(float(wait or 0))
                 continue
             owned.add(key)
-            advanced |= committed > self._committed.get(key, committed)
+            progress = committed - self._committed.get(key, committed)
+            advanced |= progress > 0
+            self._committed_events += max(progress, 0)
             self._committed[key] = committed
             if next_owner is None and key not in self._streaming:
                 self._releasing.pop(key, None)
@@ -299,13 +344,17 @@ class Session:
 
     def _new_batch(self, key: PartitionKey, sent: int) -> _Batch:
         """The batches of a partition whose last event sent is ``sent``."""
-        return _Batch(
+        kind = _AvroBatch if self._transcode.binary else _Batch
+        batch = kind(
             b'{"cursor":{"partition":"' + str(key[1]).encode() + b'","offset":"',
             sent,
             self._topics[key[0]].timeline,
             time.monotonic() + self._params.limits.batch_flush_timeout,
             event_type_json=json.dumps(key[0])[1:-1].encode(),
         )
+        if isinstance(batch, _AvroBatch):
+            batch.partition_text, batch.event_type = str(key[1]), key[0]
+        return batch
 
     def _start(self, key: PartitionKey, committed: int) -> None:
         topic = self._topics[key[0]]
@@ -381,6 +430,7 @@ class Session:
         self._changed.set()
         while True:
             out: list[bytes] = []
+            sent_before = self._batcher.sent
             try:
                 if self._changed.is_set():
                     self._changed.clear()
@@ -396,6 +446,18 @@ class Session:
                 return
             if await self._blocked():
                 yield b"".join(out + self._last_words("Consumption is blocked"))
+                return
+            stream_limit = self._params.limits.stream_limit
+            if stream_limit and self._committed_events >= stream_limit:
+                reached = f"Stream limit in events reached: {self._committed_events}"
+                yield b"".join(out + self._last_words(reached))
+                return
+            if self._ending is not None:
+                log.warning(
+                    "subscription stream closed: an event its format cannot carry",
+                    extra=logs.fields(stream_id=self.stream_id, reason=self._ending),
+                )
+                yield b"".join(out + self._last_words(self._ending))
                 return
             now = time.monotonic()
             uncommitted = self._uncommitted()
@@ -415,7 +477,7 @@ class Session:
             # min(batch_limit, that). The batcher is given no more than that less what already
             # waits for its batch, so whatever waits can always be sent; the rest of what was
             # read waits ahead.
-            allowance = self._params.max_uncommitted - uncommitted
+            allowance = self._allowance(uncommitted)
             waiting = sum(len(batch.pending) for batch in self._streaming.values())
             wake = min(
                 self._batcher.next_flush(ends_at),
@@ -439,29 +501,28 @@ class Session:
                     # Bounded, so a stop request (``http.draining``) is noticed soon.
                     limit = min(wake - now, _DRAIN_CHECK_SECONDS)
                     await asyncio.wait_for(self._changed.wait(), max(limit, 0.0))
-            taken, limit_reached = self._batcher.take(messages, allowance)
-            out += taken
+            out += self._batcher.take(messages, allowance)[0]
             now = time.monotonic()
             timed_out = now >= ends_at
-            if timed_out and not limit_reached:
+            if timed_out:
                 # Nakadi sends everything it holds (that it may send) when the stream times
                 # out: what was read ahead too, not only what waits for its batch.
-                allowance = self._params.max_uncommitted - self._uncommitted()
+                allowance = self._allowance(self._uncommitted())
                 rest = self._from_ahead(allowance, most, ending=True)
                 out += self._batcher.take(rest, allowance)[0]
             # Asked to stop: what is batched goes out, then the stream ends whole.
-            over = limit_reached or timed_out or http.draining.is_set()
+            over = timed_out or http.draining.is_set()
             # What waits fills the allowance, spread over partitions none of which has a full
             # batch: the batcher gets nothing more before a commit, so it goes now, not at the
             # flush timeout.
             waiting = sum(len(batch.pending) for batch in self._streaming.values())
-            stuck = 0 < waiting >= self._params.max_uncommitted - self._uncommitted()
+            stuck = 0 < waiting >= self._allowance(self._uncommitted())
             self._ahead.note_overdue(self._batcher.partitions, now)
             out += self._batcher.due(now, over or stuck)
             if timed_out:
                 out += self._last_words("Stream timeout reached")
             if out:
-                if any(b'"events"' in line for line in out):
+                if self._batcher.sent > sent_before:
                     self._last_sent_at = now
                 yield b"".join(out)
             if over or self._batcher.keep_alive_limit_reached():
@@ -481,6 +542,13 @@ class Session:
         )
         return [self._batcher.info_line(batch, debug)]
 
+    def _allowance(self, uncommitted: int) -> int:
+        """Events the stream may still send: max_uncommitted_events less what is uncommitted,
+        and no more than stream_limit in all, as Nakadi counts them."""
+        allowance = self._params.max_uncommitted - uncommitted
+        limit = self._params.limits.stream_limit
+        return min(allowance, limit - self._batcher.sent) if limit else allowance
+
     def _ahead_most(self) -> int:
         """Events read ahead at most: the allowance and a batch for every partition, or more
         while they fit in the read-ahead's bytes."""
@@ -491,8 +559,14 @@ class Session:
     async def _read_ahead(self, wait: float, most: int) -> None:
         """Reads what the read-ahead has room for (``most`` events held at most); waits up to
         ``wait`` for the first event."""
-        if room := self._ahead.room(most):
+        if self._ending is None and (room := self._ahead.room(most)):
             polled = await self._kafka(self._poll, wait, min(room, MESSAGES_PER_POLL))
+            try:
+                await self._transcode(polled)
+            except Unrepresentable as exc:
+                # Nothing of this poll is sent: the next stream reads it again.
+                self._ending = str(exc)
+                return
             self._ahead.add(polled, self._batcher.partitions)
 
     def _from_ahead(self, allowance: int, most: int, *, ending: bool = False) -> list[Any]:

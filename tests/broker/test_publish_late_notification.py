@@ -18,6 +18,7 @@ from starlette.types import Message as AsgiMessage
 
 from broker.access import Access
 from broker.admin_settings import AdminSettings, initial_admins
+from broker.avro.schemas import AvroSchemas
 from broker.errors import EventTypeNotFound
 from broker.event_types.store import Revision, Store
 from broker.publishing.api import Publisher
@@ -78,7 +79,7 @@ def _with_late_publisher(
         producer.start()
         try:
             access = Access(store.pool, AdminSettings(store.pool, initial_admins(())))
-            await scenario(Publisher(store, producer, access), store)
+            await scenario(Publisher(store, producer, access, AvroSchemas(store)), store)
         finally:
             await asyncio.to_thread(producer.close)
             await store.close()
