@@ -18,7 +18,7 @@ import pytest
 from tests.broker.swagger import assert_problem, validate
 from tests.support.event_types import business_event_type
 
-FOO_JSON = {"type": "object", "properties": {"foo": {"type": "string"}}}
+FOO_JSON: dict[str, Any] = {"type": "object", "properties": {"foo": {"type": "string"}}}
 FOO_AVRO = {"type": "record", "name": "Foo", "fields": [{"name": "foo", "type": "string"}]}
 
 
