@@ -66,7 +66,9 @@ def create_app(settings: Settings) -> ASGIApp:
     avro_schemas = AvroSchemas(store)
     publisher = Publisher(store, producer, access, avro_schemas)
     watermarks = Watermarks(settings.kafka_bootstrap)
-    subscriptions = SubscriptionService(store, settings, watermarks, access, avro_schemas)
+    subscriptions = SubscriptionService(
+        store, settings, watermarks, access, avro_schemas, publisher.publish_internal
+    )
     lag = SubscriptionLag(store, settings.kafka_bootstrap)
     lag_refresh = service_metrics.Interval(settings.lag_interval, lag.refresh)
 

@@ -216,6 +216,12 @@ def datum(metadata: Mapping[str, Any], payload: bytes) -> bytes:
     return _ENVELOPE.datum({"metadata": metadata, "payload": payload})
 
 
+def read_datum(value: bytes) -> Record:
+    """The metadata and payload of an ``Envelope`` (version 1) datum."""
+    record: Any = fastavro.schemaless_reader(io.BytesIO(value), _ENVELOPE.parsed, None)
+    return Record(record["metadata"], record["payload"])
+
+
 def read_stored(value: bytes) -> Record:
     """The metadata and payload of a stored envelope."""
     envelope = _read(_ENVELOPES, value, "envelope")

@@ -127,6 +127,10 @@ class NoJsonSchema:
         return self.detail
 
 
+class InternalPublishError(Exception):
+    """Events the broker publishes itself were not stored; the message says why."""
+
+
 class ItemFailure(Exception):
     def __init__(self, step: str, detail: str) -> None:
         super().__init__(detail)
@@ -243,6 +247,20 @@ class Publisher:
         target = Target.of(stored, avro)
         self._targets[name] = target
         return target
+
+    async def publish_internal(self, name: str, events: list[dict[str, Any]]) -> None:
+        """Events the broker publishes itself (dead letters, its own event types): validated
+        and enriched like any, without authorization; InternalPublishError unless all are
+        stored."""
+        target = await self.target(name)
+        if target is None:
+            raise InternalPublishError(f'EventType "{name}" does not exist.')
+        messages, refused = _prepared(target, [(event, 0) for event in events], received_now())
+        if refused is not None:
+            raise InternalPublishError(f"{refused[1].step}: {refused[1].detail}")
+        errors = [error for error in await self.producer.send(messages) if error]
+        if errors:
+            raise InternalPublishError(f"Kafka refused {len(errors)} events: {errors[0]}")
 
     async def _writable(self, request: Request) -> tuple[str, Target]:
         name = request.path_params["name"]

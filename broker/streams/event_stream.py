@@ -132,6 +132,9 @@ class PartitionBatch:
     keep_alives: int = 0
     pending: list[bytes] = field(default_factory=list)
     pending_bytes: int = 0
+    # The most events one batch of this partition holds, 0 for batch_limit (a subscription
+    # partition looking for a dead letter sends them one at a time).
+    most: int = 0
     # The offset of the last event sent: where a batch that only says something stands.
     sent: int = field(init=False)
 
@@ -246,7 +249,7 @@ class Batcher:
             self.pending_bytes += len(value)
             state.last_offset = message.offset()  # type: ignore[assignment]
             self.accepted += 1
-            if len(state.pending) >= full_at:
+            if len(state.pending) >= full_at or (state.most and len(state.pending) >= state.most):
                 send(state)
             while self.pending_bytes > self.memory_limit:
                 heaviest = max(self.partitions.values(), key=lambda s: s.pending_bytes)

@@ -13,6 +13,7 @@ a JSON-only stream costs one look at each event's first byte.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import orjson
 from confluent_kafka import Message
@@ -56,6 +57,16 @@ class Transcoder:
                 await self._to_avro(message, value)
             elif value[0] == _AVRO_FIRST_BYTE and envelope.is_envelope(value):
                 await self._to_json(message, value)
+
+    async def json_of(self, message: Message) -> Any:
+        """A rewritten message's event as JSON (what the dead-letter queue keeps of it)."""
+        value = message.value()
+        assert value is not None
+        if not self.binary:
+            return orjson.loads(value)
+        record = envelope.read_datum(value)
+        schema = await self._version(message, record.metadata["version"])
+        return orjson.loads(json_event(record, schema))
 
     async def _schemas(self, message: Message) -> tuple[str, EventSchemas]:
         name = self._names[message.topic()]  # type: ignore[index]

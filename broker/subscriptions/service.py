@@ -13,6 +13,7 @@ from broker.settings import Settings
 from broker.streams.watermarks import Watermarks
 from broker.subscriptions.api import SubscriptionApi
 from broker.subscriptions.coordination import Coordinator
+from broker.subscriptions.session import DeadLetterSink
 from broker.subscriptions.store import Subscriptions, close_expired
 from broker.subscriptions.stream_api import SubscriptionStreams
 
@@ -27,6 +28,7 @@ class SubscriptionService:
         watermarks: Watermarks,
         access: Access,
         avro: AvroSchemas,
+        dead_letters: DeadLetterSink,
     ) -> None:
         self.subscriptions = Subscriptions(
             store, StoreResolver(store), watermarks, settings.subscription_max_partitions
@@ -41,6 +43,7 @@ class SubscriptionService:
             settings.max_commit_timeout,
             settings.stream_memory_limit,
             avro,
+            dead_letters,
         )
         self.api = SubscriptionApi(self.subscriptions, self.streams.status, access)
 

@@ -43,6 +43,8 @@ from broker.streams.event_stream import (
 )
 from broker.streams.transcode import Transcoder, Unrepresentable
 from broker.streams.watermarks import consumer_config
+from broker.subscriptions.dead_letters import QUEUE_EVENT_TYPE, dead_letter
+from broker.subscriptions.dead_letters import policy_of as dead_letters_policy
 from broker.subscriptions.read_ahead import READ_AHEAD_EVENTS, ReadAhead
 from broker.subscriptions.store import (
     PartitionKey,
@@ -57,6 +59,8 @@ from changebroker.numerals import whole_number
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_UNCOMMITTED = 10
+# Publishes events the broker writes itself to an event type (the dead-letter queue's).
+DeadLetterSink = Callable[[str, list[dict[str, Any]]], Awaitable[None]]
 # Streams notice notifications between polls: this bounds how late a rebalance is seen.
 SUBSCRIPTION_POLL_SECONDS = 0.1
 _DRAIN_CHECK_SECONDS = 1.0  # longest wait for a commit before looking at ``http.draining``
@@ -183,10 +187,12 @@ class Session:
         memory_limit: int,
         blocked: Callable[[], Awaitable[bool]],
         transcode: Transcoder,
+        dead_letters: DeadLetterSink,
     ) -> None:
         """``memory_limit``: the bytes of events held for batches not yet due; ``blocked``:
         asked on every turn of the stream, which ends once it says so; ``transcode``: what
-        the reader gets of each event (JSON or Avro, :mod:`broker.streams.transcode`)."""
+        the reader gets of each event (JSON or Avro, :mod:`broker.streams.transcode`);
+        ``dead_letters``: publishes to the dead-letter queue (its event type, its events)."""
         self._store = store
         self._bootstrap = bootstrap
         self._local_sessions = local_sessions
@@ -197,6 +203,10 @@ class Session:
         self._changed = changed
         self._blocked = blocked
         self._transcode = transcode
+        self._dead_letters = dead_letters
+        self._policy = dead_letters_policy(subscription.annotations)
+        # Partitions looking for a poison pill: (failed sends, last offset looked through).
+        self._searching: dict[PartitionKey, tuple[int, int]] = {}
         # Nakadi ends a subscription stream once stream_limit events are committed, not sent:
         # the batcher does not count them, the session does (``_allowance``,
         # ``_committed_events``).
@@ -276,7 +286,8 @@ class Session:
             cur = await conn.execute(
                 "SELECT s.open, s.resetting, p.event_type, p.partition, p.committed,"
                 " p.owner::text, p.next_owner::text, p.release_offset,"
-                " greatest(extract(epoch FROM p.release_deadline - now()), 0)"
+                " greatest(extract(epoch FROM p.release_deadline - now()), 0),"
+                " p.failed_commits, p.last_dead_letter_offset"
                 " FROM (SELECT closed_at IS NULL AS open,"
                 " (SELECT coalesce(reset_until > now(), false) FROM broker_subscriptions"
                 " WHERE id = %s) AS resetting"
@@ -305,12 +316,18 @@ class Session:
         mark: list[tuple[PartitionKey, int]] = []
         waits: list[float] = []
         advanced = False
-        for event_type, partition, committed, owner, next_owner, release_offset, wait in rows:
+        for row in rows:
+            event_type, partition, committed, owner, next_owner, release_offset, wait = row[:7]
             key = (event_type, partition)
             if owner != me:
                 waits.append(float(wait or 0))
                 continue
             owned.add(key)
+            failed, last_dead_letter = row[7:]
+            if self._policy is not None and last_dead_letter is not None:
+                self._searching[key] = (failed, last_dead_letter)
+            else:
+                self._searching.pop(key, None)
             progress = committed - self._committed.get(key, committed)
             advanced |= progress > 0
             self._committed_events += max(progress, 0)
@@ -328,6 +345,8 @@ class Session:
                     hand_over.append(key)
                 elif release_offset is None:
                     mark.append((key, sent))
+        for key, batch in self._streaming.items():
+            batch.most = 1 if key in self._searching else 0
         for key in [*self._streaming, *self._releasing]:
             if key not in owned:
                 if key in self._streaming:
@@ -452,6 +471,8 @@ class Session:
                 reached = f"Stream limit in events reached: {self._committed_events}"
                 yield b"".join(out + self._last_words(reached))
                 return
+            if self._searching:
+                await self._skip_poison_pills()
             if self._ending is not None:
                 log.warning(
                     "subscription stream closed: an event its format cannot carry",
@@ -577,6 +598,106 @@ class Session:
             now=time.monotonic(),
             full=not self._ahead.room(most),
             ending=ending,
+            caps=self._one_at_a_time() if self._searching else None,
+        )
+
+    def _one_at_a_time(self) -> dict[tuple[str, int], int]:
+        """Partitions looking for a poison pill get one event, once the one before is
+        committed; none while the next one is to be skipped."""
+        assert self._policy is not None
+        most = self._policy.max_event_send_count
+        return {
+            (self._topics[key[0]].topic, key[1]): int(
+                batch.sent <= self._committed[key] and self._searching[key][0] < most
+            )
+            for key, batch in self._streaming.items()
+            if key in self._searching
+        }
+
+    async def _skip_poison_pills(self) -> None:
+        """Each partition whose single event failed as often as the policy allows skips it:
+        to the dead-letter queue if the policy says so, then committed for the consumer."""
+        assert self._policy is not None
+        for key, (failed, last) in list(self._searching.items()):
+            batch = self._streaming.get(key)
+            if failed < self._policy.max_event_send_count or batch is None:
+                continue
+            topic_key = (self._topics[key[0]].topic, key[1])
+            message = self._ahead.pop_first(topic_key)
+            if message is None:
+                await self._read_ahead(SUBSCRIPTION_POLL_SECONDS, self._ahead_most())
+                message = self._ahead.pop_first(topic_key)
+            if message is None:
+                continue  # not read yet: the next turn
+            offset: int = message.offset()  # type: ignore[assignment]
+            if self._policy.to_queue:
+                letter = dead_letter(
+                    self.subscription_id,
+                    key[0],
+                    key[1],
+                    format_offset(offset, self._topics[key[0]].timeline),
+                    failed,
+                    await self._transcode.json_of(message),
+                )
+                try:
+                    await self._dead_letters(QUEUE_EVENT_TYPE, [letter])
+                except Exception as exc:
+                    # Nothing skipped: the next stream tries again.
+                    self._ending = f"Failed to store an event to the dead letter queue: {exc}"
+                    return
+            log.warning(
+                "subscription event skipped: its commit failed too often",
+                extra=logs.fields(
+                    subscription_id=self.subscription_id,
+                    event_type=key[0],
+                    partition=key[1],
+                    offset=offset,
+                    failed_sends=failed,
+                    policy=self._policy.policy,
+                ),
+            )
+            await self._commit_skipped(key, offset)
+            batch.last_offset = batch.sent = offset
+            self._searching[key] = (0, last)
+
+    async def _commit_skipped(self, key: PartitionKey, offset: int) -> None:
+        """The skipped event committed, as Nakadi's autocommit does; the end of the batch
+        looked through reached, the search is over."""
+        async with locked(self._store, self.subscription_id) as (conn, row):
+            if row is None:
+                raise SessionEnded()
+            await conn.execute(
+                "UPDATE broker_subscription_partitions SET committed = %s, failed_commits = 0,"
+                " last_dead_letter_offset = CASE WHEN last_dead_letter_offset <= %s THEN NULL"
+                " ELSE last_dead_letter_offset END"
+                " WHERE subscription_id = %s AND event_type = %s AND partition = %s"
+                " AND owner = %s AND committed < %s",
+                (offset, offset, self.subscription_id, *key, self.stream_id, offset),
+            )
+            await conn.execute(*notify_sql(self.subscription_id))
+        self._changed.set()
+
+    async def _count_failed_send(self, conn: Any, key: PartitionKey) -> None:
+        """The stream ends with events of the partition uncommitted: one failed send more; at
+        the policy's count, the partition looks for the poison pill through the batch that
+        failed (``batch_limit`` events after its committed offset), counting anew."""
+        assert self._policy is not None
+        await conn.execute(
+            "UPDATE broker_subscription_partitions SET"
+            " failed_commits = CASE WHEN last_dead_letter_offset IS NULL"
+            " AND failed_commits + 1 >= %(most)s THEN 0 ELSE failed_commits + 1 END,"
+            " last_dead_letter_offset = CASE WHEN last_dead_letter_offset IS NULL"
+            " AND failed_commits + 1 >= %(most)s THEN committed + %(batch)s"
+            " ELSE last_dead_letter_offset END"
+            " WHERE subscription_id = %(subscription)s AND event_type = %(event_type)s"
+            " AND partition = %(partition)s",
+            {
+                "most": self._policy.max_event_send_count,
+                "batch": self._params.limits.batch_limit,
+                "subscription": self.subscription_id,
+                "event_type": key[0],
+                "partition": key[1],
+            },
         )
 
     async def close(self) -> None:
@@ -609,6 +730,8 @@ class Session:
             )
             for event_type, partition, committed in await cur.fetchall():
                 sent = self._sent((event_type, partition))
+                if sent > committed and self._policy is not None:
+                    await self._count_failed_send(conn, (event_type, partition))
                 if sent > committed and remaining > 0:
                     await conn.execute(
                         "UPDATE broker_subscription_partitions SET release_offset = %s,"

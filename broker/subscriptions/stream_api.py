@@ -39,7 +39,7 @@ from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS
 from broker.streams.transcode import AVRO_MEDIA_TYPE, Transcoder, wants_avro
 from broker.streams.watermarks import Watermarks, consumer_config
 from broker.subscriptions.coordination import Coordinator
-from broker.subscriptions.session import Session, parse_params
+from broker.subscriptions.session import DeadLetterSink, Session, parse_params
 from broker.subscriptions.store import (
     PartitionKey,
     Subscription,
@@ -95,6 +95,8 @@ class SubscriptionStreams:
     max_commit_timeout: float
     memory_limit: int
     avro: AvroSchemas
+    # Publishes the events the broker writes itself (the dead-letter queue's).
+    dead_letters: DeadLetterSink
 
     @property
     def store(self) -> Store:
@@ -155,6 +157,7 @@ class SubscriptionStreams:
             memory_limit=self.memory_limit,
             blocked=self.access.consumption_blocked_check(principal, subscription.event_types),
             transcode=transcode,
+            dead_letters=self.dead_letters,
         )
         lines = self.access.guarded(
             session.lines(), principal, subscription.event_types, subscription.id
