@@ -78,7 +78,7 @@ def test_committing_single_events_to_the_end_of_the_batch_goes_back_to_whole_bat
     client: httpx.Client, fifty: str
 ) -> None:
     subscription_id = _dlq_subscription(client, fifty)
-    params = {"batch_limit": 10, "commit_timeout": 1}
+    params: dict[str, Any] = {"batch_limit": 10, "commit_timeout": 1}
     for _ in range(3):
         assert _offsets(_uncommitted_stream(client, subscription_id, **params))[0] == "09"
     # A consumer committing every batch: ten single events (offsets 0 to 9, the batch that
