@@ -38,6 +38,10 @@ from broker.event_types.api import EventTypeApi
 from broker.event_types.rules import ENRICHMENT_STRATEGIES
 from broker.event_types.store import Store, StoreResolver
 from broker.event_types.topics import Topics
+from broker.own_events.access_log import AccessLog
+from broker.own_events.audit import install as install_audit_events
+from broker.own_events.collector import OwnEvents
+from broker.own_events.definitions import event_types as own_event_types
 from broker.problems import problem, render
 from broker.publishing.api import Publisher
 from broker.publishing.partitioning import STRATEGIES
@@ -61,13 +65,14 @@ def create_app(settings: Settings) -> ASGIApp:
     topics = Topics(
         settings.kafka_bootstrap, settings.replication_factor, settings.min_insync_replicas
     )
-    event_type_api = EventTypeApi(store, topics, settings, access)
+    own = OwnEvents(settings.nakadi_event_types, settings.kpi_salt)
+    event_type_api = EventTypeApi(store, topics, settings, access, own)
     producer = KafkaProducer(settings.kafka_bootstrap)
     avro_schemas = AvroSchemas(store)
-    publisher = Publisher(store, producer, access, avro_schemas)
+    publisher = Publisher(store, producer, access, avro_schemas, own)
     watermarks = Watermarks(settings.kafka_bootstrap)
     subscriptions = SubscriptionService(
-        store, settings, watermarks, access, avro_schemas, publisher.publish_internal
+        store, settings, watermarks, access, avro_schemas, publisher.publish_internal, own
     )
     lag = SubscriptionLag(store, settings.kafka_bootstrap)
     lag_refresh = service_metrics.Interval(settings.lag_interval, lag.refresh)
@@ -81,9 +86,15 @@ def create_app(settings: Settings) -> ASGIApp:
         await store.open()
         producer.start()
         await subscriptions.start()
+        if own.enabled:
+            for body in own_event_types():
+                await event_type_api.ensure(body)
+            install_audit_events()
+        own.start(publisher.publish_internal_records, publisher.publish_internal, avro_schemas)
         try:
             yield
         finally:
+            await own.stop()
             await subscriptions.stop()
             await asyncio.to_thread(producer.close)
             await watermarks.close()
@@ -117,6 +128,7 @@ def create_app(settings: Settings) -> ASGIApp:
             access,
             settings.stream_memory_limit,
             avro_schemas,
+            own,
         ),
         # Subscriptions, their streams, commits and stats: broker/subscriptions/.
         *subscriptions.routes(),
@@ -133,7 +145,7 @@ def create_app(settings: Settings) -> ASGIApp:
         },
     )
     app.state.admin = admin
-    return auth.AuthMiddleware(
+    authenticated = auth.AuthMiddleware(
         bodies.EncodedOnlyOnPost(app),
         settings.auth.authenticator(),
         _refused,
@@ -141,6 +153,8 @@ def create_app(settings: Settings) -> ASGIApp:
         open_paths=frozenset({"/health"}),
         scope_of=settings.scopes.of,
     )
+    # Outside authentication: a refused request is one of nakadi.access.log too.
+    return AccessLog(authenticated, own) if own.enabled else authenticated
 
 
 def _refused(status: int, detail: str) -> Response:

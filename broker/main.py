@@ -17,6 +17,7 @@ from broker.settings import (
     DEFAULT_PARTITIONS,
     DELETABLE_SUBSCRIPTION_CONSUMER_GROUP,
     DELETABLE_SUBSCRIPTION_OWNING_APPLICATION,
+    KPI_SALT,
     MAX_COMMIT_TIMEOUT,
     MAX_PARTITIONS,
     STREAM_MEMORY_LIMIT,
@@ -119,6 +120,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=DELETABLE_SUBSCRIPTION_CONSUMER_GROUP,
         help="see --deletable-subscription-owning-application",
     )
+    config.add_switch(
+        parser,
+        "--no-nakadi-event-types",
+        scope="broker",
+        help="do not create Nakadi's own event types (nakadi.access.log, nakadi.audit.log, ...,"
+        " nakadi.dead.letter.queue) at start nor publish the broker's KPI and audit events",
+    )
+    option(
+        "--kpi-salt",
+        default=KPI_SALT,
+        help="what the app names in KPI and audit events are hashed with (app_hashed,"
+        " user_hash: SHA-256 of this and the name; Nakadi's nakadi.hasher.salt)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         args,
         pg_dsn=args.pg_url,
         registry_url=args.registry_url or None,
+        nakadi_event_types=not args.no_nakadi_event_types,
         auth=auth.AuthSettings.from_args(args),
         scopes=Scopes(
             config_write=args.scope_config_write,

@@ -22,6 +22,8 @@ SUBSCRIPTION_MAX_PARTITIONS = 100
 # consumer group (its archiver's) do not keep an event type from being deleted.
 DELETABLE_SUBSCRIPTION_OWNING_APPLICATION = "nakadi_archiver"
 DELETABLE_SUBSCRIPTION_CONSUMER_GROUP = "nakadi_to_s3"
+# Nakadi's nakadi.hasher.salt: what its KPI events' app_hashed is salted with.
+KPI_SALT = "salt"
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,11 @@ class Settings:
     subscription_max_partitions: int = SUBSCRIPTION_MAX_PARTITIONS
     deletable_subscription_owning_application: str = DELETABLE_SUBSCRIPTION_OWNING_APPLICATION
     deletable_subscription_consumer_group: str = DELETABLE_SUBSCRIPTION_CONSUMER_GROUP
+    # Nakadi's own event types (broker/own_events/): created at start and receiving the
+    # broker's KPI and audit events. The CLI turns them on unless --no-nakadi-event-types;
+    # an app built in a test has them only when it asks.
+    nakadi_event_types: bool = False
+    kpi_salt: str = KPI_SALT
     auth: AuthSettings = field(default_factory=AuthSettings)
     scopes: Scopes = field(default_factory=Scopes)
 

@@ -35,6 +35,7 @@ from broker.errors import (
 from broker.event_types import evolution, rules
 from broker.event_types.store import AlreadyExists, Store, SubscriptionKey
 from broker.event_types.topics import EventTypeTopic, TopicError, Topics, topic_config, topic_name
+from broker.own_events.collector import OwnEvents
 from broker.settings import Settings
 from changebroker import logs
 from changebroker.auth import audit, principal_of
@@ -48,11 +49,14 @@ STORAGE_ID = "default"
 
 
 class EventTypeApi:
-    def __init__(self, store: Store, topics: Topics, settings: Settings, access: Access) -> None:
+    def __init__(
+        self, store: Store, topics: Topics, settings: Settings, access: Access, own: OwnEvents
+    ) -> None:
         self.store = store
         self.topics = topics
         self.settings = settings
         self.access = access
+        self.own = own
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -120,6 +124,24 @@ class EventTypeApi:
         body = await json_body(request)
         event_type = rules.validate_new(body)
         await admin.check_writable()
+        try:
+            await self._create(event_type)
+        except AlreadyExists:
+            raise Conflict(f"EventType with name {event_type['name']} already exists") from None
+        audit("event type created", principal, event_type["name"])
+        return Response(status_code=201)
+
+    async def ensure(self, body: dict[str, Any]) -> bool:
+        """Create the event type ``body`` describes unless one of its name exists (the broker's
+        own, at start; several processes may be starting at once); whether it did."""
+        try:
+            await self._create(rules.validate_new(body))
+        except AlreadyExists:
+            return False
+        return True
+
+    async def _create(self, event_type: dict[str, Any]) -> None:
+        """A valid new event type and its topic; AlreadyExists when the name is taken."""
         name = event_type["name"]
         partitions = rules.partition_count(
             event_type,
@@ -134,16 +156,13 @@ class EventTypeApi:
 
         try:
             await self.store.create(event_type, topic, partitions, create_topic)
-        except AlreadyExists:
-            raise Conflict(f"EventType with name {name} already exists") from None
         except TopicError as exc:
             raise Unavailable(f"{exc}; nothing was created, try again") from None
         log.info(
             "event type created",
             extra=logs.fields(event_type=name, topic=topic, partitions=partitions),
         )
-        audit("event type created", principal, name)
-        return Response(status_code=201)
+        self.own.event_type_log(event_type, "created")
 
     async def update(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -195,6 +214,7 @@ class EventTypeApi:
                 )
                 updated = updated_from(current.body)
                 new_version = evolution.new_version(current.body, updated)
+                before = current.body
                 await locked.update(updated, new_version)
                 config = topic_config(updated, self.settings.default_retention_ms)
                 if config != topic_config(current.body, self.settings.default_retention_ms):
@@ -209,6 +229,7 @@ class EventTypeApi:
             extra=logs.fields(event_type=name, schema_version=new_version or "unchanged"),
         )
         audit("event type updated", principal, name)
+        self.own.event_type_log(before, "updated")
 
     async def delete(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -249,6 +270,7 @@ class EventTypeApi:
         self.access.forget(name)
         log.info("event type deleted", extra=logs.fields(event_type=name))
         audit("event type deleted", principal, name)
+        self.own.event_type_log(locked.current.body, "deleted")
         return Response(status_code=200)
 
     def _deletable(self, reader: SubscriptionKey) -> bool:

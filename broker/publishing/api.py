@@ -31,6 +31,7 @@ from broker.errors import EventTypeNotFound, Unprocessable
 from broker.event_types import effective_schema
 from broker.event_types.rules import AVRO_SCHEMA
 from broker.event_types.store import Revision, Store, StoredEventType
+from broker.own_events.collector import OwnEvents
 from broker.publishing import binary
 from broker.publishing.enrichment import EnrichmentError, enrich
 from broker.publishing.partitioning import (
@@ -205,12 +206,18 @@ NOT_COMPACTED = "It is not allowed to delete events from non compacted event typ
 
 class Publisher:
     def __init__(
-        self, store: Store, producer: KafkaProducer, access: Access, avro: AvroSchemas
+        self,
+        store: Store,
+        producer: KafkaProducer,
+        access: Access,
+        avro: AvroSchemas,
+        own: OwnEvents,
     ) -> None:
         self.store = store
         self.producer = producer
         self.access = access
         self.avro = avro
+        self.own = own
         # Per process; a revision check per request keeps it right across processes (and
         # across a delete and re-create: the revision holds the new topic).
         self._targets: dict[str, Target] = {}
@@ -262,6 +269,24 @@ class Publisher:
         if errors:
             raise InternalPublishError(f"Kafka refused {len(errors)} events: {errors[0]}")
 
+    async def publish_internal_records(self, name: str, records: list[binary.Record]) -> None:
+        """Avro events the broker publishes itself (its KPI event types), as
+        :meth:`publish_internal`."""
+        target = await self.target(name)
+        if target is None:
+            raise InternalPublishError(f'EventType "{name}" does not exist.')
+        received_ms = int(time.time() * 1000)
+        try:
+            messages = [
+                binary.message(target, r, delete=False, received_ms=received_ms, flow_id=None)
+                for r in records
+            ]
+        except binary.RecordFailure as exc:
+            raise InternalPublishError(str(exc)) from None
+        errors = [error for error in await self.producer.send(messages) if error]
+        if errors:
+            raise InternalPublishError(f"Kafka refused {len(errors)} events: {errors[0]}")
+
     async def _writable(self, request: Request) -> tuple[str, Target]:
         name = request.path_params["name"]
         target = await self.target(name)
@@ -274,9 +299,14 @@ class Publisher:
         name, target = await self._writable(request)
         started = time.perf_counter()
         if binary.is_avro(request.headers.get("content-type")):
-            records = binary.records(await bodies.raw(request))
-            return await self._binary(request, name, target, records, started, delete=False)
-        batch = split_batch(await bodies.raw(request))
+            body = await bodies.raw(request)
+            records = binary.records(body)
+            answer = await self._binary(request, name, target, records, started, delete=False)
+            if answer.status_code == 200:
+                self._published(request, name, len(records), started, len(body))
+            return answer
+        body = await bodies.raw(request)
+        batch = split_batch(body)
         received_at = received_now()
         target, messages, refused, delivery = await self._deliver(
             request, name, target, lambda t: _prepared(t, batch, received_at)
@@ -297,8 +327,17 @@ class Publisher:
                 for (event, _), error in zip(batch, errors, strict=True)
             ]
             return JSONResponse(items, status_code=207)
+        self._published(request, name, len(batch), started, len(body))
         # One write for the answer most publishes get: a single event's is mostly this.
         return OneWriteResponse(status_code=200)
+
+    def _published(
+        self, request: Request, name: str, events: int, started: float, size: int
+    ) -> None:
+        """``nakadi.batch.published`` of a batch stored whole, as Nakadi counts it."""
+        if self.own.enabled:
+            seconds = time.perf_counter() - started
+            self.own.batch_published(name, principal_of(request), events, seconds, size)
 
     async def delete(self, request: Request) -> Response:
         """Tombstones for the events' keys (``metadata.partition_compaction_key``) in their

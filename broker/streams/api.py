@@ -36,6 +36,7 @@ from broker.errors import (
     Unprocessable,
 )
 from broker.event_types.topics import EventTypeTopic, TopicResolver
+from broker.own_events.collector import OwnEvents
 from broker.streams.cursors import (
     Cursor,
     CursorError,
@@ -47,7 +48,7 @@ from broker.streams.cursors import (
     position,
     shift,
 )
-from broker.streams.event_stream import EventStream, parse_limits
+from broker.streams.event_stream import EventStream, Streamed, parse_limits
 from broker.streams.transcode import Transcoder
 from broker.streams.watermarks import Watermark, Watermarks
 from changebroker.auth import principal_of
@@ -143,6 +144,7 @@ class Reading:
     access: Access
     memory_limit: int
     avro: AvroSchemas
+    own: OwnEvents
 
     async def _readable(self, request: Request) -> EventTypeTopic:
         """The event type the path names (else 404), if the caller may read it (else 403)."""
@@ -184,6 +186,7 @@ class Reading:
                 if cursors
                 else {p: mark.newest_position for p, mark in marks.items()}
             )
+        streamed: Streamed = {}
         stream = EventStream(
             self.kafka_bootstrap,
             topic.topic,
@@ -193,8 +196,11 @@ class Reading:
             memory_limit=self.memory_limit,
             blocked=self.access.consumption_blocked_check(principal, [name]),
             transcode=Transcoder(self.avro, {topic.topic: name}, binary=False),
+            event_type=name,
+            streamed=streamed,
         )
         batches = self.access.guarded(stream.batches(), principal, [name])
+        batches = self.own.data_streamed(batches, streamed, principal)
         return _StreamResponse(stream, batches, _wants_gzip(request))
 
     async def partitions(self, request: Request) -> Response:
@@ -317,11 +323,12 @@ def routes(
     access: Access,
     memory_limit: int,
     avro: AvroSchemas,
+    own: OwnEvents,
 ) -> list[BaseRoute]:
     """The reading endpoints; ``watermarks`` is the app's, closed by its lifespan;
     ``memory_limit``: the bytes a stream holds for batches not yet due; ``avro``: the Avro
-    schemas Avro events are read with."""
-    reading = Reading(resolve, kafka_bootstrap, watermarks, access, memory_limit, avro)
+    schemas Avro events are read with; ``own``: where what a stream sent is told."""
+    reading = Reading(resolve, kafka_bootstrap, watermarks, access, memory_limit, avro, own)
     endpoints: list[tuple[str, Endpoint, str]] = [
         ("/event-types/{name}/events", reading.stream, "GET"),
         ("/event-types/{name}/partitions", reading.partitions, "GET"),

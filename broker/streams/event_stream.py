@@ -135,6 +135,8 @@ class PartitionBatch:
     # The most events one batch of this partition holds, 0 for batch_limit (a subscription
     # partition looking for a dead letter sends them one at a time).
     most: int = 0
+    # The event type its batches are counted under (``Streamed``).
+    label: str = ""
     # The offset of the last event sent: where a batch that only says something stands.
     sent: int = field(init=False)
 
@@ -174,6 +176,8 @@ def _end(info: str | None) -> bytes:
 
 
 PartitionKey = tuple[str, int]
+# What a stream sent, per event type: [events, bytes of events, batches with events].
+Streamed = dict[str, list[int]]
 
 
 class Batcher:
@@ -192,8 +196,11 @@ class Batcher:
         *,
         overflow_info: str | None = None,
         first_info: str | None = None,
+        streamed: Streamed | None = None,
     ) -> None:
+        """``streamed``: where the batches sent are counted, when someone wants to know."""
         self.limits = limits
+        self.streamed = streamed
         self.memory_limit = memory_limit
         self.overflow_info = overflow_info
         self.first_info = first_info
@@ -206,6 +213,11 @@ class Batcher:
         """The partition's next line (see :meth:`PartitionBatch.line`)."""
         self.pending_bytes -= state.pending_bytes
         self.sent += len(state.pending)
+        if self.streamed is not None and state.pending:
+            counts = self.streamed.setdefault(state.label, [0, 0, 0])
+            counts[0] += len(state.pending)
+            counts[1] += state.pending_bytes
+            counts[2] += 1
         line = state.line(info or self.first_info)
         self.first_info = None
         return line
@@ -311,10 +323,13 @@ class EventStream:
         memory_limit: int = STREAM_MEMORY_LIMIT,
         blocked: Callable[[], Awaitable[bool]] | None = None,
         transcode: Callable[[list[Message]], Awaitable[None]] | None = None,
+        event_type: str = "",
+        streamed: Streamed | None = None,
     ) -> None:
         """``blocked``: asked before every poll; once it says so, the stream ends (Nakadi ends
         the stream of a consumer the blacklist blocks); ``transcode``: rewrites each poll's
-        events for the reader (:mod:`broker.streams.transcode`)."""
+        events for the reader (:mod:`broker.streams.transcode`); ``streamed``: where what it
+        sends is counted, under ``event_type``."""
         self._bootstrap = bootstrap
         self._topic = topic
         self._positions = dict(positions)
@@ -323,6 +338,8 @@ class EventStream:
         self._memory_limit = memory_limit
         self._blocked = blocked
         self._transcode = transcode
+        self._event_type = event_type
+        self._streamed = streamed
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"stream-{topic}")
         self._consumer: Consumer | None = None
         self._closed = False
@@ -364,13 +381,14 @@ class EventStream:
             await loop.run_in_executor(self._executor, self._open)
             started = time.monotonic()
             ends_at = started + limits.stream_timeout
-            batcher = Batcher(limits, self._memory_limit)
+            batcher = Batcher(limits, self._memory_limit, streamed=self._streamed)
             for p, last in sorted(self._positions.items()):
                 batcher.partitions[(self._topic, p)] = PartitionBatch(
                     b'{"cursor":{"partition":"' + str(p).encode() + b'","offset":"',
                     last,
                     self._timeline,
                     started + limits.batch_flush_timeout,
+                    label=self._event_type,
                 )
             while True:
                 if self._blocked is not None and await self._blocked():

@@ -9,6 +9,7 @@ from starlette.routing import BaseRoute
 from broker.access import Access
 from broker.avro.schemas import AvroSchemas
 from broker.event_types.store import Store, StoreResolver
+from broker.own_events.collector import OwnEvents
 from broker.settings import Settings
 from broker.streams.watermarks import Watermarks
 from broker.subscriptions.api import SubscriptionApi
@@ -29,6 +30,7 @@ class SubscriptionService:
         access: Access,
         avro: AvroSchemas,
         dead_letters: DeadLetterSink,
+        own: OwnEvents,
     ) -> None:
         self.subscriptions = Subscriptions(
             store, StoreResolver(store), watermarks, settings.subscription_max_partitions
@@ -44,8 +46,9 @@ class SubscriptionService:
             settings.stream_memory_limit,
             avro,
             dead_letters,
+            own,
         )
-        self.api = SubscriptionApi(self.subscriptions, self.streams.status, access)
+        self.api = SubscriptionApi(self.subscriptions, self.streams.status, access, own)
 
     async def start(self) -> None:
         await self.coordinator.start()

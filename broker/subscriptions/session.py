@@ -37,6 +37,7 @@ from broker.streams.event_stream import (
     Batcher,
     LimitError,
     PartitionBatch,
+    Streamed,
     StreamLimits,
     parse_limits,
     poll,
@@ -188,11 +189,13 @@ class Session:
         blocked: Callable[[], Awaitable[bool]],
         transcode: Transcoder,
         dead_letters: DeadLetterSink,
+        streamed: Streamed | None = None,
     ) -> None:
         """``memory_limit``: the bytes of events held for batches not yet due; ``blocked``:
         asked on every turn of the stream, which ends once it says so; ``transcode``: what
         the reader gets of each event (JSON or Avro, :mod:`broker.streams.transcode`);
-        ``dead_letters``: publishes to the dead-letter queue (its event type, its events)."""
+        ``dead_letters``: publishes to the dead-letter queue (its event type, its events);
+        ``streamed``: where what it sends is counted, per event type."""
         self._store = store
         self._bootstrap = bootstrap
         self._local_sessions = local_sessions
@@ -215,6 +218,7 @@ class Session:
             memory_limit,
             overflow_info="Stream parameters are causing overflow",
             first_info="Stream started",
+            streamed=streamed,
         )
         self._ahead = ReadAhead(memory_limit)
         self._streaming: dict[PartitionKey, _Batch] = {}
@@ -370,6 +374,7 @@ class Session:
             self._topics[key[0]].timeline,
             time.monotonic() + self._params.limits.batch_flush_timeout,
             event_type_json=json.dumps(key[0])[1:-1].encode(),
+            label=key[0],
         )
         if isinstance(batch, _AvroBatch):
             batch.partition_text, batch.event_type = str(key[1]), key[0]

@@ -33,9 +33,10 @@ from broker.admin_settings import SUBSCRIPTION_BLOCKED
 from broker.avro.schemas import AvroSchemas
 from broker.errors import BadRequest, SubscriptionNotFound
 from broker.event_types.store import Store
+from broker.own_events.collector import OwnEvents
 from broker.streams.api import STREAM_MEDIA_TYPE, BatchStreamResponse, _wants_gzip
 from broker.streams.cursors import OffsetFormatError, format_offset, parse_offset
-from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS
+from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS, Streamed
 from broker.streams.transcode import AVRO_MEDIA_TYPE, Transcoder, wants_avro
 from broker.streams.watermarks import Watermarks, consumer_config
 from broker.subscriptions.coordination import Coordinator
@@ -97,6 +98,7 @@ class SubscriptionStreams:
     avro: AvroSchemas
     # Publishes the events the broker writes itself (the dead-letter queue's).
     dead_letters: DeadLetterSink
+    own: OwnEvents
 
     @property
     def store(self) -> Store:
@@ -124,6 +126,7 @@ class SubscriptionStreams:
             values.update(body)
         params = parse_params(values, self.max_commit_timeout)
         topics = await self.subscriptions.topics(subscription.event_types)
+        streamed: Streamed = {}
         transcode = Transcoder(
             self.avro,
             {topic.topic: name for name, topic in topics.items()},
@@ -158,10 +161,12 @@ class SubscriptionStreams:
             blocked=self.access.consumption_blocked_check(principal, subscription.event_types),
             transcode=transcode,
             dead_letters=self.dead_letters,
+            streamed=streamed,
         )
         lines = self.access.guarded(
             session.lines(), principal, subscription.event_types, subscription.id
         )
+        lines = self.own.data_streamed(lines, streamed, principal, subscription.id)
         media_type = AVRO_MEDIA_TYPE if transcode.binary else STREAM_MEDIA_TYPE
         return _SessionResponse(session, lines, waiter, _wants_gzip(request), media_type)
 

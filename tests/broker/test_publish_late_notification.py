@@ -21,6 +21,7 @@ from broker.admin_settings import AdminSettings, initial_admins
 from broker.avro.schemas import AvroSchemas
 from broker.errors import EventTypeNotFound
 from broker.event_types.store import Revision, Store
+from broker.own_events.collector import OwnEvents
 from broker.publishing.api import Publisher
 from broker.publishing.producer import KafkaProducer
 from changebroker.auth import ANONYMOUS
@@ -79,7 +80,8 @@ def _with_late_publisher(
         producer.start()
         try:
             access = Access(store.pool, AdminSettings(store.pool, initial_admins(())))
-            await scenario(Publisher(store, producer, access, AvroSchemas(store)), store)
+            publisher = Publisher(store, producer, access, AvroSchemas(store), OwnEvents(False, ""))
+            await scenario(publisher, store)
         finally:
             await asyncio.to_thread(producer.close)
             await store.close()
