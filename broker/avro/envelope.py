@@ -22,6 +22,8 @@ from typing import Any
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
+from broker.avro import wire
+
 NAMESPACE = "org.zalando.nakadi.generated.avro"
 # Avro's single-object encoding starts every message with these two bytes.
 MARKER = b"\xc3\x01"
@@ -152,9 +154,15 @@ class Codec:
         return self.header + self.datum(record)
 
 
-_ENVELOPE = Codec.of(SCHEMAS["envelope"]["1"])
-_ENVELOPES = {codec.header: codec for codec in map(Codec.of, SCHEMAS["envelope"].values())}
-_PUBLISHING = {codec.header: codec for codec in map(Codec.of, SCHEMAS["batch.publishing"].values())}
+_HEADERS = {
+    single_object_header(SCHEMAS["envelope"]["1"]): wire.METADATA,
+    single_object_header(SCHEMAS["envelope"]["0"]): wire.METADATA_V0,
+}
+_PUBLISHING_HEADERS = {
+    single_object_header(SCHEMAS["batch.publishing"]["1"]): wire.METADATA,
+    single_object_header(SCHEMAS["batch.publishing"]["0"]): wire.METADATA_V0,
+}
+ENVELOPE_HEADER = single_object_header(SCHEMAS["envelope"]["1"])
 CONSUMPTION_HEADER = single_object_header(SCHEMAS["batch.consumption"]["1"])
 
 
@@ -171,32 +179,45 @@ class Record:
     payload: bytes
 
 
-def _read(codecs: Mapping[bytes, Codec], data: bytes, what: str) -> Any:
-    codec = codecs.get(data[:_HEADER])
-    if codec is None:
+def _fields(headers: Mapping[bytes, tuple[tuple[str, str], ...]], data: bytes, what: str) -> Any:
+    fields = headers.get(data[:_HEADER])
+    if fields is None:
         raise EnvelopeError(
             f"the {what} is not in Avro single-object encoding of one of Nakadi's {what} schemas"
             " (C3 01 and the schema's CRC-64-AVRO fingerprint, then the datum)"
         )
-    body = io.BytesIO(data)
-    body.seek(_HEADER)
-    try:
-        record = fastavro.schemaless_reader(body, codec.parsed, None)
-    except (EOFError, ValueError, UnicodeDecodeError, IndexError) as exc:
-        raise EnvelopeError(f"the {what} is not a valid Avro datum: {exc}") from None
-    if body.tell() != len(data):
-        raise EnvelopeError(f"the {what} has {len(data) - body.tell()} bytes after its datum")
-    return record
+    return fields
+
+
+def _record(reader: wire.Reader, fields: tuple[tuple[str, str], ...]) -> Record:
+    return Record(reader.metadata(fields), reader.raw())
+
+
+def _whole(reader: wire.Reader, what: str) -> None:
+    if reader.pos != len(reader.data):
+        raise EnvelopeError(f"the {what} has {len(reader.data) - reader.pos} bytes after its datum")
 
 
 def read_publishing_batch(data: bytes) -> list[Record]:
     """The events of a ``PublishingBatch`` message (version 0 or 1)."""
-    batch = _read(_PUBLISHING, data, "publishing batch")
-    return [Record(event["metadata"], event["payload"]) for event in batch["events"]]
+    fields = _fields(_PUBLISHING_HEADERS, data, "publishing batch")
+    reader = wire.Reader(data, _HEADER)
+    records: list[Record] = []
+    try:
+        while count := reader.long():
+            if count < 0:  # a block with its size in bytes first
+                count = -count
+                reader.long()
+            records += [_record(reader, fields) for _ in range(count)]
+    except wire.WireError as exc:
+        raise EnvelopeError(f"the publishing batch is not a valid Avro datum: {exc}") from None
+    _whole(reader, "publishing batch")
+    return records
 
 
 def publishing_batch(records: Iterable[Record]) -> bytes:
-    """A ``PublishingBatch`` (version 1) message of ``records``: what a client sends."""
+    """A ``PublishingBatch`` (version 1) message of ``records``: what a client sends, written
+    with fastavro (the broker reads it by hand)."""
     batch = {"events": [{"metadata": r.metadata, "payload": r.payload} for r in records]}
     return Codec.of(SCHEMAS["batch.publishing"]["1"]).message(batch)
 
@@ -206,26 +227,30 @@ def is_envelope(value: bytes) -> bool:
     return value[:2] == MARKER
 
 
-def stored(metadata: Mapping[str, Any], payload: bytes) -> bytes:
-    """An event as Kafka keeps it: one ``Envelope`` (version 1) message."""
-    return _ENVELOPE.message({"metadata": metadata, "payload": payload})
-
-
 def datum(metadata: Mapping[str, Any], payload: bytes) -> bytes:
     """An ``Envelope`` (version 1) datum: an item of a consumption batch's ``events``."""
-    return _ENVELOPE.datum({"metadata": metadata, "payload": payload})
+    return wire.metadata(metadata) + wire.raw(payload)
+
+
+def stored(metadata: Mapping[str, Any], payload: bytes) -> bytes:
+    """An event as Kafka keeps it: one ``Envelope`` (version 1) message."""
+    return ENVELOPE_HEADER + datum(metadata, payload)
 
 
 def read_datum(value: bytes) -> Record:
     """The metadata and payload of an ``Envelope`` (version 1) datum."""
-    record: Any = fastavro.schemaless_reader(io.BytesIO(value), _ENVELOPE.parsed, None)
-    return Record(record["metadata"], record["payload"])
+    return _record(wire.Reader(value), wire.METADATA)
 
 
 def read_stored(value: bytes) -> Record:
     """The metadata and payload of a stored envelope."""
-    envelope = _read(_ENVELOPES, value, "envelope")
-    return Record(envelope["metadata"], envelope["payload"])
+    reader = wire.Reader(value, _HEADER)
+    try:
+        record = _record(reader, _fields(_HEADERS, value, "envelope"))
+    except wire.WireError as exc:
+        raise EnvelopeError(f"the envelope is not a valid Avro datum: {exc}") from None
+    _whole(reader, "envelope")
+    return record
 
 
 def envelope_datum(value: bytes) -> bytes:
@@ -233,37 +258,22 @@ def envelope_datum(value: bytes) -> bytes:
     return value[_HEADER:]
 
 
-def _long(value: int) -> bytes:
-    """Avro's long: zig-zag, then base-128 varint."""
-    n = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while n & ~0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _string(value: str) -> bytes:
-    raw = value.encode()
-    return _long(len(raw)) + raw
-
-
 def consumption_batch(cursor: Mapping[str, str], info: str | None, envelopes: list[bytes]) -> bytes:
     """A ``ConsumptionBatch`` (version 1) message: the cursor, the info and the envelopes'
     datums spliced in as they are stored (no event is decoded on the way out)."""
     out = [CONSUMPTION_HEADER]
-    out += [_string(cursor[k]) for k in ("partition", "offset", "event_type", "cursor_token")]
-    out.append(b"\x00" if info is None else b"\x02" + _string(info))
+    out += [wire.string(cursor[k]) for k in ("partition", "offset", "event_type", "cursor_token")]
+    out.append(b"\x00" if info is None else b"\x02" + wire.string(info))
     if envelopes:
-        out.append(_long(len(envelopes)))
+        out.append(wire.long(len(envelopes)))
         out += envelopes
     out.append(b"\x00")
     return b"".join(out)
 
 
 def read_consumption_batches(data: bytes) -> list[dict[str, Any]]:
-    """Every ``ConsumptionBatch`` of a binary stream's bytes: what a client reads."""
+    """Every ``ConsumptionBatch`` of a binary stream's bytes: what a client reads, with
+    fastavro (the broker writes them by hand)."""
     codec = Codec.of(SCHEMAS["batch.consumption"]["1"])
     body = io.BytesIO(data)
     batches: list[dict[str, Any]] = []

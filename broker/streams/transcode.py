@@ -103,8 +103,8 @@ class Transcoder:
             )
         try:
             record = avro_record(orjson.loads(value), schemas.latest)
-        except (PayloadError, orjson.JSONDecodeError) as exc:
+            message.set_value(envelope.datum(record.metadata, record.payload))
+        except (PayloadError, orjson.JSONDecodeError, TypeError) as exc:
             raise Unrepresentable(
                 f"{where} does not fit avro_schema {schemas.latest.version}: {exc}"
             ) from None
-        message.set_value(envelope.datum(record.metadata, record.payload))
