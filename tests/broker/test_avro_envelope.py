@@ -131,5 +131,5 @@ def test_the_hand_written_envelope_and_fastavro_agree(fields: dict[str, object])
 
 
 def test_a_metadata_field_of_the_wrong_type_is_named() -> None:
-    with pytest.raises(TypeError, match="metadata.occurred_at"):
+    with pytest.raises(TypeError, match=r"metadata\.occurred_at"):
         envelope.stored({**METADATA, "occurred_at": "yesterday"}, b"")
