@@ -54,15 +54,13 @@ class AuditEvents(logging.Handler):
         if fields:
             data["new_object"] = fields
         now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        own.add(
-            AUDIT_LOG,
-            {
-                "data_type": resource_type,
-                "data_op": op,
-                "data": data,
-                "metadata": {"eid": str(uuid.uuid4()), "occurred_at": now},
-            },
-        )
+        event = {
+            "data_type": resource_type,
+            "data_op": op,
+            "data": data,
+            "metadata": {"eid": str(uuid.uuid4()), "occurred_at": now},
+        }
+        own.add(AUDIT_LOG, dict, event)
 
 
 def install() -> None:

@@ -1,8 +1,9 @@
 """What the broker did, as events of Nakadi's own event types, collected off the request path.
 
-A request only appends a tuple to a bounded queue (:meth:`OwnEvents.add`); once a second, or
-as soon as ``BATCH_EVENTS`` wait, a background task makes them events (the KPI ones Avro
-envelopes, the audit ones JSON) and publishes them, a batch per event type, through the
+A request only appends what it knows, unformatted, to a bounded queue (:meth:`OwnEvents.add`:
+the function that makes the event's fields and its arguments); once a second, or as soon as
+``BATCH_EVENTS`` wait, a background task makes them events (the KPI ones Avro envelopes, the
+audit ones JSON) and publishes them, a batch per event type, through the
 publishing pipeline without authorization. What cannot be published is logged and dropped:
 nothing of a client's request waits for, or fails with, the broker's own events. When the
 queue is full (Kafka away for long), further events are dropped and counted.
@@ -48,8 +49,10 @@ class OwnEvents:
     def __init__(self, enabled: bool, salt: str) -> None:
         self.enabled = enabled
         self._salt = salt.encode()
-        # (event type, fields or event, flow id, moment in ms) as requests left them.
-        self._queue: deque[tuple[str, Any, str | None, int]] = deque()
+        # (event type, what makes its fields, their arguments, flow id, moment in ms).
+        self._queue: deque[tuple[str, Callable[..., Any], tuple[Any, ...], str | None, int]] = (
+            deque()
+        )
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._records: RecordSink | None = None
@@ -59,15 +62,16 @@ class OwnEvents:
 
     # -- what the broker did -------------------------------------------------------------
 
-    def add(self, event_type: str, fields: Any) -> None:
-        """One event of ``event_type`` (KPI fields, or a whole JSON event for the audit log),
-        published within ``FLUSH_SECONDS``."""
+    def add(self, event_type: str, build: Callable[..., Any], *args: Any) -> None:
+        """One event of ``event_type``, published within ``FLUSH_SECONDS``: ``build(*args)``
+        makes its KPI fields (or the whole JSON event, for the audit log) in the background."""
         if not self.enabled:
             return
         if len(self._queue) >= MAX_QUEUED:
             metrics.own_events_dropped.inc()
             return
-        self._queue.append((event_type, fields, logs.flow_id.get(), int(time.time() * 1000)))
+        moment = int(time.time() * 1000)
+        self._queue.append((event_type, build, args, logs.flow_id.get(), moment))
         if len(self._queue) >= BATCH_EVENTS:
             self._wake.set()
 
@@ -81,37 +85,36 @@ class OwnEvents:
         return found
 
     def event_type_log(self, body: Mapping[str, Any], status: str) -> None:
-        self.add(
-            definitions.EVENT_TYPE_LOG,
-            {
-                "event_type": body["name"],
-                "status": status,
-                "category": str(body["category"]).upper(),
-                "authz": "enabled" if body.get("authorization") else "disabled",
-                "compatibility_mode": str(body["compatibility_mode"]).upper(),
-            },
-        )
+        self.add(definitions.EVENT_TYPE_LOG, _event_type_log, body, status)
 
     def subscription_log(self, subscription_id: str, status: str) -> None:
-        self.add(
-            definitions.SUBSCRIPTION_LOG, {"subscription_id": subscription_id, "status": status}
-        )
+        self.add(definitions.SUBSCRIPTION_LOG, _subscription_log, subscription_id, status)
 
     def batch_published(
         self, event_type: str, principal: Principal, events: int, seconds: float, size: int
     ) -> None:
         self.add(
             definitions.BATCH_PUBLISHED,
-            {
-                "event_type": event_type,
-                "app": principal.sub,
-                "app_hashed": self.hashed(principal.sub),
-                "token_realm": principal.type,
-                "number_of_events": events,
-                "ms_spent": int(seconds * 1000),
-                "batch_size": size,
-            },
+            self._batch_published,
+            event_type,
+            principal,
+            events,
+            seconds,
+            size,
         )
+
+    def _batch_published(
+        self, event_type: str, principal: Principal, events: int, seconds: float, size: int
+    ) -> dict[str, Any]:
+        return {
+            "event_type": event_type,
+            "app": principal.sub,
+            "app_hashed": self.hashed(principal.sub),
+            "token_realm": principal.type,
+            "number_of_events": events,
+            "ms_spent": int(seconds * 1000),
+            "batch_size": size,
+        }
 
     def data_streamed(
         self,
@@ -127,20 +130,18 @@ class OwnEvents:
 
         def told() -> None:
             for event_type, (events, size, batches) in counts.items():
-                self.add(
-                    definitions.DATA_STREAMED,
-                    {
-                        "api": "lola" if subscription is None else "hila",
-                        "subscription": subscription,
-                        "event_type": event_type,
-                        "app": principal.sub,
-                        "app_hashed": self.hashed(principal.sub),
-                        "token_realm": principal.type,
-                        "number_of_events": events,
-                        "bytes_streamed": size,
-                        "batches_streamed": batches,
-                    },
-                )
+                fields = {
+                    "api": "lola" if subscription is None else "hila",
+                    "subscription": subscription,
+                    "event_type": event_type,
+                    "app": principal.sub,
+                    "app_hashed": self.hashed(principal.sub),
+                    "token_realm": principal.type,
+                    "number_of_events": events,
+                    "bytes_streamed": size,
+                    "batches_streamed": batches,
+                }
+                self.add(definitions.DATA_STREAMED, dict, fields)
             counts.clear()
 
         async def counted() -> AsyncIterator[bytes]:
@@ -186,8 +187,8 @@ class OwnEvents:
         while self._queue:
             batches: dict[str, list[tuple[Any, str | None, int]]] = {}
             for _ in range(min(len(self._queue), BATCH_EVENTS)):
-                name, fields, flow_id, moment = self._queue.popleft()
-                batches.setdefault(name, []).append((fields, flow_id, moment))
+                name, build, args, flow_id, moment = self._queue.popleft()
+                batches.setdefault(name, []).append((build(*args), flow_id, moment))
             for name, batch in batches.items():
                 try:
                     await self._publish(name, batch)
@@ -218,3 +219,17 @@ class OwnEvents:
             )
             records.append(Record(metadata, schema.encode(fields)))
         await self._records(name, records)
+
+
+def _event_type_log(body: Mapping[str, Any], status: str) -> dict[str, Any]:
+    return {
+        "event_type": body["name"],
+        "status": status,
+        "category": str(body["category"]).upper(),
+        "authz": "enabled" if body.get("authorization") else "disabled",
+        "compatibility_mode": str(body["compatibility_mode"]).upper(),
+    }
+
+
+def _subscription_log(subscription_id: str, status: str) -> dict[str, Any]:
+    return {"subscription_id": subscription_id, "status": status}
