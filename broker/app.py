@@ -32,6 +32,7 @@ from starlette.types import ASGIApp
 from broker import bodies
 from broker.access import Access
 from broker.admin_settings import AdminSettings, initial_admins
+from broker.avro import api as avro_api
 from broker.avro.schemas import AvroSchemas
 from broker.errors import BrokerError
 from broker.event_types.api import EventTypeApi
@@ -120,6 +121,8 @@ def create_app(settings: Settings) -> ASGIApp:
         Route("/registry/enrichment-strategies", enrichment_strategies, methods=["GET"]),
         Route("/registry/partition-strategies", partition_strategies, methods=["GET"]),
         *event_type_api.routes(),
+        # Nakadi's envelope schemas, for Avro clients.
+        *avro_api.routes(),
         # Streams, partitions and cursor operations: broker/streams/api.py.
         *streams.routes(
             StoreResolver(store),

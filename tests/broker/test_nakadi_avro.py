@@ -371,3 +371,15 @@ def test_avro_deletes_as_nakadi_answers_them(
         path="deleted-events",
     )
     assert "partition keys not set" in no_keys.json()[0]["detail"]
+
+
+def test_the_envelope_schemas_are_served_for_clients(client: httpx.Client) -> None:
+    listed = client.get("/avro-schemas/batch.publishing/versions")
+    assert listed.status_code == 200
+    assert [item["version"] for item in listed.json()["items"]] == ["0", "1"]
+    one = client.get("/avro-schemas/batch.consumption/versions/1").json()
+    assert one["avro_schema"]["name"] == "ConsumptionBatch"
+    # What a client parses from it names the schema the broker reads and writes.
+    assert envelope.single_object_header(one["avro_schema"]) == envelope.CONSUMPTION_HEADER
+    assert_problem(client.get("/avro-schemas/envelope/versions"), 404, "batch.publishing")
+    assert_problem(client.get("/avro-schemas/batch.publishing/versions/7"), 404, "no version")
