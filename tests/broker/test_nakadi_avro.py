@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from broker.authorization import Scopes
 from broker.avro import envelope
 from broker.avro.envelope import Record
 from broker.avro.payloads import compile_schema
@@ -383,3 +384,11 @@ def test_the_envelope_schemas_are_served_for_clients(client: httpx.Client) -> No
     assert envelope.single_object_header(one["avro_schema"]) == envelope.CONSUMPTION_HEADER
     assert_problem(client.get("/avro-schemas/envelope/versions"), 404, "batch.publishing")
     assert_problem(client.get("/avro-schemas/batch.publishing/versions/7"), 404, "no version")
+
+
+def test_deleting_events_needs_the_event_stream_write_scope() -> None:
+    """As Nakadi's API definition of deleted-events says; the envelope schemas any
+    authenticated caller may read."""
+    scopes = Scopes()
+    assert scopes.of("POST", "/event-types/orders/deleted-events") == scopes.event_stream_write
+    assert scopes.of("GET", "/avro-schemas/batch.publishing/versions") is None

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from broker.authorization import Scopes
 from tests.broker.swagger import assert_problem, validate
 from tests.support.event_types import business_event_type
 
@@ -211,3 +212,9 @@ def test_an_avro_event_type_deleted_can_be_created_again(
     # Its Avro versions' registry subject went with it: the name is free again.
     assert client.post("/event-types", json=body).status_code == 201, "subject left behind"
     assert client.get(f"/event-types/{name}/schemas/latest").json()["version"] == "1.0.0"
+
+
+def test_adding_a_schema_needs_the_event_type_write_scope() -> None:
+    scopes = Scopes()
+    assert scopes.of("POST", "/event-types/orders/schemas") == scopes.event_type_write
+    assert scopes.of("GET", "/event-types/orders/schemas") is None
