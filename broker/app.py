@@ -53,7 +53,7 @@ from broker.streams import api as streams
 from broker.streams.watermarks import Watermarks
 from broker.subscriptions.lag import SubscriptionLag
 from broker.subscriptions.service import SubscriptionService
-from changebroker import auth, pg
+from changebroker import auth, logs, pg
 from changebroker import metrics as service_metrics
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,14 @@ def create_app(settings: Settings) -> ASGIApp:
         await subscriptions.start()
         if own.enabled:
             for body in own_event_types():
-                await event_type_api.ensure(body)
+                try:
+                    await event_type_api.ensure(body)
+                except BrokerError as exc:
+                    # The broker serves without it; its events for it are dropped, logged.
+                    log.error(
+                        "one of Nakadi's own event types could not be created",
+                        extra=logs.fields(event_type=body["name"], error=exc.detail),
+                    )
             install_audit_events()
         own.start(publisher.publish_internal_records, publisher.publish_internal, avro_schemas)
         try:

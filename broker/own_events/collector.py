@@ -33,6 +33,8 @@ from changebroker.auth import Principal
 log = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 1.0  # Nakadi's batch collection timeout
+# At shutdown, what is queued gets this long to be published (the graceful stop is 10 s).
+LAST_FLUSH_SECONDS = 5.0
 # How often an open stream tells what it sent (nakadi.data.streamed), and once more at its end.
 STREAMED_EVERY_SECONDS = 30.0
 BATCH_EVENTS = 1000
@@ -173,7 +175,13 @@ class OwnEvents:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self._task = None
-        await self.flush()
+        try:
+            await asyncio.wait_for(self.flush(), LAST_FLUSH_SECONDS)
+        except TimeoutError:
+            log.warning(
+                "the broker's own events queued at shutdown were not all published",
+                extra=logs.fields(dropped=len(self._queue)),
+            )
 
     async def _run(self) -> None:
         while True:

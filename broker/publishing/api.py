@@ -298,7 +298,7 @@ class Publisher:
     async def publish(self, request: Request) -> Response:
         name, target = await self._writable(request)
         started = time.perf_counter()
-        if binary.is_avro(request.headers.get("content-type")):
+        if binary.is_avro(request.scope["headers"]):
             body = await bodies.raw(request)
             records = binary.records(body)
             answer = await self._binary(request, name, target, records, started, delete=False)
@@ -345,7 +345,7 @@ class Publisher:
         tombstone. Only compacted event types (422 for others, as Nakadi)."""
         name, target = await self._writable(request)
         started = time.perf_counter()
-        if binary.is_avro(request.headers.get("content-type")):
+        if binary.is_avro(request.scope["headers"]):
             records = binary.records(await bodies.raw(request))
             if not target.compacted:
                 raise Unprocessable(NOT_COMPACTED)

@@ -30,8 +30,16 @@ MEDIA_TYPE = "application/avro-binary"
 MAX_PAYLOAD_BYTES = 999_000
 
 
-def is_avro(content_type: str | None) -> bool:
-    return (content_type or "").split(";", 1)[0].strip().lower() == MEDIA_TYPE
+_MEDIA_TYPE = MEDIA_TYPE.encode()
+
+
+def is_avro(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether the request's (raw, ASGI) headers say its body is Avro binary: a scan of a few
+    headers, as the JSON publishing path asks it too."""
+    for key, value in headers:
+        if key == b"content-type":
+            return value.split(b";", 1)[0].strip().lower() == _MEDIA_TYPE
+    return False
 
 
 def records(body: bytes) -> list[Record]:
