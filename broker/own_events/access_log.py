@@ -2,9 +2,10 @@
 
 Method, path, query (``?...`` or empty), user agent, the calling application (``-`` when
 unauthenticated) and its hash, status, milliseconds spent, Accept-Encoding and
-Content-Encoding (``-`` when absent), and the bytes of the request and of the response
-body. A stream's event comes when it ends. While a request is served, its app's
-:class:`OwnEvents` is :data:`current`, for the audit lines it writes (:mod:`.audit`).
+Content-Encoding (``-`` when absent), the request body's length (its Content-Length) and the
+bytes of the response body. A stream's event comes when it ends. While a request is served,
+its app's :class:`OwnEvents` is :data:`current`, for the audit lines it writes
+(:mod:`.audit`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from broker.own_events.collector import OwnEvents
 from broker.own_events.definitions import ACCESS_LOG
 from changebroker.auth import Principal
 from changebroker.http import RESPOND
+from changebroker.numerals import whole_number
 
 current: ContextVar[OwnEvents | None] = ContextVar("own_events", default=None)
 
@@ -34,13 +36,7 @@ class AccessLog:
             return
         started = time.monotonic()
         status = 500
-        request_bytes = response_bytes = 0
-
-        async def counted_receive() -> Message:
-            nonlocal request_bytes
-            message = await receive()
-            request_bytes += len(message.get("body", b""))
-            return message
+        response_bytes = 0
 
         async def counted_send(message: Message) -> None:
             nonlocal status, response_bytes
@@ -64,22 +60,21 @@ class AccessLog:
             extensions[RESPOND] = counted_respond
         token = current.set(self.own)
         try:
-            await self.app(scope, counted_receive, counted_send)
+            await self.app(scope, receive, counted_send)
         finally:
             current.reset(token)
             spent = time.monotonic() - started
-            self.own.add(
-                ACCESS_LOG, self._fields, scope, status, spent, request_bytes, response_bytes
-            )
+            self.own.add(ACCESS_LOG, self._fields, scope, status, spent, response_bytes)
 
     def _fields(
-        self, scope: Scope, status: int, spent: float, request_bytes: int, response_bytes: int
+        self, scope: Scope, status: int, spent: float, response_bytes: int
     ) -> dict[str, Any]:
         """The event's fields, made in the background from what the request left."""
         headers = dict(scope["headers"])
         principal = scope.get("state", {}).get("principal")
         app = principal.sub if isinstance(principal, Principal) else "-"
         query = scope.get("query_string", b"").decode("latin-1")
+        length = headers.get(b"content-length", b"").decode("latin-1")
         return {
             "method": scope["method"],
             "path": scope["path"],
@@ -91,6 +86,6 @@ class AccessLog:
             "response_time_ms": int(spent * 1000),
             "accept_encoding": headers.get(b"accept-encoding", b"-").decode("latin-1"),
             "content_encoding": headers.get(b"content-encoding", b"-").decode("latin-1"),
-            "request_length": request_bytes,
+            "request_length": int(length) if whole_number(length) else 0,
             "response_length": response_bytes,
         }
