@@ -142,20 +142,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("--max-commit-timeout must be more than 0 seconds")
     if args.stream_memory_limit < 1 or args.subscription_max_partitions < 1:
         raise SystemExit("--stream-memory-limit and --subscription-max-partitions must be >= 1")
-    settings = config.from_args(
-        Settings,
-        args,
-        pg_dsn=args.pg_url,
-        registry_url=args.registry_url or None,
-        nakadi_event_types=not args.no_nakadi_event_types,
-        auth=auth.AuthSettings.from_args(args),
-        scopes=Scopes(
-            config_write=args.scope_config_write,
-            event_type_write=args.scope_event_type_write,
-            event_stream_write=args.scope_event_stream_write,
-            event_stream_read=args.scope_event_stream_read,
-        ),
-    )
+    settings = settings_of(args)
     auth.start(settings.auth, "broker")
     tls = http.tls_of(args)
     log.info(
@@ -174,6 +161,24 @@ def run(args: argparse.Namespace) -> int:
     os.environ[SETTINGS_ENV] = json.dumps(settings.to_json())
     http.serve_workers("broker.main:worker_app", args)
     return 0
+
+
+def settings_of(args: argparse.Namespace) -> Settings:
+    """What the flags (and their environment variables) say."""
+    return config.from_args(
+        Settings,
+        args,
+        pg_dsn=args.pg_url,
+        registry_url=args.registry_url or None,
+        nakadi_event_types=not args.no_nakadi_event_types,
+        auth=auth.AuthSettings.from_args(args),
+        scopes=Scopes(
+            config_write=args.scope_config_write,
+            event_type_write=args.scope_event_type_write,
+            event_stream_write=args.scope_event_stream_write,
+            event_stream_read=args.scope_event_stream_read,
+        ),
+    )
 
 
 def worker_app() -> ASGIApp:

@@ -4,6 +4,7 @@ dead-letter queue filled by a consumer that never commits one poison event."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import uuid
 from collections.abc import Callable, Iterator
@@ -12,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from broker import main
 from broker.avro import envelope
 from broker.avro.payloads import compile_schema
 from broker.own_events import definitions
@@ -252,3 +254,19 @@ def make_event_type_on(unique_name: Callable[[str], str]) -> Callable[[httpx.Cli
         return name
 
     return make
+
+
+def test_they_are_on_unless_the_flag_or_its_variable_says_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def settings(*flags: str) -> Settings:
+        parser = argparse.ArgumentParser()
+        main.configure(parser)
+        return main.settings_of(parser.parse_args(["--pg-url", "postgresql://x", *flags]))
+
+    assert settings().nakadi_event_types
+    assert settings().kpi_salt == "salt"
+    assert not settings("--no-nakadi-event-types").nakadi_event_types
+    assert settings("--kpi-salt", "pepper").kpi_salt == "pepper"
+    monkeypatch.setenv("CHANGEBROKER_BROKER_NO_NAKADI_EVENT_TYPES", "true")
+    assert not settings().nakadi_event_types
