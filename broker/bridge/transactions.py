@@ -159,7 +159,7 @@ class Transactions:
         topic: str,
         partition: int,
         key: bytes | None,
-        value: bytes,
+        value: bytes | None,
         on_delivery: Callable[[KafkaError | None, Any], None] | None = None,
     ) -> None:
         while True:
