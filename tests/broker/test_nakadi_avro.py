@@ -1,11 +1,12 @@
 """Avro binary publishing and consuming against the real broker and Kafka, as Nakadi's own
 end-to-end test does it (an event type moved to Avro, Avro published, read as JSON and as Avro),
-and every other pairing of JSON and Avro producers and consumers of one event type; then
-``deleted-events`` on compacted event types."""
+and every other pairing of JSON and Avro producers and consumers of one event type, also across
+a timeline switch made while they read; then ``deleted-events`` on compacted event types."""
 
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -17,9 +18,11 @@ from broker.authorization import Scopes
 from broker.avro import envelope
 from broker.avro.envelope import Record
 from broker.avro.payloads import compile_schema
+from changebroker.stack.processes import wait_until
 from tests.broker.stream_support import stream_lines
-from tests.broker.subscription_support import Stream, commit, create
+from tests.broker.subscription_support import Stream, commit, create, owners
 from tests.broker.swagger import assert_problem
+from tests.broker.test_timelines import switch
 from tests.support.event_types import business_event_type
 
 FOO_JSON = '{"type": "object", "properties": {"foo": {"type": "string"}}}'
@@ -181,6 +184,65 @@ def test_json_and_avro_producers_and_consumers_interoperate(
     assert sent[0]["metadata"]["version"] == "2.0.0"
     assert sent[0]["metadata"]["eid"] == json_event["metadata"]["eid"]
     assert sent[0]["metadata"]["occurred_at"] == 1_767_323_045_678
+
+
+def test_avro_events_are_read_across_a_timeline_switch_made_while_streams_run(
+    client: httpx.Client, moved_to_avro: str
+) -> None:
+    """A switch adds a topic while a low-level stream, a JSON subscription stream and an Avro
+    one run: each goes on into it and reads its Avro events as it read the old topic's."""
+    name = moved_to_avro
+    assert _post_avro(client, name, _record(name, "2.0.0", _payload("before"))).status_code == 200
+    json_reader = create(client, [name], read_from="begin")["id"]
+    avro_reader = create(client, [name], read_from="begin", consumer_group="avro")["id"]
+    avro_read: list[list[dict[str, Any]]] = []
+    avro_stream = threading.Thread(
+        target=lambda: avro_read.append(
+            _binary_batches(client, avro_reader, stream_timeout=6, batch_flush_timeout=1)[1]
+        ),
+        daemon=True,
+    )
+    subscription = Stream(client, json_reader, batch_flush_timeout=0.1)
+    cursors = json.dumps([{"partition": "0", "offset": "BEGIN"}])
+    params = {"batch_limit": 1, "stream_limit": 2, "batch_flush_timeout": 1, "stream_timeout": 30}
+    with client.stream(
+        "GET", f"/event-types/{name}/events", params=params, headers={"X-Nakadi-Cursors": cursors}
+    ) as low_level:
+        try:
+            lines = (json.loads(line) for line in low_level.iter_lines() if line)
+            low_level_read = [next(b for b in lines if b.get("events"))]
+            (before,) = subscription.read_events(1)
+            avro_stream.start()
+            wait_until(
+                lambda: owners(client, avro_reader)[(name, "0")] is not None,
+                timeout=30,
+                what="the Avro stream to take its partition",
+            )
+            switch(client, name)
+            after = _post_avro(client, name, _record(name, "2.0.0", _payload("after")))
+            assert after.status_code == 200, after.text
+            low_level_read += [b for b in lines if b.get("events")]
+            (moved,) = subscription.read_events(1)
+        finally:
+            subscription.close()
+    avro_stream.join(timeout=30)
+
+    in_timeline_2 = "001-0002-000000000000000000"
+    assert [(b["cursor"]["offset"], b["events"][0]["foo"]) for b in low_level_read] == [
+        ("001-0001-000000000000000000", "before"),
+        (in_timeline_2, "after"),
+    ]
+    assert (before["events"][0]["foo"], moved["events"][0]["foo"]) == ("before", "after")
+    assert moved["cursor"]["offset"] == in_timeline_2
+    assert moved["events"][0]["metadata"]["version"] == "2.0.0"
+    (avro_batches,) = avro_read
+    read = [
+        (b["cursor"]["offset"], compile_schema(FOO_AVRO).decode(e["payload"])["foo"])
+        for b in avro_batches
+        for e in b["events"]
+    ]
+    assert read == [("001-0001-000000000000000000", "before"), (in_timeline_2, "after")]
+    assert avro_batches[-1]["info"] == "Stream timeout reached"
 
 
 def test_a_json_event_an_avro_reader_cannot_get_ends_its_stream_with_the_reason(

@@ -18,6 +18,7 @@ from broker.avro import envelope
 from broker.avro.payloads import compile_schema
 from broker.own_events import definitions
 from broker.settings import Settings
+from broker.streams.cursors import format_offset
 from broker.subscriptions.dead_letters import (
     MAX_EVENT_SEND_COUNT,
     QUEUE_EVENT_TYPE,
@@ -25,7 +26,8 @@ from broker.subscriptions.dead_letters import (
 )
 from changebroker.stack.processes import wait_until
 from tests.broker.stream_support import order, publish
-from tests.broker.subscription_support import Stream, commit, create
+from tests.broker.subscription_support import Stream, commit, create, reopened
+from tests.broker.test_timelines import switch
 from tests.support.brokers import broker_client
 from tests.support.event_types import business_event_type
 
@@ -196,14 +198,40 @@ def test_a_poison_event_never_committed_ends_in_the_dead_letter_queue(
 ) -> None:
     name = make_event_type_on(own)
     publish(own, name, [order(f"order-{i}") for i in range(12)])
-    poison = "order-5"
-    queue = _reader(own, QUEUE_EVENT_TYPE)
+    letter, subscription = _poisoned(own, name, "order-5")
+    assert letter["event_type"] == name and letter["partition"] == "0"
+    assert letter["offset"] == format_offset(5)
+    # The poison event was committed for the consumer: its offset is behind the cursor.
+    cursor = own.get(f"/subscriptions/{subscription}/cursors").json()["items"][0]["offset"]
+    assert cursor >= letter["offset"]
+
+
+def test_a_poison_event_in_a_later_timeline_is_named_by_its_timeline(
+    own: httpx.Client, make_event_type_on: Callable[..., str]
+) -> None:
+    """The subscription's cursor runs through the event type's timelines: the event skipped is
+    the one in the new topic, and its offset there is what the dead letter and the commit
+    name."""
+    name = make_event_type_on(own)
+    publish(own, name, [order(f"order-{i}") for i in range(3)])
+    switch(own, name)
+    publish(own, name, [order(f"order-{i}") for i in range(3, 12)])
+    letter, subscription = _poisoned(own, name, "order-5")
+    assert letter["offset"] == format_offset(2, timeline=2)
+    cursor = own.get(f"/subscriptions/{subscription}/cursors").json()["items"][0]["offset"]
+    assert cursor.startswith("001-0002-") and cursor >= letter["offset"]
+
+
+def _poisoned(client: httpx.Client, name: str, poison: str) -> tuple[dict[str, Any], str]:
+    """A consumer of ``name``'s orders that commits every batch but dies on the one holding
+    ``poison``, again and again, until the broker moves the event aside: the dead letter it
+    published and the subscription's id."""
+    queue = _reader(client, QUEUE_EVENT_TYPE)
     annotations = {MAX_EVENT_SEND_COUNT: "2", UNPROCESSABLE_EVENT_POLICY: "DEAD_LETTER_QUEUE"}
-    subscription = str(create(own, [name], read_from="begin", annotations=annotations)["id"])
-    # A consumer that commits every batch but dies on the one holding the poison event, again
-    # and again, until the broker moves the event aside.
+    subscription = str(create(client, [name], read_from="begin", annotations=annotations)["id"])
+    after = int(poison.split("-")[1])
     for _ in range(12):
-        stream = _opened(own, subscription, batch_limit=3, commit_timeout=1, stream_timeout=3)
+        stream = reopened(client, subscription, batch_limit=3, commit_timeout=1, stream_timeout=3)
         passed = False
         try:
             while (batch := stream.batch()) is not None:
@@ -211,39 +239,19 @@ def test_a_poison_event_never_committed_ends_in_the_dead_letter_queue(
                 if poison in numbers:
                     break  # the consumer dies of it, as Nakadi's test consumer does
                 if numbers:
-                    assert (
-                        commit(own, subscription, stream.id, [batch["cursor"]]).status_code == 204
-                    )
-                passed |= any(int(n.split("-")[1]) > 5 for n in numbers)
+                    answer = commit(client, subscription, stream.id, [batch["cursor"]])
+                    assert answer.status_code == 204
+                passed |= any(int(n.split("-")[1]) > after for n in numbers)
         finally:
             stream.close()
         if passed:
             break
     assert passed, "the stream never got past the poison event"
-    (letter,) = _events(own, queue, bool)
+    (letter,) = _events(client, queue, bool)
     assert letter["subscription_id"] == subscription
     assert letter["event"]["order_number"] == poison
-    assert letter["event_type"] == name and letter["partition"] == "0"
     assert letter["error"]["message"] == "Nakadi Auto DLQ: skipped due to failed commits count: 2"
-    # The poison event was committed for the consumer: its offset is behind the cursor.
-    cursor = own.get(f"/subscriptions/{subscription}/cursors").json()["items"][0]["offset"]
-    assert cursor >= letter["offset"]
-
-
-def _opened(client: httpx.Client, subscription_id: str, **params: Any) -> Stream:
-    """A new stream, once the one before let go of its partition (its commit timeout after its
-    client died)."""
-    opened: list[Stream] = []
-
-    def opens() -> bool:
-        stream = Stream(client, subscription_id, **params)
-        if stream.status_code == 409:
-            return False
-        opened.append(stream)
-        return True
-
-    wait_until(opens, timeout=30, what="the partition to be free")
-    return opened[0]
+    return letter, subscription
 
 
 @pytest.fixture
