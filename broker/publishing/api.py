@@ -366,13 +366,7 @@ class Publisher:
         assert delivery is not None
         errors = _counted(name, messages, delivery, started)
         if any(errors):
-            items = [
-                _item(event, "failed", "publishing", error)
-                if error
-                else _item(event, "submitted", "publishing")
-                for (event, _), error in zip(batch, errors, strict=True)
-            ]
-            return JSONResponse(items, status_code=207)
+            return JSONResponse(_partly_stored(batch, errors), status_code=207)
         self._published(request, name, len(batch), started, len(body))
         # One write for the answer most publishes get: a single event's is mostly this.
         return OneWriteResponse(status_code=200)
@@ -412,13 +406,7 @@ class Publisher:
         assert delivery is not None
         errors = delivery.errors()
         if any(errors):
-            items = [
-                _item(event, "failed", "publishing", error)
-                if error
-                else _item(event, "submitted", "publishing")
-                for (event, _), error in zip(batch, errors, strict=True)
-            ]
-            return JSONResponse(items, status_code=207)
+            return JSONResponse(_partly_stored(batch, errors), status_code=207)
         return Response(status_code=200)
 
     async def _binary(
@@ -601,6 +589,16 @@ def prepare(
         # Integers past 64 bits and lone surrogates, which JSON parsing accepts.
         value = json.dumps(event, separators=(",", ":")).encode()
     return Message(target.topic, partition, key, value)
+
+
+def _partly_stored(batch: list[tuple[Any, int]], errors: list[str | None]) -> list[Any]:
+    """Nakadi's 207 body: each item ``failed`` with Kafka's error, or ``submitted``."""
+    return [
+        _item(event, "failed", "publishing", error)
+        if error
+        else _item(event, "submitted", "publishing")
+        for (event, _), error in zip(batch, errors, strict=True)
+    ]
 
 
 def _rejected(batch: list[tuple[Any, int]], failed: int, failure: ItemFailure) -> list[Any]:
