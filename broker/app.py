@@ -32,10 +32,16 @@ from starlette.types import ASGIApp
 from broker import bodies
 from broker.access import Access
 from broker.admin_settings import AdminSettings, initial_admins
+from broker.avro import api as avro_api
+from broker.avro.schemas import AvroSchemas
 from broker.errors import BrokerError
 from broker.event_types.api import EventTypeApi
 from broker.event_types.rules import ENRICHMENT_STRATEGIES
 from broker.event_types.store import Store
+from broker.own_events.access_log import AccessLog
+from broker.own_events.audit import install as install_audit_events
+from broker.own_events.collector import OwnEvents
+from broker.own_events.definitions import event_types as own_event_types
 from broker.problems import problem, render
 from broker.publishing.api import Publisher
 from broker.publishing.partitioning import STRATEGIES
@@ -53,7 +59,7 @@ from broker.timelines.store import TimelineStore
 from broker.timelines.switch import Switcher
 from broker.timelines.writers import Writer
 from broker.url_firewall import UrlFirewall
-from changebroker import auth, http, kafka, pg, tasks
+from changebroker import auth, http, kafka, logs, pg, tasks
 from changebroker import metrics as service_metrics
 
 log = logging.getLogger(__name__)
@@ -76,7 +82,8 @@ def create_app(settings: Settings) -> ASGIApp:
         settings.min_insync_replicas,
     )
     timelines = TimelineStore(store, clusters.own)
-    event_type_api = EventTypeApi(store, clusters, settings, access)
+    own = OwnEvents(settings.nakadi_event_types, settings.kpi_salt)
+    event_type_api = EventTypeApi(store, clusters, settings, access, own)
     # This process takes part in every timeline switch as a writer of events.
     writer = Writer(
         settings.pg_dsn,
@@ -85,8 +92,11 @@ def create_app(settings: Settings) -> ASGIApp:
         wait_timeout=settings.timeline_wait_timeout,
         on_resume=store.forget_revisions,
     )
-    publisher = Publisher(store, clusters, writer, access)
-    subscriptions = SubscriptionService(timelines, clusters, settings, access)
+    avro_schemas = AvroSchemas(store)
+    publisher = Publisher(store, clusters, writer, access, avro_schemas, own)
+    subscriptions = SubscriptionService(
+        timelines, clusters, settings, access, avro_schemas, publisher.publish_internal, own
+    )
     lag = SubscriptionLag(timelines)
     lag_refresh = service_metrics.Interval(settings.lag_interval, lag.refresh)
     timeline_api = TimelineApi(
@@ -108,10 +118,23 @@ def create_app(settings: Settings) -> ASGIApp:
         await store.open()
         await writer.start()
         await subscriptions.start()
+        if own.enabled:
+            for body in own_event_types():
+                try:
+                    await event_type_api.ensure(body)
+                except BrokerError as exc:
+                    # The broker serves without it; its events for it are dropped, logged.
+                    log.error(
+                        "one of Nakadi's own event types could not be created",
+                        extra=logs.fields(event_type=body["name"], error=exc.detail),
+                    )
+            install_audit_events()
+        own.start(publisher.publish_internal_records, publisher.publish_internal, avro_schemas)
         try:
             async with tasks.running(cleaning(store, clusters)):
                 yield
         finally:
+            await own.stop()
             await subscriptions.stop()
             await writer.stop()
             await clusters.close()
@@ -137,8 +160,12 @@ def create_app(settings: Settings) -> ASGIApp:
         Route("/registry/enrichment-strategies", enrichment_strategies, methods=["GET"]),
         Route("/registry/partition-strategies", partition_strategies, methods=["GET"]),
         *event_type_api.routes(),
+        # Nakadi's envelope schemas, for Avro clients.
+        *avro_api.routes(),
         # Streams, partitions and cursor operations: broker/streams/api.py.
-        *streams.routes(timelines, clusters, access, settings.stream_memory_limit),
+        *streams.routes(
+            timelines, clusters, access, settings.stream_memory_limit, avro_schemas, own
+        ),
         # Storages, timelines and repartitioning: broker/timelines/.
         *timeline_api.routes(),
         # Subscriptions, their streams, commits and stats: broker/subscriptions/.
@@ -168,8 +195,10 @@ def create_app(settings: Settings) -> ASGIApp:
         open_paths=frozenset({"/health"}),
         scopes=settings.scopes.table(),
     )
-    # Outermost, as Nakadi's firewall runs before its authentication.
-    return UrlFirewall(authenticated)
+    # Outside authentication: a refused request is one of nakadi.access.log too.
+    logged = AccessLog(authenticated, own) if own.enabled else authenticated
+    # Outermost, as Nakadi's firewall runs before its filters and authentication.
+    return UrlFirewall(logged)
 
 
 def _refused(status: int, detail: str) -> Response:

@@ -55,6 +55,8 @@ class Scopes:
                 rule("PUT", name, self.event_type_write),
                 rule("DELETE", name, self.config_write),
                 rule("GET", name + r"/(schemas(/[^/]+)?|timelines)", None),
+                rule("POST", name + "/schemas", self.event_type_write),
+                rule("POST", name + "/deleted-events", write),
                 rule("GET", name + r"/partitions(/[^/]+)?", read),
                 rule("POST", name + "/(cursor-distances|cursors-lag|shifted-cursors)", read),
                 rule("GET POST", r"/subscriptions", read),
@@ -67,6 +69,8 @@ class Scopes:
                 rule("GET", r"/settings/blacklist", None),
                 rule("PUT DELETE", r"/settings/blacklist/[^/]+/[^/]+", None),
                 rule("GET", r"/(metrics|status)", None),
+                # Nakadi's envelope schemas for Avro clients: any authenticated caller.
+                rule("GET", r"/avro-schemas/[^/]+/versions(/[^/]+)?", None),
                 # Storages, timelines and repartitioning: no scope, the broker's administrators
                 # decide (broker/timelines/api.py), as Nakadi's API names no scope there.
                 rule("GET POST", r"/storages", None),

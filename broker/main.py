@@ -16,6 +16,7 @@ from broker.settings import (
     DEFAULT_PARTITIONS,
     DELETABLE_SUBSCRIPTION_CONSUMER_GROUP,
     DELETABLE_SUBSCRIPTION_OWNING_APPLICATION,
+    KPI_SALT,
     MAX_COMMIT_TIMEOUT,
     MAX_PARTITIONS,
     STREAM_MEMORY_LIMIT,
@@ -126,6 +127,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=DELETABLE_SUBSCRIPTION_CONSUMER_GROUP,
         help="see --deletable-subscription-owning-application",
     )
+    config.add_switch(
+        parser,
+        "--no-nakadi-event-types",
+        scope="broker",
+        help="do not create Nakadi's own event types (nakadi.access.log, nakadi.audit.log, ...,"
+        " nakadi.dead.letter.queue) at start nor publish the broker's KPI and audit events",
+    )
+    option(
+        "--kpi-salt",
+        default=KPI_SALT,
+        help="what the app names in KPI and audit events are hashed with (app_hashed,"
+        " user_hash: SHA-256 of this and the name; Nakadi's nakadi.hasher.salt)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -137,19 +151,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("--stream-memory-limit and --subscription-max-partitions must be >= 1")
     if args.timeline_wait_timeout <= 0:
         raise SystemExit("--timeline-wait-timeout must be more than 0 seconds")
-    settings = config.from_args(
-        Settings,
-        args,
-        pg_dsn=args.pg_url,
-        registry_url=args.registry_url or None,
-        auth=auth.AuthSettings.from_args(args),
-        scopes=Scopes(
-            config_write=args.scope_config_write,
-            event_type_write=args.scope_event_type_write,
-            event_stream_write=args.scope_event_stream_write,
-            event_stream_read=args.scope_event_stream_read,
-        ),
-    )
+    settings = settings_of(args)
     auth.start(settings.auth, "broker")
     for entry in settings.auth.admins:
         if auth.admin_attribute(entry)[0] == "*":
@@ -175,6 +177,24 @@ def run(args: argparse.Namespace) -> int:
     os.environ[SETTINGS_ENV] = json.dumps(settings.to_json())
     http.serve_workers("broker.main:worker_app", args)
     return 0
+
+
+def settings_of(args: argparse.Namespace) -> Settings:
+    """What the flags (and their environment variables) say."""
+    return config.from_args(
+        Settings,
+        args,
+        pg_dsn=args.pg_url,
+        registry_url=args.registry_url or None,
+        nakadi_event_types=not args.no_nakadi_event_types,
+        auth=auth.AuthSettings.from_args(args),
+        scopes=Scopes(
+            config_write=args.scope_config_write,
+            event_type_write=args.scope_event_type_write,
+            event_stream_write=args.scope_event_stream_write,
+            event_stream_read=args.scope_event_stream_read,
+        ),
+    )
 
 
 def worker_app() -> ASGIApp:

@@ -64,3 +64,7 @@ cursor_commits = Counter(
     "Subscription cursors committed, by result (committed, outdated, rejected).",
     ["result"],
 )
+own_events_dropped = Counter(
+    f"{PREFIX}_own_events_dropped_total",
+    "Events of Nakadi's own event types (KPI, audit) dropped: their queue was full.",
+)

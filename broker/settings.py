@@ -25,6 +25,8 @@ DELETABLE_SUBSCRIPTION_CONSUMER_GROUP = "nakadi_to_s3"
 # Nakadi's nakadi.timeline.wait.timeoutMs: how long a timeline switch waits for writers to
 # pause, and a write to a switching event type for the switch.
 TIMELINE_WAIT_TIMEOUT = 40.0
+# Nakadi's nakadi.hasher.salt: what its KPI events' app_hashed is salted with.
+KPI_SALT = "salt"
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,11 @@ class Settings:
     deletable_subscription_owning_application: str = DELETABLE_SUBSCRIPTION_OWNING_APPLICATION
     deletable_subscription_consumer_group: str = DELETABLE_SUBSCRIPTION_CONSUMER_GROUP
     timeline_wait_timeout: float = TIMELINE_WAIT_TIMEOUT
+    # Nakadi's own event types (broker/own_events/): created at start and receiving the
+    # broker's KPI and audit events. The CLI turns them on unless --no-nakadi-event-types;
+    # an app built in a test has them only when it asks.
+    nakadi_event_types: bool = False
+    kpi_salt: str = KPI_SALT
     auth: AuthSettings = field(default_factory=AuthSettings)
     scopes: Scopes = field(default_factory=Scopes)
 

@@ -50,18 +50,23 @@ CHANGES_CHANNEL = "registry_changed"
 # they change only through the broker, in the transaction that changes the event type.
 BROKER_TENANT = "changebroker"
 BROKER_NAMESPACE = "event-types"
+# Their avro_schema versions: a subject has one format.
+BROKER_AVRO_NAMESPACE = "event-types-avro"
 
 
 def brokers(key: SubjectKey) -> bool:
     """Is ``key`` (named whole) a subject of the broker's event types?"""
-    return (key.tenant, key.namespace) == (BROKER_TENANT, BROKER_NAMESPACE)
+    return key.tenant == BROKER_TENANT and key.namespace in (
+        BROKER_NAMESPACE,
+        BROKER_AVRO_NAMESPACE,
+    )
 
 
 def brokers_subject(key: SubjectKey) -> RegistryError:
     """A change of the broker's subject through the registry: 40902."""
     return RegistryError(
         errors.IN_USE,
-        f"subject {key.subject!r} (tenant {BROKER_TENANT}, namespace {BROKER_NAMESPACE}) holds"
+        f"subject {key.subject!r} (tenant {BROKER_TENANT}, namespace {key.namespace}) holds"
         f" the schemas of the broker's event type {key.subject!r}: change them through the"
         f" broker (PUT /event-types/{key.subject}, or DELETE to remove them)",
     )

@@ -164,7 +164,7 @@ class Transactions:
         topic: str,
         partition: int,
         key: bytes | None,
-        value: bytes,
+        value: bytes | None,
         on_delivery: Callable[[KafkaError | None, Any], None] | None = None,
     ) -> None:
         while True:

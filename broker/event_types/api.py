@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from fastavro.schema import to_parsing_canonical_form
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -30,17 +32,16 @@ from broker.errors import (
     NotFound,
     Unavailable,
 )
-from broker.event_types import rules
-from broker.event_types.rules import InvalidEventType
+from broker.event_types import evolution, rules
 from broker.event_types.store import AlreadyExists, Store, SubscriptionKey
 from broker.event_types.topics import TopicError, topic_config, topic_name
+from broker.own_events.collector import OwnEvents
 from broker.settings import Settings
 from broker.timelines import store as timeline_sql
 from broker.timelines.clusters import Clusters
 from broker.timelines.storages import cluster_of, default_in
 from changebroker import logs
 from changebroker.auth import audit, principal_of
-from registry.compat import SchemaError, nakadi_evolution, next_version
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +51,18 @@ SCHEMAS_MAX_LIMIT = 1000
 
 class EventTypeApi:
     def __init__(
-        self, store: Store, clusters: Clusters, settings: Settings, access: Access
+        self,
+        store: Store,
+        clusters: Clusters,
+        settings: Settings,
+        access: Access,
+        own: OwnEvents,
     ) -> None:
         self.store = store
         self.clusters = clusters
         self.settings = settings
         self.access = access
+        self.own = own
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -65,6 +72,7 @@ class EventTypeApi:
             Route("/event-types/{name}", self.update, methods=["PUT"]),
             Route("/event-types/{name}", self.delete, methods=["DELETE"]),
             Route("/event-types/{name}/schemas", self.schemas, methods=["GET"]),
+            Route("/event-types/{name}/schemas", self.add_schema, methods=["POST"]),
             Route("/event-types/{name}/schemas/{version}", self.schema, methods=["GET"]),
         ]
 
@@ -102,6 +110,24 @@ class EventTypeApi:
         body = await json_body(request)
         event_type = rules.validate_new(body)
         await admin.check_writable()
+        try:
+            await self._create(event_type)
+        except AlreadyExists:
+            raise Conflict(f"EventType with name {event_type['name']} already exists") from None
+        audit("event type created", principal, event_type["name"])
+        return Response(status_code=201)
+
+    async def ensure(self, body: dict[str, Any]) -> bool:
+        """Create the event type ``body`` describes unless one of its name exists (the broker's
+        own, at start; several processes may be starting at once); whether it did."""
+        try:
+            await self._create(rules.validate_new(body))
+        except AlreadyExists:
+            return False
+        return True
+
+    async def _create(self, event_type: dict[str, Any]) -> None:
+        """A valid new event type and its topic; AlreadyExists when the name is taken."""
         name = event_type["name"]
         partitions = rules.partition_count(
             event_type,
@@ -121,21 +147,52 @@ class EventTypeApi:
 
         try:
             await self.store.create(event_type, topic, partitions, create_topic)
-        except AlreadyExists:
-            raise Conflict(f"EventType with name {name} already exists") from None
         except TopicError as exc:
             raise Unavailable(f"{exc}; nothing was created, try again") from None
         log.info(
             "event type created",
             extra=logs.fields(event_type=name, topic=topic, partitions=partitions),
         )
-        audit("event type created", principal, name)
-        return Response(status_code=201)
+        self.own.event_type_log(event_type, "created")
 
     async def update(self, request: Request) -> Response:
         name = request.path_params["name"]
-        principal = principal_of(request)
         body = await json_body(request)
+        await self._change(request, name, lambda current: rules.validate_update(body, current))
+        return Response(status_code=200)
+
+    async def add_schema(self, request: Request) -> Response:
+        """Nakadi's way to change the schema alone, by the event type's compatibility mode;
+        ``fetch=true``: the stored version of the schema sent, if there is one (404)."""
+        name = request.path_params["name"]
+        fetch = request.query_params.get("fetch", "false").lower()
+        if fetch not in ("true", "false"):
+            raise BadRequest(f"'fetch' must be true or false, got {fetch!r}")
+        schema = rules.schema_wrapper(await json_body(request))
+        if fetch == "true":
+            if await self.store.revision(name) is None:
+                raise EventTypeNotFound(name)
+            for stored in await self.store.all_schemas(name, schema["type"]):
+                if _same_schema(schema["type"], stored["schema"], schema["schema"]):
+                    return JSONResponse(stored)
+            raise NotFound(f"schema is not found for {name}")
+
+        def with_schema(current: dict[str, Any]) -> dict[str, Any]:
+            kept = {k: v for k, v in current.items() if k not in rules.READ_ONLY}
+            return rules.validate_update({**kept, "schema": schema}, current)
+
+        await self._change(request, name, with_schema)
+        return Response(status_code=200)
+
+    async def _change(
+        self,
+        request: Request,
+        name: str,
+        updated_from: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> None:
+        """The event type as ``updated_from`` its current body makes it, by its administrators,
+        its schema versioned by its compatibility mode."""
+        principal = principal_of(request)
         await self.access.admin.check_writable()
         try:
             async with self.store.locked(name) as locked:
@@ -146,8 +203,9 @@ class EventTypeApi:
                 await self.access.require(
                     principal, current.body.get("authorization"), "admin", f"event type {name}"
                 )
-                updated = rules.validate_update(body, current.body)
-                new_version = self._next_version(current.body, updated)
+                updated = updated_from(current.body)
+                new_version = evolution.new_version(current.body, updated)
+                before = current.body
                 await locked.update(updated, new_version)
                 config = topic_config(updated, self.settings.default_retention_ms)
                 if config != topic_config(current.body, self.settings.default_retention_ms):
@@ -165,26 +223,7 @@ class EventTypeApi:
             extra=logs.fields(event_type=name, schema_version=new_version or "unchanged"),
         )
         audit("event type updated", principal, name)
-        return Response(status_code=200)
-
-    @staticmethod
-    def _next_version(current: dict[str, Any], updated: dict[str, Any]) -> str | None:
-        """The new schema version, None if the schema did not change; raises when refused."""
-        old = json.loads(current["schema"]["schema"])
-        new = json.loads(updated["schema"]["schema"])
-        try:
-            evolution = nakadi_evolution(updated["compatibility_mode"], old, new)
-        except SchemaError as exc:
-            raise InvalidEventType(
-                f"the compatibility check cannot read the schema: {exc}"
-            ) from None
-        if evolution.violations:
-            raise InvalidEventType(
-                f"schema change not allowed in {updated['compatibility_mode']} mode: "
-                + "; ".join(f"{v.path}: {v.message} [{v.rule}]" for v in evolution.violations)
-            )
-        version = next_version(current["schema"]["version"], evolution.level)
-        return None if version == current["schema"]["version"] else version
+        self.own.event_type_log(before, "updated")
 
     async def delete(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -228,6 +267,7 @@ class EventTypeApi:
         self.access.forget(name)
         log.info("event type deleted", extra=logs.fields(event_type=name))
         audit("event type deleted", principal, name)
+        self.own.event_type_log(locked.current.body, "deleted")
         return Response(status_code=200)
 
     def _deletable(self, reader: SubscriptionKey) -> bool:
@@ -268,6 +308,15 @@ class EventTypeApi:
         if await self.store.revision(name) is None:
             raise EventTypeNotFound(name)
         raise NotFound(f'EventType "{name}" has no schema version "{version}"')
+
+
+def _same_schema(schema_type: str, stored: str, sent: str) -> bool:
+    """Whether ``sent`` is the stored schema: the same JSON, or for Avro the same parsing
+    canonical form (what Nakadi compares by fingerprint)."""
+    old, new = json.loads(stored), json.loads(sent)
+    if schema_type == rules.AVRO_SCHEMA:
+        return bool(to_parsing_canonical_form(old) == to_parsing_canonical_form(new))
+    return bool(old == new)
 
 
 def _int_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:

@@ -20,6 +20,7 @@ from jsonschema.validators import Draft4Validator
 
 from broker.annotations import KINDS, annotations_problems
 from broker.authorization import section_problem
+from broker.avro.payloads import PayloadError, compile_schema
 from broker.errors import AUTHORIZATION_KEPT, Unprocessable
 from broker.event_types import effective_schema
 from registry.compat.nakadi import unsupported_keywords
@@ -34,6 +35,8 @@ CATEGORIES = ("undefined", "data", "business")
 PARTITION_STRATEGIES = ("random", "hash", "user_defined")
 ENRICHMENT_STRATEGIES = ("metadata_enrichment",)
 COMPATIBILITY_MODES = ("compatible", "forward", "none")
+JSON_SCHEMA, AVRO_SCHEMA = "json_schema", "avro_schema"
+SCHEMA_TYPES = (JSON_SCHEMA, AVRO_SCHEMA)
 CLEANUP_POLICIES = ("delete", "compact", "compact_and_delete")
 # The one change of cleanup_policy Nakadi allows: a deleted topic becomes compacted too.
 CLEANUP_POLICY_CHANGES = {("delete", "compact_and_delete")}
@@ -85,17 +88,9 @@ def validate_new(body: Any) -> dict[str, Any]:
     _options(out)
     _authorization(out)
     _audience(out)
-    _ordering(out, category, schema)
-    try:
-        effective_schema.EventValidator(
-            effective_schema.build(
-                category, schema, out["compatibility_mode"], out["cleanup_policy"]
-            )
-        )
-    except (effective_schema.UncompilableSchema, RecursionError) as exc:
-        raise InvalidEventType(
-            f"events cannot be validated against schema.schema ({exc}): flatten deep nesting"
-        ) from None
+    if schema is not None:
+        _ordering(out, category, schema)
+        _compiles(out, category, schema)
     if effective_schema.compacted(out["cleanup_policy"]) and category == "undefined":
         # Nakadi's words; compaction keeps the last event per metadata.partition_compaction_key,
         # which 'undefined' events have no place for.
@@ -259,18 +254,48 @@ def _enrichment(body: dict[str, Any], category: str) -> None:
         )
 
 
-def _schema(body: dict[str, Any]) -> dict[str, Any]:
-    """The parsed user schema, after checking it is draft-04 and fits the mode and category."""
-    wrapper = body["schema"]
+def _compiles(body: Mapping[str, Any], category: str, schema: Mapping[str, Any]) -> None:
+    try:
+        effective_schema.EventValidator(
+            effective_schema.build(
+                category, schema, body["compatibility_mode"], body["cleanup_policy"]
+            )
+        )
+    except (effective_schema.UncompilableSchema, RecursionError) as exc:
+        raise InvalidEventType(
+            f"events cannot be validated against schema.schema ({exc}): flatten deep nesting"
+        ) from None
+
+
+def schema_wrapper(wrapper: Any) -> dict[str, Any]:
+    """An EventTypeSchema (``type``, ``schema``) as stored; its Avro schema checked, a JSON
+    schema only for its form (:func:`validate_new` checks the rest)."""
     if not isinstance(wrapper, Mapping):
         raise InvalidEventType("schema must be an object with 'type' and 'schema'")
-    if wrapper.get("type") != "json_schema":
+    kind = wrapper.get("type")
+    if kind not in SCHEMA_TYPES:
         raise InvalidEventType(
-            f"schema.type {wrapper.get('type')!r} is not supported: use 'json_schema'"
+            f"schema.type {kind!r} is not supported: use {' or '.join(map(repr, SCHEMA_TYPES))}"
         )
     text = wrapper.get("schema")
     if not isinstance(text, str):
-        raise InvalidEventType("schema.schema must be the JSON schema as a string")
+        raise InvalidEventType("schema.schema must be the schema as a string")
+    if kind == AVRO_SCHEMA:
+        try:
+            compile_schema(text)
+        except PayloadError as exc:
+            raise InvalidEventType(str(exc)) from None
+    # Only type and schema are the client's; version and created_at are ours.
+    return {"type": kind, "schema": text}
+
+
+def _schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The parsed user JSON schema, after checking it is draft-04 and fits the mode and
+    category; None for an Avro schema (checked by :func:`schema_wrapper`)."""
+    body["schema"] = schema_wrapper(body["schema"])
+    if body["schema"]["type"] == AVRO_SCHEMA:
+        return None
+    text = body["schema"]["schema"]
     try:
         schema = json.loads(text)
     except ValueError as exc:
@@ -305,8 +330,6 @@ def _schema(body: dict[str, Any]) -> dict[str, Any]:
         raise InvalidEventType(
             "a business schema must not declare 'metadata': the category adds it (effective schema)"
         )
-    # Only type and schema are the client's; version and created_at are ours.
-    body["schema"] = {"type": "json_schema", "schema": text}
     return schema
 
 
@@ -341,14 +364,17 @@ def _field_list(body: Mapping[str, Any], field: str) -> list[str]:
     return fields
 
 
-def _partitioning(body: dict[str, Any], category: str, schema: Mapping[str, Any]) -> None:
+def _partitioning(body: dict[str, Any], category: str, schema: Mapping[str, Any] | None) -> None:
+    """``schema``: the JSON schema the key fields must be declared in (an Avro event carries
+    its partition keys in its metadata, so Nakadi checks nothing there)."""
     strategy = body["partition_strategy"]
     keys = body.get("partition_key_fields")
     if strategy == "hash":
         if not keys:
             raise InvalidEventType("partition_strategy 'hash' needs partition_key_fields")
         # Nakadi reads key fields of data events relative to "data": the user schema.
-        missing = [f for f in _field_list(body, "partition_key_fields") if not _declares(schema, f)]
+        fields = _field_list(body, "partition_key_fields")
+        missing = [f for f in fields if schema is not None and not _declares(schema, f)]
         if missing:
             raise InvalidEventType(
                 f"partition_key_fields {missing} are not declared in the schema: declare them"

@@ -1,8 +1,9 @@
 """Event types in Postgres (``sql/broker``), their schemas in the registry's tables.
 
-Each event type's schema versions are a registry subject: the event type's
-name in tenant ``changebroker``, namespace ``event-types`` (:func:`subject_key`),
-so the registry API (``GET /subjects/{name}/versions``) shows them. The
+Each event type's schema versions are registry subjects: its ``json_schema`` versions the
+subject of the event type's name in tenant ``changebroker``, namespace ``event-types``, its
+``avro_schema`` versions the one in namespace ``event-types-avro`` (:func:`subject_key`; a
+subject has one format), so the registry API (``GET /subjects/{name}/versions``) shows them. The
 broker registers through :mod:`registry.store` on its own connection, in the
 transaction that changes the event type: both live in one metadata database,
 so a crash never leaves one without the other. Nakadi's semantic version of
@@ -30,6 +31,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from broker.errors import Conflict
+from broker.event_types.rules import AVRO_SCHEMA, JSON_SCHEMA
 from broker.subscriptions.coordination import notify_sql
 from changebroker.notified import NotifiedCache
 from registry import store as registry
@@ -38,6 +40,12 @@ from registry.errors import RegistryError
 FIRST_VERSION = "1.0.0"
 SUBJECT_TENANT = registry.BROKER_TENANT
 SUBJECT_NAMESPACE = registry.BROKER_NAMESPACE
+AVRO_SUBJECT_NAMESPACE = registry.BROKER_AVRO_NAMESPACE
+# Each schema type's subject: its namespace, the registry's format and serialization.
+_SUBJECTS = {
+    JSON_SCHEMA: (SUBJECT_NAMESPACE, "JSON", "json"),
+    AVRO_SCHEMA: (AVRO_SUBJECT_NAMESPACE, "AVRO", "avro"),
+}
 # What the broker keeps saying about its subjects; NONE: see the module docstring.
 SUBJECT_METADATA = {
     "app": "changebroker-broker",
@@ -49,8 +57,8 @@ SUBJECT_METADATA = {
 }
 
 
-def subject_key(event_type: str) -> registry.SubjectKey:
-    return registry.SubjectKey(event_type, SUBJECT_TENANT, SUBJECT_NAMESPACE)
+def subject_key(event_type: str, schema_type: str = JSON_SCHEMA) -> registry.SubjectKey:
+    return registry.SubjectKey(event_type, SUBJECT_TENANT, _SUBJECTS[schema_type][0])
 
 
 class AlreadyExists(Exception):
@@ -86,6 +94,9 @@ class StoredEventType:
     # The active timeline's storage and its kafka_configuration (None: the process's own).
     storage: str
     kafka_configuration: dict[str, Any] | None
+    # The newest json_schema version (the schema itself unless it is an avro_schema): what
+    # JSON events are validated against, as Nakadi does once an event type moved to Avro.
+    json_schema: dict[str, Any] | None = None
 
     @property
     def stamp(self) -> Revision:
@@ -97,16 +108,19 @@ class StoredEventType:
 
 
 # A Nakadi schema version and its text: the registry stores the schema string as sent.
-_VERSION_COLUMNS = "v.version, r.definition #>> '{}' AS schema, v.created_at"
+_VERSION_COLUMNS = "v.version, r.definition #>> '{}' AS schema, r.serialization, v.created_at"
 _VERSIONS_FROM = "FROM broker_schema_versions v JOIN registry_schemas r ON r.id = v.schema_id"
 _VERSIONS = f"SELECT {_VERSION_COLUMNS} {_VERSIONS_FROM}"
 
 _SELECT = f"""
 SELECT e.name, e.body, e.topic, e.partitions, e.revision, e.created_at, e.updated_at,
-       s.version, s.schema, s.created_at AS schema_created_at,
+       s.version, s.schema, s.serialization, s.created_at AS schema_created_at,
+       j.version AS json_version, j.schema AS json_schema, j.created_at AS json_created_at,
        st.id AS storage, st.kafka_configuration
 FROM broker_event_types e
 JOIN LATERAL ({_VERSIONS} WHERE v.event_type = e.name ORDER BY v.seq DESC LIMIT 1) s ON true
+LEFT JOIN LATERAL ({_VERSIONS} WHERE v.event_type = e.name
+    AND r.serialization IS DISTINCT FROM 'avro' ORDER BY v.seq DESC LIMIT 1) j ON true
 JOIN broker_timelines tl ON tl.event_type = e.name AND tl.topic = e.topic
 JOIN broker_storages st ON st.id = tl.storage_id
 """
@@ -117,6 +131,16 @@ def _stored(row: dict[str, Any]) -> StoredEventType:
     body["schema"] = _schema({**row, "created_at": row["schema_created_at"]})
     body["created_at"] = _utc(row["created_at"])
     body["updated_at"] = _utc(row["updated_at"])
+    json_schema = None
+    if row["json_version"] is not None:
+        json_schema = _schema(
+            {
+                "version": row["json_version"],
+                "schema": row["json_schema"],
+                "serialization": "json",
+                "created_at": row["json_created_at"],
+            }
+        )
     return StoredEventType(
         row["name"],
         body,
@@ -125,6 +149,7 @@ def _stored(row: dict[str, Any]) -> StoredEventType:
         row["revision"],
         row["storage"],
         row["kafka_configuration"],
+        json_schema,
     )
 
 
@@ -206,9 +231,10 @@ class Store:
                 raise AlreadyExists(event_type["name"]) from None
             registered = await _register(conn, event_type)
             if not (registered.new and registered.version == 1):
+                namespace = _SUBJECTS[event_type["schema"]["type"]][0]
                 raise SubjectConflict(
                     f"the registry subject {event_type['name']!r} (tenant {SUBJECT_TENANT},"
-                    f" namespace {SUBJECT_NAMESPACE}) already has schemas; delete it there first"
+                    f" namespace {namespace}) already has schemas; delete it there first"
                 )
             await _add_version(conn, event_type["name"], FIRST_VERSION, registered.id)
             await create_topic(conn)
@@ -262,10 +288,20 @@ class Store:
             row = await cur.fetchone()
         return _schema(row) if row else None
 
+    async def all_schemas(self, name: str, schema_type: str) -> list[dict[str, Any]]:
+        """Every version of ``schema_type`` (``json_schema``, ``avro_schema``), newest first."""
+        serialization = _SUBJECTS[schema_type][2]
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                _VERSIONS + " WHERE v.event_type = %s AND r.serialization = %s ORDER BY v.seq DESC",
+                (name, serialization),
+            )
+            return [_schema(row) for row in await cur.fetchall()]
+
 
 def _schema(row: dict[str, Any]) -> dict[str, Any]:
     return {
-        "type": "json_schema",  # the only type event types take
+        "type": AVRO_SCHEMA if row["serialization"] == "avro" else JSON_SCHEMA,
         "schema": row["schema"],
         "version": row["version"],
         "created_at": _utc(row["created_at"]),
@@ -316,7 +352,13 @@ class Locked:
 
     async def delete(self) -> None:
         """The event type, its version mapping (cascade), its subscriptions (their streams are
-        told and end) and then its subject."""
+        told and end) and then its subjects."""
+        cur = await self._conn.execute(
+            f"SELECT DISTINCT r.serialization {_VERSIONS_FROM} WHERE v.event_type = %s",
+            (self.current.name,),
+        )
+        stored = {serialization for (serialization,) in await cur.fetchall()}
+        types = [t for t, (_, _, serialization) in _SUBJECTS.items() if serialization in stored]
         await self._conn.execute(
             "DELETE FROM broker_event_types WHERE name = %s", (self.current.name,)
         )
@@ -327,19 +369,26 @@ class Locked:
         for (subscription_id,) in await gone.fetchall():
             await self._conn.execute(*notify_sql(subscription_id))
         async with self._conn.cursor(row_factory=dict_row) as cur:
-            await registry.delete_subject_in(cur, subject_key(self.current.name))
+            for schema_type in types:
+                await registry.delete_subject_in(cur, subject_key(self.current.name, schema_type))
 
 
 async def _register(
     conn: psycopg.AsyncConnection[Any], event_type: dict[str, Any]
 ) -> registry.Registered:
-    """The event type's schema in its subject (the same id when the subject has it already)."""
-    key = subject_key(event_type["name"])
+    """The event type's schema in its type's subject (the same id when the subject has it
+    already)."""
+    schema_type = event_type["schema"]["type"]
+    _, subject_format, serialization = _SUBJECTS[schema_type]
+    key = subject_key(event_type["name"], schema_type)
     async with conn.cursor(row_factory=dict_row) as cur:
         try:
-            await registry.put_subject_in(cur, key, SUBJECT_METADATA)
+            await registry.put_subject_in(cur, key, {**SUBJECT_METADATA, "format": subject_format})
             # The text as sent, a JSON string: Nakadi answers schema.schema exactly as given.
-            body = {"serialization": "json", "schemaDefinition": event_type["schema"]["schema"]}
+            body = {
+                "serialization": serialization,
+                "schemaDefinition": event_type["schema"]["schema"],
+            }
             return await registry.register_in(cur, key, body)
         except RegistryError as error:
             raise SubjectConflict(

@@ -8,11 +8,13 @@ step, the others ``aborted``); when Kafka refuses some events the answer is
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,13 +25,23 @@ from starlette.routing import BaseRoute, Route
 
 from broker import bodies, metrics
 from broker.access import Access
+from broker.avro.payloads import PayloadSchema
+from broker.avro.schemas import AvroSchemas
 from broker.bodies import BadBody
-from broker.errors import EventTypeNotFound
+from broker.errors import EventTypeNotFound, Unavailable, Unprocessable
 from broker.event_types import effective_schema
+from broker.event_types.rules import AVRO_SCHEMA
 from broker.event_types.store import Revision, Store, StoredEventType
+from broker.own_events.collector import OwnEvents
+from broker.publishing import binary
 from broker.publishing.enrichment import EnrichmentError, enrich
-from broker.publishing.partitioning import Partitioner, PartitioningError, partitioner
-from broker.publishing.producer import Message
+from broker.publishing.partitioning import (
+    Partitioner,
+    PartitioningError,
+    metadata_partitioner,
+    partitioner,
+)
+from broker.publishing.producer import Delivery, Message
 from broker.timelines.clusters import Clusters
 from broker.timelines.storages import cluster_of
 from broker.timelines.writers import Writer
@@ -60,27 +72,46 @@ class Target:
     key_fields: tuple[str, ...]
     enriched: bool
     compacted: bool
-    version: str
-    validator: effective_schema.EventValidator
+    version: str  # of the json_schema JSON events are validated against
+    validator: effective_schema.EventValidator | NoJsonSchema
     # The event type's authorization section (its writers publish), None when it has none.
     authorization: Mapping[str, Any] | None = None
+    # Its avro_schema versions, which Avro events name.
+    avro: Mapping[str, PayloadSchema] = dataclasses.field(default_factory=dict)
 
     @functools.cached_property
     def partition(self) -> Partitioner:
         """Derived, not a field: ``dataclasses.replace`` of the strategy gets a new one."""
         return partitioner(self.partition_strategy, self.key_fields, self.category, self.partitions)
 
+    @functools.cached_property
+    def metadata_partition(self) -> Partitioner:
+        """The partition of an Avro event, by its metadata record."""
+        return metadata_partitioner(self.partition_strategy, self.partitions)
+
     @classmethod
-    def of(cls, stored: StoredEventType, own: kafka.Cluster) -> Target:
+    def of(
+        cls,
+        stored: StoredEventType,
+        own: kafka.Cluster,
+        avro: Mapping[str, PayloadSchema] | None = None,
+    ) -> Target:
         """``own``: the cluster of this process's ``--kafka-bootstrap`` (the storage
-        ``default``)."""
+        ``default``). JSON events are validated against the newest json_schema version, as
+        Nakadi does once an event type moved to Avro; without one, every JSON event is
+        refused."""
         body = stored.body
-        schema = effective_schema.build(
-            body["category"],
-            json.loads(body["schema"]["schema"]),
-            body["compatibility_mode"],
-            body["cleanup_policy"],
-        )
+        validator: effective_schema.EventValidator | NoJsonSchema = NoJsonSchema(stored.name)
+        version = stored.schema_version
+        if stored.json_schema is not None:
+            schema = effective_schema.build(
+                body["category"],
+                json.loads(stored.json_schema["schema"]),
+                body["compatibility_mode"],
+                body["cleanup_policy"],
+            )
+            validator = effective_schema.EventValidator(schema)
+            version = stored.json_schema["version"]
         return cls(
             name=stored.name,
             revision=stored.stamp,
@@ -92,10 +123,26 @@ class Target:
             key_fields=tuple(body.get("partition_key_fields") or ()),
             enriched="metadata_enrichment" in body["enrichment_strategies"],
             compacted=effective_schema.compacted(body["cleanup_policy"]),
-            version=stored.schema_version,
-            validator=effective_schema.EventValidator(schema),
+            version=version,
+            validator=validator,
             authorization=body.get("authorization"),
+            avro=avro or {},
         )
+
+
+class NoJsonSchema:
+    """The validator of an event type that has only Avro schemas: JSON events do not fit."""
+
+    def __init__(self, name: str) -> None:
+        self.detail = f"No json_schema found for event type: {name}"
+        self.schema: Mapping[str, Any] | None = None
+
+    def first_error(self, event: Any) -> str | None:
+        return self.detail
+
+
+class InternalPublishError(Exception):
+    """Events the broker publishes itself were not stored; the message says why."""
 
 
 class ItemFailure(Exception):
@@ -163,12 +210,29 @@ def _item(event: Any, status: str, step: str, detail: str | None = None) -> dict
     return item
 
 
+# What preparing a batch for one revision of its event type gives: the messages, or the first
+# event refused (its index and why).
+Prepared = tuple[list[Message], tuple[int, "ItemFailure"] | None]
+# Nakadi's words for deleting from a type whose cleanup_policy is delete.
+NOT_COMPACTED = "It is not allowed to delete events from non compacted event type"
+
+
 class Publisher:
-    def __init__(self, store: Store, clusters: Clusters, writer: Writer, access: Access) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clusters: Clusters,
+        writer: Writer,
+        access: Access,
+        avro: AvroSchemas,
+        own: OwnEvents,
+    ) -> None:
         self.store = store
         self.clusters = clusters
         self.writer = writer
         self.access = access
+        self.avro = avro
+        self.own = own
         # Per process; a revision check per request keeps it right across processes (and
         # across a delete and re-create: the revision holds the new topic).
         self._targets: dict[str, Target] = {}
@@ -182,7 +246,10 @@ class Publisher:
         return kept if current.revision == kept.revision else current
 
     def routes(self) -> list[BaseRoute]:
-        return [Route("/event-types/{name}/events", self.publish, methods=["POST"])]
+        return [
+            Route("/event-types/{name}/events", self.publish, methods=["POST"]),
+            Route("/event-types/{name}/deleted-events", self.delete, methods=["POST"]),
+        ]
 
     async def target(self, name: str, *, fresh: bool = False) -> Target | None:
         revision = await self.store.revision(name, fresh=fresh)
@@ -195,7 +262,11 @@ class Publisher:
         stored = await self.store.get(name)
         if stored is None:
             return None
-        target = Target.of(stored, self.clusters.own)
+        avro = None
+        if stored.body["schema"]["type"] == AVRO_SCHEMA:
+            schemas = await self.avro.of(name, fresh=fresh)
+            avro = schemas.versions if schemas is not None else None
+        target = Target.of(stored, self.clusters.own, avro)
         if (
             cached is not None
             and cached.topic == target.topic
@@ -206,26 +277,189 @@ class Publisher:
         self._targets[name] = target
         return target
 
-    async def publish(self, request: Request) -> Response:
-        name = request.path_params["name"]
-        # While a timeline switch has the event type, the write waits; it then goes to the new
-        # topic (broker/timelines/writers.py). Left once Kafka answered for every event.
+    @contextlib.asynccontextmanager
+    async def _writing(self, name: str) -> AsyncIterator[Target | None]:
+        """The event type to write to, None when there is none. While a timeline switch has
+        it, the write waits and then goes to the new topic (broker/timelines/writers.py); it is
+        left once Kafka answered for every event."""
         waited = await self.writer.enter(name)
         try:
-            return await self._publish(request, name, waited)
+            yield await self.target(name, fresh=waited)
         finally:
             self.writer.leave(name)
 
-    async def _publish(self, request: Request, name: str, fresh: bool) -> Response:
-        target = await self.target(name, fresh=fresh)
-        if target is None:
-            raise EventTypeNotFound(name)
-        principal = principal_of(request)
-        await self.access.require_publish(principal, name, target.authorization)
+    async def publish_internal(self, name: str, events: list[dict[str, Any]]) -> None:
+        """Events the broker publishes itself (dead letters, its own event types): validated
+        and enriched like any, without authorization; InternalPublishError unless all are
+        stored."""
+        async with self._internal(name) as target:
+            messages, refused = _prepared(target, [(event, 0) for event in events], received_now())
+            if refused is not None:
+                raise InternalPublishError(f"{refused[1].step}: {refused[1].detail}")
+            await self._send_internal(target, messages)
+
+    async def publish_internal_records(self, name: str, records: list[binary.Record]) -> None:
+        """Avro events the broker publishes itself (its KPI event types), as
+        :meth:`publish_internal`."""
+        async with self._internal(name) as target:
+            received_ms = int(time.time() * 1000)
+            try:
+                messages = [
+                    binary.message(target, r, delete=False, received_ms=received_ms, flow_id=None)
+                    for r in records
+                ]
+            except binary.RecordFailure as exc:
+                raise InternalPublishError(str(exc)) from None
+            await self._send_internal(target, messages)
+
+    @contextlib.asynccontextmanager
+    async def _internal(self, name: str) -> AsyncIterator[Target]:
+        try:
+            async with self._writing(name) as target:
+                if target is None:
+                    raise InternalPublishError(f'EventType "{name}" does not exist.')
+                yield target
+        except Unavailable as exc:
+            raise InternalPublishError(exc.detail) from None
+
+    async def _send_internal(self, target: Target, messages: list[Message]) -> None:
+        sent = await self.clusters.producer(target.cluster).send(messages)
+        errors = [error for error in sent if error]
+        if errors:
+            raise InternalPublishError(f"Kafka refused {len(errors)} events: {errors[0]}")
+
+    async def _writable(
+        self, request: Request, write: Callable[[Request, str, Target], Awaitable[Response]]
+    ) -> Response:
+        """``write`` to the request's event type, once its writers' authorization passed."""
+        name = request.path_params["name"]
+        async with self._writing(name) as target:
+            if target is None:
+                raise EventTypeNotFound(name)
+            await self.access.require_publish(principal_of(request), name, target.authorization)
+            return await write(request, name, target)
+
+    async def publish(self, request: Request) -> Response:
+        return await self._writable(request, self._publish)
+
+    async def _publish(self, request: Request, name: str, target: Target) -> Response:
         started = time.perf_counter()
-        batch = split_batch(await bodies.raw(request))
+        if binary.is_avro(request.scope["headers"]):
+            body = await bodies.raw(request)
+            records = binary.records(body)
+            answer = await self._binary(request, name, target, records, started, delete=False)
+            if answer.status_code == 200:
+                self._published(request, name, len(records), started, len(body))
+            return answer
+        body = await bodies.raw(request)
+        batch = split_batch(body)
         received_at = received_now()
-        messages, refused = _prepared(target, batch, received_at)
+        target, messages, refused, delivery = await self._deliver(
+            request, name, target, lambda t: _prepared(t, batch, received_at)
+        )
+        if refused is not None:
+            index, failure = refused
+            labelled(metrics.batches, name, "422").inc()
+            labelled(metrics.failures, failure.step).inc()
+            metrics.publish_duration.observe(time.perf_counter() - started)
+            return JSONResponse(_rejected(batch, index, failure), status_code=422)
+        assert delivery is not None
+        errors = _counted(name, messages, delivery, started)
+        if any(errors):
+            return JSONResponse(_partly_stored(batch, errors), status_code=207)
+        self._published(request, name, len(batch), started, len(body))
+        # One write for the answer most publishes get: a single event's is mostly this.
+        return OneWriteResponse(status_code=200)
+
+    def _published(
+        self, request: Request, name: str, events: int, started: float, size: int
+    ) -> None:
+        """``nakadi.batch.published`` of a batch stored whole, as Nakadi counts it."""
+        if self.own.enabled:
+            seconds = time.perf_counter() - started
+            self.own.batch_published(name, principal_of(request), events, seconds, size)
+
+    async def delete(self, request: Request) -> Response:
+        """Tombstones for the events' keys (``metadata.partition_compaction_key``) in their
+        partitions, so that compaction removes every event of those keys; readers never see a
+        tombstone. Only compacted event types (422 for others, as Nakadi)."""
+        return await self._writable(request, self._delete)
+
+    async def _delete(self, request: Request, name: str, target: Target) -> Response:
+        started = time.perf_counter()
+        if binary.is_avro(request.scope["headers"]):
+            records = binary.records(await bodies.raw(request))
+            if not target.compacted:
+                raise Unprocessable(NOT_COMPACTED)
+            return await self._binary(request, name, target, records, started, delete=True)
+        batch = split_batch(await bodies.raw(request))
+        if not target.compacted:
+            detail = NOT_COMPACTED
+            items = [_item(event, "aborted", "validating", detail) for event, _ in batch]
+            return JSONResponse(items, status_code=422)
+        target, _, refused, delivery = await self._deliver(
+            request, name, target, lambda t: _tombstones(t, batch)
+        )
+        if refused is not None:
+            index, failure = refused
+            return JSONResponse(_rejected(batch, index, failure), status_code=422)
+        assert delivery is not None
+        errors = delivery.errors()
+        if any(errors):
+            return JSONResponse(_partly_stored(batch, errors), status_code=207)
+        return Response(status_code=200)
+
+    async def _binary(
+        self,
+        request: Request,
+        name: str,
+        target: Target,
+        records: list[binary.Record],
+        started: float,
+        *,
+        delete: bool,
+    ) -> Response:
+        received_ms = int(time.time() * 1000)
+        flow_id = logs.flow_id.get()
+
+        def prepare(target: Target) -> Prepared:
+            messages: list[Message] = []
+            for index, record in enumerate(records):
+                try:
+                    messages.append(
+                        binary.message(
+                            target,
+                            record,
+                            delete=delete,
+                            received_ms=received_ms,
+                            flow_id=flow_id,
+                        )
+                    )
+                except binary.RecordFailure as failure:
+                    return messages, (index, ItemFailure("publishing", str(failure)))
+            return messages, None
+
+        target, messages, refused, delivery = await self._deliver(request, name, target, prepare)
+        if refused is not None:
+            index, failure = refused
+            return JSONResponse(binary.items(records, index, failure.detail), status_code=207)
+        assert delivery is not None
+        errors = delivery.errors() if delete else _counted(name, messages, delivery, started)
+        if any(errors):
+            return JSONResponse(binary.items(records, errors=errors), status_code=207)
+        return Response(status_code=200)
+
+    async def _deliver(
+        self,
+        request: Request,
+        name: str,
+        target: Target,
+        prepare: Callable[[Target], Prepared],
+    ) -> tuple[Target, list[Message], tuple[int, ItemFailure] | None, Delivery | None]:
+        """``prepare``'s messages written and answered by Kafka: the target they were prepared
+        for, the messages, and the refusal or Kafka's answer."""
+        principal = principal_of(request)
+        messages, refused = prepare(target)
         if refused is not None:
             # Refused by what this process keeps: another process may have just changed the
             # event type, its notification still on the way. Ask the database before saying no.
@@ -233,53 +467,72 @@ class Publisher:
             if current is not target:
                 await self.access.require_publish(principal, name, current.authorization)
                 target = current
-                messages, refused = _prepared(target, batch, received_at)
-        if refused is None:
-            delivery = await self.clusters.producer(target.cluster).submit(messages)
-            if not await delivery.answered_or_late() or delivery.failed:
-                # Late (producer.LATE_AFTER_S) or failed: the topic may be one another process
-                # has just deleted with its event type, its notification still on the way (Kafka
-                # would hold these events until its 30 s timeout). Only a new topic changes
-                # anything: in the kept one, these events may be stored already.
-                current = await self._current(name, target)
-                if current.topic != target.topic:
-                    await self.access.require_publish(principal, name, current.authorization)
-                    target = current
-                    messages, refused = _prepared(target, batch, received_at)
-                    if refused is None:
-                        delivery = await self.clusters.producer(target.cluster).submit(messages)
-        if refused is not None:
-            index, failure = refused
-            labelled(metrics.batches, name, "422").inc()
-            labelled(metrics.failures, failure.step).inc()
-            metrics.publish_duration.observe(time.perf_counter() - started)
-            return JSONResponse(_rejected(batch, index, failure), status_code=422)
+                messages, refused = prepare(target)
+            if refused is not None:
+                return target, messages, refused, None
+        delivery = await self.clusters.producer(target.cluster).submit(messages)
+        if not await delivery.answered_or_late() or delivery.failed:
+            # Late (producer.LATE_AFTER_S) or failed: the topic may be one another process
+            # has just deleted with its event type, its notification still on the way (Kafka
+            # would hold these events until its 30 s timeout). Only a new topic changes
+            # anything: in the kept one, these events may be stored already.
+            current = await self._current(name, target)
+            if current.topic != target.topic:
+                await self.access.require_publish(principal, name, current.authorization)
+                target = current
+                messages, refused = prepare(target)
+                if refused is not None:
+                    return target, messages, refused, None
+                delivery = await self.clusters.producer(target.cluster).submit(messages)
         await delivery.answered()
-        errors = delivery.errors()
-        metrics.publish_duration.observe(time.perf_counter() - started)
-        metrics.batch_events.observe(len(messages))
-        if any(errors):
-            failed = sum(1 for e in errors if e)
-            labelled(metrics.batches, name, "207").inc()
-            labelled(metrics.failures, "publishing").inc(failed)
-            stored = [m for m, error in zip(messages, errors, strict=True) if not error]
-            labelled(metrics.events, name).inc(len(stored))
-            labelled(metrics.published_bytes, name).inc(sum(len(m.value) for m in stored))
-            log.warning(
-                "publishing partly failed", extra=logs.fields(event_type=name, failed=failed)
-            )
-            items = [
-                _item(event, "failed", "publishing", error)
-                if error
-                else _item(event, "submitted", "publishing")
-                for (event, _), error in zip(batch, errors, strict=True)
-            ]
-            return JSONResponse(items, status_code=207)
+        return target, messages, None, delivery
+
+
+def _counted(
+    name: str, messages: Sequence[Message], delivery: Delivery, started: float
+) -> list[str | None]:
+    """Kafka's answer per message, counted in the publishing metrics."""
+    errors = delivery.errors()
+    metrics.publish_duration.observe(time.perf_counter() - started)
+    metrics.batch_events.observe(len(messages))
+    if any(errors):
+        failed = sum(1 for e in errors if e)
+        labelled(metrics.batches, name, "207").inc()
+        labelled(metrics.failures, "publishing").inc(failed)
+        stored = [m for m, error in zip(messages, errors, strict=True) if not error]
+        log.warning("publishing partly failed", extra=logs.fields(event_type=name, failed=failed))
+    else:
         labelled(metrics.batches, name, "200").inc()
-        labelled(metrics.events, name).inc(len(messages))
-        labelled(metrics.published_bytes, name).inc(sum(len(m.value) for m in messages))
-        # One write for the answer most publishes get: a single event's is mostly this.
-        return OneWriteResponse(status_code=200)
+        stored = list(messages)
+    labelled(metrics.events, name).inc(len(stored))
+    labelled(metrics.published_bytes, name).inc(sum(len(m.value or b"") for m in stored))
+    return errors
+
+
+def _tombstones(target: Target, batch: list[tuple[Any, int]]) -> Prepared:
+    """A tombstone per event: its key and partition only (its content is not validated, as
+    Nakadi does not)."""
+    messages: list[Message] = []
+    for index, (event, size) in enumerate(batch):
+        try:
+            if size > MAX_EVENT_BYTES:
+                raise ItemFailure("validating", f"Event too large: {size} bytes")
+            if not isinstance(event, dict):
+                raise ItemFailure("validating", "an event must be a JSON object")
+            metadata = event.get("metadata")
+            key = metadata.get("partition_compaction_key") if isinstance(metadata, dict) else None
+            if not isinstance(key, str) or not key:
+                raise ItemFailure(
+                    "validating", "metadata.partition_compaction_key is required to delete events"
+                )
+            try:
+                partition = target.partition(event)
+            except PartitioningError as exc:
+                raise ItemFailure("partitioning", str(exc)) from None
+        except ItemFailure as failure:
+            return messages, (index, failure)
+        messages.append(Message(target.topic, partition, key.encode(), None))
+    return messages, None
 
 
 def _prepared(
@@ -336,6 +589,16 @@ def prepare(
         # Integers past 64 bits and lone surrogates, which JSON parsing accepts.
         value = json.dumps(event, separators=(",", ":")).encode()
     return Message(target.topic, partition, key, value)
+
+
+def _partly_stored(batch: list[tuple[Any, int]], errors: list[str | None]) -> list[Any]:
+    """Nakadi's 207 body: each item ``failed`` with Kafka's error, or ``submitted``."""
+    return [
+        _item(event, "failed", "publishing", error)
+        if error
+        else _item(event, "submitted", "publishing")
+        for (event, _), error in zip(batch, errors, strict=True)
+    ]
 
 
 def _rejected(batch: list[tuple[Any, int]], failed: int, failure: ItemFailure) -> list[Any]:

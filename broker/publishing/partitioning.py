@@ -4,7 +4,8 @@ Nakadi's hash: for each key field, the field's value as Java's ``toString``
 renders it (strings as they are, other JSON values as compact JSON), its Java
 ``String.hashCode``; the sum in 32-bit arithmetic; ``abs`` of it modulo the
 partition count indexes the partition ids sorted as strings ("10" before "2").
-Data change events read key fields relative to ``data``.
+Data change events read key fields relative to ``data``. An Avro event carries what places
+it in its metadata record: ``partition`` (user_defined) or ``partition_keys`` (hash).
 """
 
 from __future__ import annotations
@@ -62,7 +63,10 @@ def _string_sorted_ids(partitions: int) -> tuple[int, ...]:
 
 def user_defined_partition(event: Mapping[str, Any], partitions: int) -> int:
     metadata = event.get("metadata")
-    chosen = metadata.get("partition") if isinstance(metadata, Mapping) else None
+    return _chosen(metadata.get("partition") if isinstance(metadata, Mapping) else None, partitions)
+
+
+def _chosen(chosen: Any, partitions: int) -> int:
     if not isinstance(chosen, str) or not whole_number(chosen) or int(chosen) >= partitions:
         raise PartitioningError(
             f"metadata.partition must name one of the partitions '0'..'{partitions - 1}'"
@@ -96,7 +100,30 @@ def partitioner(
                     )
                 node = node[part]
             total += java_string_hash(java_to_string(node))
-        # Where Java's abs overflows (a sum of exactly -2^31) Nakadi itself fails; we take 2^31.
-        return ids[abs(_int32(total)) % partitions]
+        return _hashed(total, ids)
+
+    return hashed
+
+
+def _hashed(total: int, ids: tuple[int, ...]) -> int:
+    # Where Java's abs overflows (a sum of exactly -2^31) Nakadi itself fails; we take 2^31.
+    return ids[abs(_int32(total)) % len(ids)]
+
+
+def metadata_partitioner(strategy: str, partitions: int) -> Partitioner:
+    """The Avro metadata record -> partition function of one event type."""
+    if strategy == "user_defined":
+        return lambda metadata: _chosen(metadata.get("partition"), partitions)
+    if strategy != "hash":
+        return lambda _metadata: random.randrange(partitions)
+    ids = _string_sorted_ids(partitions)
+
+    def hashed(metadata: Mapping[str, Any]) -> int:
+        keys = metadata.get("partition_keys")
+        if not keys:
+            raise PartitioningError(
+                "Cannot calculate hash value for partitioning: partition keys not set."
+            )
+        return _hashed(sum(java_string_hash(key) for key in keys), ids)
 
     return hashed

@@ -29,7 +29,7 @@ class Message:
     topic: str
     partition: int
     key: bytes | None
-    value: bytes
+    value: bytes | None  # None: a tombstone, which compaction removes the key's events for
 
 
 class Delivery:

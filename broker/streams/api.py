@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from broker import bodies, metrics
 from broker.access import Access
+from broker.avro.schemas import AvroSchemas
 from broker.errors import (
     BadRequest,
     BrokerError,
@@ -34,6 +35,7 @@ from broker.errors import (
     Unavailable,
     Unprocessable,
 )
+from broker.own_events.collector import OwnEvents
 from broker.streams.cursors import (
     Bounds,
     Cursor,
@@ -46,7 +48,8 @@ from broker.streams.cursors import (
     position,
     shift,
 )
-from broker.streams.event_stream import EventStream, parse_limits
+from broker.streams.event_stream import EventStream, Streamed, parse_limits
+from broker.streams.transcode import Transcoder
 from broker.timelines.clusters import Clusters
 from broker.timelines.model import Timelines
 from broker.timelines.store import TimelineStore
@@ -71,13 +74,17 @@ class BatchStreamResponse(StreamingResponse):
     kind = ""
 
     def __init__(
-        self, lines: AsyncIterator[bytes], gzip: bool, headers: dict[str, str] | None = None
+        self,
+        lines: AsyncIterator[bytes],
+        gzip: bool,
+        headers: dict[str, str] | None = None,
+        media_type: str = STREAM_MEDIA_TYPE,
     ) -> None:
         headers = dict(headers or {})
         if gzip:
             headers["Content-Encoding"] = "gzip"
         body = _gzipped(lines) if gzip else lines
-        super().__init__(body, media_type=STREAM_MEDIA_TYPE, headers=headers)
+        super().__init__(body, media_type=media_type, headers=headers)
 
     async def ended(self) -> None:
         """Release what the stream held."""
@@ -137,6 +144,8 @@ class Reading:
     clusters: Clusters
     access: Access
     memory_limit: int
+    avro: AvroSchemas
+    own: OwnEvents
 
     async def _readable(self, request: Request) -> Timelines:
         """The event type the path names (else 404), if the caller may read it (else 403)."""
@@ -182,6 +191,7 @@ class Reading:
         async def follow() -> Timelines | None:
             return await self.timelines.of(name)
 
+        streamed: Streamed = {}
         stream = EventStream(
             timelines,
             positions,
@@ -189,8 +199,11 @@ class Reading:
             follow,
             memory_limit=self.memory_limit,
             blocked=self.access.consumption_blocked_check(principal, [name]),
+            transcode=Transcoder(self.avro, [timelines], binary=False),
+            streamed=streamed,
         )
         batches = self.access.guarded(stream.batches(), principal, [name])
+        batches = self.own.data_streamed(batches, streamed, principal)
         return _StreamResponse(stream, batches, _wants_gzip(request))
 
     async def partitions(self, request: Request) -> Response:
@@ -310,11 +323,17 @@ def _kafka_unavailable_is_503(endpoint: Endpoint) -> Endpoint:
 
 
 def routes(
-    timelines: TimelineStore, clusters: Clusters, access: Access, memory_limit: int
+    timelines: TimelineStore,
+    clusters: Clusters,
+    access: Access,
+    memory_limit: int,
+    avro: AvroSchemas,
+    own: OwnEvents,
 ) -> list[BaseRoute]:
     """The reading endpoints; ``clusters`` is the app's, closed by its lifespan;
-    ``memory_limit``: the bytes a stream holds for batches not yet due."""
-    reading = Reading(timelines, clusters, access, memory_limit)
+    ``memory_limit``: the bytes a stream holds for batches not yet due; ``avro``: the Avro
+    schemas Avro events are read with; ``own``: where what a stream sent is told."""
+    reading = Reading(timelines, clusters, access, memory_limit, avro, own)
     endpoints: list[tuple[str, Endpoint, str]] = [
         ("/event-types/{name}/events", reading.stream, "GET"),
         ("/event-types/{name}/partitions", reading.partitions, "GET"),

@@ -34,6 +34,7 @@ from broker.errors import Unprocessable
 from broker.settings import STREAM_MEMORY_LIMIT
 from broker.streams.cursors import offset_text
 from broker.streams.timeline_reading import Assignment, Consumers, Readings
+from broker.streams.transcode import Transcoder
 from broker.timelines.model import Timelines
 from changebroker import http
 
@@ -140,6 +141,11 @@ class PartitionBatch:
     keep_alives: int = 0
     pending: list[bytes] = field(default_factory=list)
     pending_bytes: int = 0
+    # The most events one batch of this partition holds, 0 for batch_limit (a subscription
+    # partition looking for a dead letter sends them one at a time).
+    most: int = 0
+    # The event type its batches are counted under (``Streamed``).
+    label: str = ""
     # The offset of the last event sent: where a batch that only says something stands.
     sent: int = field(init=False)
 
@@ -179,6 +185,8 @@ def _end(info: str | None) -> bytes:
 
 
 PartitionKey = tuple[str, int]
+# What a stream sent, per event type: [events, bytes of events, batches with events].
+Streamed = dict[str, list[int]]
 
 
 class Batcher:
@@ -197,13 +205,17 @@ class Batcher:
         *,
         overflow_info: str | None = None,
         first_info: str | None = None,
+        streamed: Streamed | None = None,
     ) -> None:
+        """``streamed``: where the batches sent are counted, when someone wants to know."""
         self.limits = limits
+        self.streamed = streamed
         self.memory_limit = memory_limit
         self.overflow_info = overflow_info
         self.first_info = first_info
         self.partitions: dict[PartitionKey, PartitionBatch] = {}
         self.accepted = 0
+        self.sent = 0  # events in the lines emitted
         self.pending_bytes = 0  # of every partition's pending events
 
     def rekey(self, old: PartitionKey, new: PartitionKey) -> None:
@@ -213,6 +225,12 @@ class Batcher:
     def emit(self, state: PartitionBatch, info: str | None = None) -> bytes:
         """The partition's next line (see :meth:`PartitionBatch.line`)."""
         self.pending_bytes -= state.pending_bytes
+        self.sent += len(state.pending)
+        if self.streamed is not None and state.pending:
+            counts = self.streamed.setdefault(state.label, [0, 0, 0])
+            counts[0] += len(state.pending)
+            counts[1] += state.pending_bytes
+            counts[2] += 1
         line = state.line(info or self.first_info)
         self.first_info = None
         return line
@@ -246,16 +264,17 @@ class Batcher:
             if error is not None:
                 raise RuntimeError(f"Kafka failed while streaming {message.topic()}: {error}")
             state = self.partitions.get((message.topic(), message.partition()))  # type: ignore[arg-type]
-            if state is None:
-                # Fetched before its partition was given up (subscription rebalance): not ours.
+            value: bytes | None = message.value()
+            if state is None or value is None:
+                # Fetched before its partition was given up (subscription rebalance): not ours;
+                # or a tombstone of deleted-events, which readers never see (as in Nakadi).
                 continue
-            value: bytes = message.value()  # type: ignore[assignment]
             state.pending.append(value)
             state.pending_bytes += len(value)
             self.pending_bytes += len(value)
             state.last_offset = state.base + message.offset()  # type: ignore[operator]
             self.accepted += 1
-            if len(state.pending) >= full_at:
+            if len(state.pending) >= full_at or (state.most and len(state.pending) >= state.most):
                 send(state)
             while self.pending_bytes > self.memory_limit:
                 heaviest = max(self.partitions.values(), key=lambda s: s.pending_bytes)
@@ -305,15 +324,22 @@ class EventStream:
         *,
         memory_limit: int = STREAM_MEMORY_LIMIT,
         blocked: Callable[[], Awaitable[bool]] | None = None,
+        transcode: Transcoder | None = None,
+        streamed: Streamed | None = None,
     ) -> None:
         """``blocked``: asked before every poll; once it says so, the stream ends (Nakadi ends
-        the stream of a consumer the blacklist blocks)."""
+        the stream of a consumer the blacklist blocks); ``transcode``: rewrites each poll's
+        events for the reader (:mod:`broker.streams.transcode`), told of every timeline the
+        stream follows; ``streamed``: where what it sends is counted, under the event type's
+        name."""
         self._timelines = timelines
         self._positions = dict(positions)
         self._limits = limits
         self._follow = follow
         self._memory_limit = memory_limit
         self._blocked = blocked
+        self._transcode = transcode
+        self._streamed = streamed
         self._executor = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"stream-{timelines.event_type}"
         )
@@ -360,7 +386,7 @@ class EventStream:
         try:
             started = time.monotonic()
             ends_at = started + limits.stream_timeout
-            batcher = Batcher(limits, self._memory_limit)
+            batcher = Batcher(limits, self._memory_limit, streamed=self._streamed)
             add = []
             for p, last in sorted(self._positions.items()):
                 add.append(self._readings.start((name, p), self._timelines, last))
@@ -370,6 +396,7 @@ class EventStream:
                     functools.partial(offset_text, self._timelines, partition=p),
                     started + limits.batch_flush_timeout,
                     base=self._readings.by_key[(name, p)].base,
+                    label=name,
                 )
             await loop.run_in_executor(self._executor, self._open, add)
             while True:
@@ -379,6 +406,8 @@ class EventStream:
                 now = time.monotonic()
                 wait = min(max(batcher.next_flush(ends_at) - now, 0.0), MAX_POLL_SECONDS)
                 messages = await loop.run_in_executor(self._executor, self._poll, wait)
+                if self._transcode is not None:
+                    await self._transcode(messages)
                 out, limit_reached = batcher.take(messages)
                 now = time.monotonic()
                 # Asked to stop: what is batched goes out, then the stream ends whole.
@@ -397,6 +426,8 @@ class EventStream:
         if current is not None and current is not self._timelines:
             self._timelines = current
             self._readings.follow(current)
+            if self._transcode is not None:
+                self._transcode.follow(current)
         if not self._readings.closing():
             return
         name = self._timelines.event_type

@@ -16,6 +16,7 @@ from broker import authorization, bodies
 from broker.access import Access
 from broker.admin_settings import Feature
 from broker.errors import BadRequest, SubscriptionNotFound, Unavailable
+from broker.own_events.collector import OwnEvents
 from broker.subscriptions.store import (
     DEFAULT_PAGE,
     MAX_PAGE,
@@ -41,10 +42,17 @@ def _page_number(request: Request, name: str, default: int, low: int, high: int)
 
 
 class SubscriptionApi:
-    def __init__(self, subscriptions: Subscriptions, status: StatusSource, access: Access) -> None:
+    def __init__(
+        self,
+        subscriptions: Subscriptions,
+        status: StatusSource,
+        access: Access,
+        own: OwnEvents,
+    ) -> None:
         self._subscriptions = subscriptions
         self._status = status
         self._access = access
+        self._own = own
 
     async def _administered(self, request: Request) -> Subscription:
         """The subscription the path names (else 404) if the caller is one of its admins
@@ -82,6 +90,7 @@ class SubscriptionApi:
         if created:
             headers["Content-Location"] = location
             audit("subscription created", principal, subscription.id)
+            self._own.subscription_log(subscription.id, "created")
         return JSONResponse(
             subscription.body(), status_code=201 if created else 200, headers=headers
         )
@@ -148,6 +157,7 @@ class SubscriptionApi:
         if not await self._subscriptions.delete(subscription_id):
             raise SubscriptionNotFound(subscription_id)
         audit("subscription deleted", principal_of(request), subscription_id)
+        self._own.subscription_log(subscription_id, "deleted")
         return Response(status_code=204)
 
     def routes(self) -> list[BaseRoute]:

@@ -70,6 +70,7 @@ class ReadAhead:
         now: float,
         full: bool,
         ending: bool = False,
+        caps: Mapping[PartitionKey, int] | None = None,
     ) -> list[Message]:
         """What the batcher may be given now, taking partitions in turns.
 
@@ -80,7 +81,8 @@ class ReadAhead:
         events that complete batches; and when no batch could be completed while what was
         read already fills the allowance (or the read-ahead is ``full``), whatever fits:
         waiting could only delay it to the flush timeout. When the stream is ``ending``,
-        whatever fits in any case.
+        whatever fits in any case. ``caps``: the most events a partition may hold in the
+        batcher after this (one looking for a dead letter takes one at a time).
         """
         out, self._failed = self._failed, []
         keys = [key for key, waiting in self._partitions.items() if waiting and key in batches]
@@ -91,24 +93,33 @@ class ReadAhead:
         self._turn = (self._turn + 1) % len(keys)
         turns = keys[self._turn :] + keys[: self._turn]
 
-        def give(key: PartitionKey, most: int) -> None:
+        given = dict.fromkeys(keys, 0)
+        held = dict(pending)
+
+        def give(key: PartitionKey, most: int) -> int:
             nonlocal budget
-            taken = self._pop(key, most)
+            if caps is not None and key in caps:
+                most = min(most, caps[key] - held[key] - given[key])
+            taken = self._pop(key, max(most, 0))
             out.extend(taken)
             budget -= len(taken)
             pending[key] += len(taken)
+            given[key] += len(taken)
+            return len(taken)
 
         for key in turns:
             if budget > 0 and (key in self._overdue or now >= batches[key].flush_at):
                 give(key, min(budget, batch_limit - pending[key]))
                 self._overdue.discard(key)
         for key in turns:
+            full_at = (
+                min(batch_limit, caps[key]) if caps is not None and key in caps else batch_limit
+            )
             while budget > 0:
                 # Fills the batch, or the whole allowance (then it goes out at once, too).
-                needed = min(batch_limit, pending[key] + budget) - pending[key]
-                if not 0 < needed <= len(self._partitions[key]):
+                needed = min(full_at, pending[key] + budget) - pending[key]
+                if not 0 < needed <= len(self._partitions[key]) or not give(key, needed):
                     break
-                give(key, needed)
                 pending[key] = 0
         if ending or (not out and (full or self.count >= budget)):
             for key in turns:
@@ -133,6 +144,15 @@ class ReadAhead:
     def holds(self, key: PartitionKey) -> bool:
         """Whether events of the partition wait here."""
         return bool(self._partitions.get(key))
+
+    def pop_first(self, key: PartitionKey) -> Message | None:
+        """The partition's first event read ahead (tombstones passed over), if any yet."""
+        waiting = self._partitions.get(key)
+        while waiting:
+            message = self._pop(key, 1)[0]
+            if message.value() is not None:
+                return message
+        return None
 
     def drop(self, key: PartitionKey) -> None:
         """Forgets a partition's events: it was given up, or starts again elsewhere."""

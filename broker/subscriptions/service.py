@@ -7,9 +7,12 @@ from __future__ import annotations
 from starlette.routing import BaseRoute
 
 from broker.access import Access
+from broker.avro.schemas import AvroSchemas
+from broker.own_events.collector import OwnEvents
 from broker.settings import Settings
 from broker.subscriptions.api import SubscriptionApi
 from broker.subscriptions.coordination import Coordinator
+from broker.subscriptions.session import DeadLetterSink
 from broker.subscriptions.store import Subscriptions, close_expired
 from broker.subscriptions.stream_api import SubscriptionStreams
 from broker.timelines.clusters import Clusters
@@ -20,7 +23,14 @@ class SubscriptionService:
     """Everything under ``/subscriptions`` for one app, and its notification listener."""
 
     def __init__(
-        self, timelines: TimelineStore, clusters: Clusters, settings: Settings, access: Access
+        self,
+        timelines: TimelineStore,
+        clusters: Clusters,
+        settings: Settings,
+        access: Access,
+        avro: AvroSchemas,
+        dead_letters: DeadLetterSink,
+        own: OwnEvents,
     ) -> None:
         store = timelines.store
         self.subscriptions = Subscriptions(
@@ -34,8 +44,11 @@ class SubscriptionService:
             access,
             settings.max_commit_timeout,
             settings.stream_memory_limit,
+            avro,
+            dead_letters,
+            own,
         )
-        self.api = SubscriptionApi(self.subscriptions, self.streams.status, access)
+        self.api = SubscriptionApi(self.subscriptions, self.streams.status, access, own)
 
     async def start(self) -> None:
         await self.coordinator.start()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -25,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from broker.avro import envelope
 from broker.event_types.store import Store
 from broker.streams.cursors import offset_text
 from broker.streams.event_stream import (
@@ -33,10 +35,14 @@ from broker.streams.event_stream import (
     Batcher,
     LimitError,
     PartitionBatch,
+    Streamed,
     StreamLimits,
     parse_limits,
 )
 from broker.streams.timeline_reading import Assignment, Consumers, GoneTimeline, Readings
+from broker.streams.transcode import Transcoder, Unrepresentable
+from broker.subscriptions.dead_letters import QUEUE_EVENT_TYPE, dead_letter
+from broker.subscriptions.dead_letters import policy_of as dead_letters_policy
 from broker.subscriptions.read_ahead import READ_AHEAD_EVENTS, ReadAhead
 from broker.subscriptions.store import (
     PartitionKey,
@@ -53,6 +59,8 @@ from changebroker.numerals import whole_number
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_UNCOMMITTED = 10
+# Publishes events the broker writes itself to an event type (the dead-letter queue's).
+DeadLetterSink = Callable[[str, list[dict[str, Any]]], Awaitable[None]]
 # Streams notice notifications between polls: this bounds how late a rebalance is seen.
 SUBSCRIPTION_POLL_SECONDS = 0.1
 _DRAIN_CHECK_SECONDS = 1.0  # longest wait for a commit before looking at ``http.draining``
@@ -120,6 +128,35 @@ class _Batch(PartitionBatch):
         )
 
 
+@dataclass
+class _AvroBatch(_Batch):
+    """A partition's batches for an Avro reader: Nakadi's ``ConsumptionBatch`` records."""
+
+    partition_text: str = ""
+    event_type: str = ""
+
+    def _record(self, offset: int, info: str | None, events: list[bytes]) -> bytes:
+        cursor = {
+            "partition": self.partition_text,
+            "offset": self.offset_text(offset),
+            "event_type": self.event_type,
+            "cursor_token": str(uuid.uuid4()),
+        }
+        return envelope.consumption_batch(cursor, info, events)
+
+    def line(self, info: str | None = None) -> bytes:
+        if not self.pending:
+            self.keep_alives += 1
+            return self._record(self.last_offset, info, [])
+        self.keep_alives = 0
+        self.sent = self.last_offset
+        events, self.pending, self.pending_bytes = self.pending, [], 0
+        return self._record(self.last_offset, info, events)
+
+    def info_line(self, info: str) -> bytes:
+        return self._record(self.sent, info, [])
+
+
 class SessionEnded(Exception):
     """The session was closed by someone else (a cursor reset, the subscription deleted);
     ``debug``: what the stream's last batch says, if anything."""
@@ -149,9 +186,15 @@ class Session:
         *,
         memory_limit: int,
         blocked: Callable[[], Awaitable[bool]],
+        transcode: Transcoder,
+        dead_letters: DeadLetterSink,
+        streamed: Streamed | None = None,
     ) -> None:
         """``memory_limit``: the bytes of events held for batches not yet due; ``blocked``:
-        asked on every turn of the stream, which ends once it says so."""
+        asked on every turn of the stream, which ends once it says so; ``transcode``: what
+        the reader gets of each event (JSON or Avro, :mod:`broker.streams.transcode`);
+        ``dead_letters``: publishes to the dead-letter queue (its event type, its events);
+        ``streamed``: where what it sends is counted, per event type."""
         self._store = store
         self._timeline_store = timelines
         self._local_sessions = local_sessions
@@ -161,11 +204,20 @@ class Session:
         self._topics = dict(topics)
         self._changed = changed
         self._blocked = blocked
+        self._transcode = transcode
+        self._dead_letters = dead_letters
+        self._policy = dead_letters_policy(subscription.annotations)
+        # Partitions looking for a poison pill: (failed sends, last offset looked through).
+        self._searching: dict[PartitionKey, tuple[int, int]] = {}
+        # Nakadi ends a subscription stream once stream_limit events are committed, not sent:
+        # the batcher does not count them, the session does (``_allowance``,
+        # ``_committed_events``).
         self._batcher = Batcher(
-            params.limits,
+            dataclasses.replace(params.limits, stream_limit=0),
             memory_limit,
             overflow_info="Stream parameters are causing overflow",
             first_info="Stream started",
+            streamed=streamed,
         )
         self._ahead = ReadAhead(memory_limit)
         self._streaming: dict[PartitionKey, _Batch] = {}
@@ -176,6 +228,10 @@ class Session:
         self._uncommitted_since: float | None = None
         self._last_sent_at = time.monotonic()
         self._commit_timed_out = False
+        # Events committed on this stream's partitions while it ran: what stream_limit counts.
+        self._committed_events = 0
+        # Why the stream must end (an event its reader's format cannot carry), once known.
+        self._ending: str | None = None
         self._closed = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="subscription")
         self._consumers: Consumers | None = None
@@ -224,7 +280,8 @@ class Session:
             cur = await conn.execute(
                 "SELECT s.open, s.resetting, p.event_type, p.partition, p.committed,"
                 " p.owner::text, p.next_owner::text, p.release_offset,"
-                " greatest(extract(epoch FROM p.release_deadline - now()), 0)"
+                " greatest(extract(epoch FROM p.release_deadline - now()), 0),"
+                " p.failed_commits, p.last_dead_letter_offset"
                 " FROM (SELECT closed_at IS NULL AS open,"
                 " (SELECT coalesce(reset_until > now(), false) FROM broker_subscriptions"
                 " WHERE id = %s) AS resetting"
@@ -257,13 +314,21 @@ class Session:
         mark: list[tuple[PartitionKey, int]] = []
         waits: list[float] = []
         advanced = False
-        for event_type, partition, committed, owner, next_owner, release_offset, wait in rows:
+        for row in rows:
+            event_type, partition, committed, owner, next_owner, release_offset, wait = row[:7]
             key = (event_type, partition)
             if owner != me:
                 waits.append(float(wait or 0))
                 continue
             owned.add(key)
-            advanced |= committed > self._committed.get(key, committed)
+            failed, last_dead_letter = row[7:]
+            if self._policy is not None and last_dead_letter is not None:
+                self._searching[key] = (failed, last_dead_letter)
+            else:
+                self._searching.pop(key, None)
+            progress = committed - self._committed.get(key, committed)
+            advanced |= progress > 0
+            self._committed_events += max(progress, 0)
             self._committed[key] = committed
             if next_owner is None and key not in self._streaming:
                 self._releasing.pop(key, None)
@@ -276,6 +341,8 @@ class Session:
                     hand_over.append(key)
                 elif release_offset is None:
                     mark.append((key, sent))
+        for key, batch in self._streaming.items():
+            batch.most = 1 if key in self._searching else 0
         for key in [*self._streaming, *self._releasing]:
             if key not in owned:
                 if key in self._streaming:
@@ -292,14 +359,19 @@ class Session:
     def _new_batch(self, key: PartitionKey, sent: int) -> _Batch:
         """The batches of a partition whose last event sent is ``sent``."""
         reading = self._readings.by_key.get(key)
-        return _Batch(
+        kind = _AvroBatch if self._transcode.binary else _Batch
+        batch = kind(
             b'{"cursor":{"partition":"' + str(key[1]).encode() + b'","offset":"',
             sent,
             functools.partial(offset_text, self._topics[key[0]], partition=key[1]),
             time.monotonic() + self._params.limits.batch_flush_timeout,
             base=0 if reading is None else reading.base,
             event_type_json=json.dumps(key[0])[1:-1].encode(),
+            label=key[0],
         )
+        if isinstance(batch, _AvroBatch):
+            batch.partition_text, batch.event_type = str(key[1]), key[0]
+        return batch
 
     def _start(self, key: PartitionKey, committed: int) -> Assignment:
         """Start sending a partition after ``committed``; what to assign."""
@@ -336,6 +408,7 @@ class Session:
             if current is not None and current is not kept:
                 self._topics[name] = current
                 self._readings.follow(current)
+                self._transcode.follow(current)
 
     async def _move_on(self) -> None:
         """Partitions that reached the end of a closed timeline go on in the next one, after
@@ -417,6 +490,7 @@ class Session:
         self._changed.set()
         while True:
             out: list[bytes] = []
+            sent_before = self._batcher.sent
             try:
                 if self._changed.is_set():
                     self._changed.clear()
@@ -433,6 +507,20 @@ class Session:
                 return
             if await self._blocked():
                 yield b"".join(out + self._last_words("Consumption is blocked"))
+                return
+            stream_limit = self._params.limits.stream_limit
+            if stream_limit and self._committed_events >= stream_limit:
+                reached = f"Stream limit in events reached: {self._committed_events}"
+                yield b"".join(out + self._last_words(reached))
+                return
+            if self._searching:
+                await self._skip_poison_pills()
+            if self._ending is not None:
+                log.warning(
+                    "subscription stream closed: an event its format cannot carry",
+                    extra=logs.fields(stream_id=self.stream_id, reason=self._ending),
+                )
+                yield b"".join(out + self._last_words(self._ending))
                 return
             now = time.monotonic()
             uncommitted = self._uncommitted()
@@ -452,7 +540,7 @@ class Session:
             # min(batch_limit, that). The batcher is given no more than that less what already
             # waits for its batch, so whatever waits can always be sent; the rest of what was
             # read waits ahead.
-            allowance = self._params.max_uncommitted - uncommitted
+            allowance = self._allowance(uncommitted)
             waiting = sum(len(batch.pending) for batch in self._streaming.values())
             wake = min(
                 self._batcher.next_flush(ends_at),
@@ -476,29 +564,28 @@ class Session:
                     # Bounded, so a stop request (``http.draining``) is noticed soon.
                     limit = min(wake - now, _DRAIN_CHECK_SECONDS)
                     await asyncio.wait_for(self._changed.wait(), max(limit, 0.0))
-            taken, limit_reached = self._batcher.take(messages, allowance)
-            out += taken
+            out += self._batcher.take(messages, allowance)[0]
             now = time.monotonic()
             timed_out = now >= ends_at
-            if timed_out and not limit_reached:
+            if timed_out:
                 # Nakadi sends everything it holds (that it may send) when the stream times
                 # out: what was read ahead too, not only what waits for its batch.
-                allowance = self._params.max_uncommitted - self._uncommitted()
+                allowance = self._allowance(self._uncommitted())
                 rest = self._from_ahead(allowance, most, ending=True)
                 out += self._batcher.take(rest, allowance)[0]
             # Asked to stop: what is batched goes out, then the stream ends whole.
-            over = limit_reached or timed_out or http.draining.is_set()
+            over = timed_out or http.draining.is_set()
             # What waits fills the allowance, spread over partitions none of which has a full
             # batch: the batcher gets nothing more before a commit, so it goes now, not at the
             # flush timeout.
             waiting = sum(len(batch.pending) for batch in self._streaming.values())
-            stuck = 0 < waiting >= self._params.max_uncommitted - self._uncommitted()
+            stuck = 0 < waiting >= self._allowance(self._uncommitted())
             self._ahead.note_overdue(self._batcher.partitions, now)
             out += self._batcher.due(now, over or stuck)
             if timed_out:
                 out += self._last_words("Stream timeout reached")
             if out:
-                if any(b'"events"' in line for line in out):
+                if self._batcher.sent > sent_before:
                     self._last_sent_at = now
                 yield b"".join(out)
             if over or self._batcher.keep_alive_limit_reached():
@@ -518,6 +605,13 @@ class Session:
         )
         return [self._batcher.info_line(batch, debug)]
 
+    def _allowance(self, uncommitted: int) -> int:
+        """Events the stream may still send: max_uncommitted_events less what is uncommitted,
+        and no more than stream_limit in all, as Nakadi counts them."""
+        allowance = self._params.max_uncommitted - uncommitted
+        limit = self._params.limits.stream_limit
+        return min(allowance, limit - self._batcher.sent) if limit else allowance
+
     def _ahead_most(self) -> int:
         """Events read ahead at most: the allowance and a batch for every partition, or more
         while they fit in the read-ahead's bytes."""
@@ -528,8 +622,14 @@ class Session:
     async def _read_ahead(self, wait: float, most: int) -> None:
         """Reads what the read-ahead has room for (``most`` events held at most); waits up to
         ``wait`` for the first event."""
-        if room := self._ahead.room(most):
+        if self._ending is None and (room := self._ahead.room(most)):
             polled = await self._kafka(self._poll, wait, min(room, MESSAGES_PER_POLL))
+            try:
+                await self._transcode(polled)
+            except Unrepresentable as exc:
+                # Nothing of this poll is sent: the next stream reads it again.
+                self._ending = str(exc)
+                return
             self._ahead.add(polled, self._batcher.partitions)
 
     def _from_ahead(self, allowance: int, most: int, *, ending: bool = False) -> list[Any]:
@@ -540,6 +640,107 @@ class Session:
             now=time.monotonic(),
             full=not self._ahead.room(most),
             ending=ending,
+            caps=self._one_at_a_time() if self._searching else None,
+        )
+
+    def _one_at_a_time(self) -> dict[tuple[str, int], int]:
+        """Partitions looking for a poison pill get one event, once the one before is
+        committed; none while the next one is to be skipped."""
+        assert self._policy is not None
+        most = self._policy.max_event_send_count
+        return {
+            self._readings.topic_key(key): int(
+                batch.sent <= self._committed[key] and self._searching[key][0] < most
+            )
+            for key, batch in self._streaming.items()
+            if key in self._searching
+        }
+
+    async def _skip_poison_pills(self) -> None:
+        """Each partition whose single event failed as often as the policy allows skips it:
+        to the dead-letter queue if the policy says so, then committed for the consumer."""
+        assert self._policy is not None
+        for key, (failed, last) in list(self._searching.items()):
+            batch = self._streaming.get(key)
+            if failed < self._policy.max_event_send_count or batch is None:
+                continue
+            topic_key = self._readings.topic_key(key)
+            message = self._ahead.pop_first(topic_key)
+            if message is None:
+                await self._read_ahead(SUBSCRIPTION_POLL_SECONDS, self._ahead_most())
+                message = self._ahead.pop_first(topic_key)
+            if message is None:
+                continue  # not read yet: the next turn
+            # The position of the event (broker/timelines/model.py), as committed offsets are.
+            offset: int = self._readings.by_key[key].base + message.offset()  # type: ignore[operator]
+            if self._policy.to_queue:
+                letter = dead_letter(
+                    self.subscription_id,
+                    key[0],
+                    key[1],
+                    batch.offset_text(offset),
+                    failed,
+                    await self._transcode.json_of(message),
+                )
+                try:
+                    await self._dead_letters(QUEUE_EVENT_TYPE, [letter])
+                except Exception as exc:
+                    # Nothing skipped: the next stream tries again.
+                    self._ending = f"Failed to store an event to the dead letter queue: {exc}"
+                    return
+            log.warning(
+                "subscription event skipped: its commit failed too often",
+                extra=logs.fields(
+                    subscription_id=self.subscription_id,
+                    event_type=key[0],
+                    partition=key[1],
+                    offset=offset,
+                    failed_sends=failed,
+                    policy=self._policy.policy,
+                ),
+            )
+            await self._commit_skipped(key, offset)
+            batch.last_offset = batch.sent = offset
+            self._searching[key] = (0, last)
+
+    async def _commit_skipped(self, key: PartitionKey, offset: int) -> None:
+        """The skipped event committed, as Nakadi's autocommit does; the end of the batch
+        looked through reached, the search is over."""
+        async with locked(self._store, self.subscription_id) as (conn, row):
+            if row is None:
+                raise SessionEnded()
+            await conn.execute(
+                "UPDATE broker_subscription_partitions SET committed = %s, failed_commits = 0,"
+                " last_dead_letter_offset = CASE WHEN last_dead_letter_offset <= %s THEN NULL"
+                " ELSE last_dead_letter_offset END"
+                " WHERE subscription_id = %s AND event_type = %s AND partition = %s"
+                " AND owner = %s AND committed < %s",
+                (offset, offset, self.subscription_id, *key, self.stream_id, offset),
+            )
+            await conn.execute(*notify_sql(self.subscription_id))
+        self._changed.set()
+
+    async def _count_failed_send(self, conn: Any, key: PartitionKey) -> None:
+        """The stream ends with events of the partition uncommitted: one failed send more; at
+        the policy's count, the partition looks for the poison pill through the batch that
+        failed (``batch_limit`` events after its committed offset), counting anew."""
+        assert self._policy is not None
+        await conn.execute(
+            "UPDATE broker_subscription_partitions SET"
+            " failed_commits = CASE WHEN last_dead_letter_offset IS NULL"
+            " AND failed_commits + 1 >= %(most)s THEN 0 ELSE failed_commits + 1 END,"
+            " last_dead_letter_offset = CASE WHEN last_dead_letter_offset IS NULL"
+            " AND failed_commits + 1 >= %(most)s THEN committed + %(batch)s"
+            " ELSE last_dead_letter_offset END"
+            " WHERE subscription_id = %(subscription)s AND event_type = %(event_type)s"
+            " AND partition = %(partition)s",
+            {
+                "most": self._policy.max_event_send_count,
+                "batch": self._params.limits.batch_limit,
+                "subscription": self.subscription_id,
+                "event_type": key[0],
+                "partition": key[1],
+            },
         )
 
     async def close(self) -> None:
@@ -572,6 +773,8 @@ class Session:
             )
             for event_type, partition, committed in await cur.fetchall():
                 sent = self._sent((event_type, partition))
+                if sent > committed and self._policy is not None:
+                    await self._count_failed_send(conn, (event_type, partition))
                 if sent > committed and remaining > 0:
                     await conn.execute(
                         "UPDATE broker_subscription_partitions SET release_offset = %s,"

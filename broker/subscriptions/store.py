@@ -32,7 +32,7 @@ from broker.authorization import section_problem
 from broker.errors import AUTHORIZATION_KEPT, BrokerError, Conflict, SubscriptionNotFound
 from broker.event_types.store import Store, _utc
 from broker.streams.cursors import Cursor, CursorError, parse_cursor, position
-from broker.subscriptions import coordination, rebalance
+from broker.subscriptions import coordination, dead_letters, rebalance
 from broker.subscriptions.coordination import notify_sql
 from broker.timelines.clusters import Clusters
 from broker.timelines.model import Timelines
@@ -613,9 +613,11 @@ class Subscriptions:
                     " WHERE subscription_id = %s AND event_type = %s AND partition = %s",
                     [(pos, subscription.id, *key) for key, pos in positions.items()],
                 )
+            # Whatever the dead-letter queue had found out about the old positions is forgotten.
             await conn.execute(
                 "UPDATE broker_subscription_partitions SET owner = NULL, next_owner = NULL,"
-                " release_offset = NULL, release_deadline = NULL WHERE subscription_id = %s",
+                " release_offset = NULL, release_deadline = NULL, failed_commits = 0,"
+                " last_dead_letter_offset = NULL WHERE subscription_id = %s",
                 (subscription.id,),
             )
             # Closed streams can no longer commit: nothing undoes the reset.
@@ -679,6 +681,7 @@ def _described(body: Mapping[str, Any]) -> tuple[Any, Any, Any]:
         if invalid is not None:
             raise SubscriptionError(422, invalid)
     broken = [problem for kind in KINDS for problem in annotations_problems(kind, body.get(kind))]
+    broken += [f'Field "annotations" {p}' for p in dead_letters.problems(body.get("annotations"))]
     if broken:
         raise SubscriptionError(422, "\n".join(broken))
     return authorization, body.get("annotations"), body.get("labels")

@@ -30,14 +30,17 @@ from starlette.routing import BaseRoute, Route
 from broker import bodies, metrics
 from broker.access import Access
 from broker.admin_settings import SUBSCRIPTION_BLOCKED
+from broker.avro.schemas import AvroSchemas
 from broker.errors import BadRequest, SubscriptionNotFound
 from broker.event_types.store import Store
-from broker.streams.api import BatchStreamResponse, _wants_gzip
+from broker.own_events.collector import OwnEvents
+from broker.streams.api import STREAM_MEDIA_TYPE, BatchStreamResponse, _wants_gzip
 from broker.streams.cursors import OffsetFormatError, offset_text, parse_offset
-from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS
+from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS, Streamed
+from broker.streams.transcode import AVRO_MEDIA_TYPE, Transcoder, wants_avro
 from broker.streams.watermarks import consumer_config
 from broker.subscriptions.coordination import Coordinator
-from broker.subscriptions.session import Session, parse_params
+from broker.subscriptions.session import DeadLetterSink, Session, parse_params
 from broker.subscriptions.store import (
     PartitionKey,
     Subscription,
@@ -70,8 +73,9 @@ class _SessionResponse(BatchStreamResponse):
         lines: AsyncIterator[bytes],
         waiter: contextlib.ExitStack,
         gzip: bool,
+        media_type: str,
     ) -> None:
-        super().__init__(lines, gzip, {STREAM_ID_HEADER: session.stream_id})
+        super().__init__(lines, gzip, {STREAM_ID_HEADER: session.stream_id}, media_type)
         self._session = session
         self._waiter = waiter
 
@@ -92,6 +96,10 @@ class SubscriptionStreams:
     # the streams it closed to end.
     max_commit_timeout: float
     memory_limit: int
+    avro: AvroSchemas
+    # Publishes the events the broker writes itself (the dead-letter queue's).
+    dead_letters: DeadLetterSink
+    own: OwnEvents
 
     @property
     def store(self) -> Store:
@@ -119,6 +127,10 @@ class SubscriptionStreams:
             values.update(body)
         params = parse_params(values, self.max_commit_timeout)
         topics = await self.subscriptions.topics(subscription.event_types)
+        streamed: Streamed = {}
+        transcode = Transcoder(
+            self.avro, topics.values(), binary=wants_avro(request.headers.get("accept"))
+        )
         stream_id = str(uuid.uuid4())
         waiter = contextlib.ExitStack()
         # Listening before the session exists: no notification about it can be missed.
@@ -146,11 +158,16 @@ class SubscriptionStreams:
             changed,
             memory_limit=self.memory_limit,
             blocked=self.access.consumption_blocked_check(principal, subscription.event_types),
+            transcode=transcode,
+            dead_letters=self.dead_letters,
+            streamed=streamed,
         )
         lines = self.access.guarded(
             session.lines(), principal, subscription.event_types, subscription.id
         )
-        return _SessionResponse(session, lines, waiter, _wants_gzip(request))
+        lines = self.own.data_streamed(lines, streamed, principal, subscription.id)
+        media_type = AVRO_MEDIA_TYPE if transcode.binary else STREAM_MEDIA_TYPE
+        return _SessionResponse(session, lines, waiter, _wants_gzip(request), media_type)
 
     async def commit(self, request: Request) -> Response:
         # A consumer commits every batch: decide on the subscription as this process last read

@@ -144,6 +144,9 @@ def test_duplicate_name_is_409(client: httpx.Client, unique_name) -> None:
     assert_problem(client.post("/event-types", json=business_event_type(name)), 409, name)
 
 
+AVRO_UNKNOWN_TYPE = '{"type": "record", "name": "R", "fields": [{"name": "a", "type": "strin"}]}'
+
+
 def _schema(text: dict[str, Any]) -> dict[str, str]:
     return {"type": "json_schema", "schema": json.dumps(text)}
 
@@ -166,7 +169,13 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("keys without hash", {"partition_strategy": "random"}, "only for partition_strategy"),
     ("unknown mode", {"compatibility_mode": "backward"}, "compatibility_mode"),
     ("unknown cleanup policy", {"cleanup_policy": "archive"}, "cleanup_policy"),
-    ("schema type", {"schema": {"type": "avro_schema", "schema": "{}"}}, "json_schema"),
+    ("schema type", {"schema": {"type": "proto", "schema": "{}"}}, "'json_schema' or 'avro"),
+    ("avro not a record", {"schema": {"type": "avro_schema", "schema": "{}"}}, "a record"),
+    (
+        "avro unknown type",
+        {"schema": {"type": "avro_schema", "schema": AVRO_UNKNOWN_TYPE}},
+        "failed to parse avro schema",
+    ),
     ("schema not json", {"schema": {"type": "json_schema", "schema": "{"}}, "not valid JSON"),
     ("schema not draft 4", {"schema": _schema({"type": "strin"})}, "draft 04"),
     (

@@ -18,8 +18,10 @@ from starlette.types import Message as AsgiMessage
 
 from broker.access import Access
 from broker.admin_settings import AdminSettings, initial_admins
+from broker.avro.schemas import AvroSchemas
 from broker.errors import EventTypeNotFound
 from broker.event_types.store import Revision, Store
+from broker.own_events.collector import OwnEvents
 from broker.publishing.api import Publisher
 from broker.timelines.clusters import Clusters
 from broker.timelines.writers import Writer
@@ -83,7 +85,10 @@ def _with_late_publisher(
         await writer.start()
         try:
             access = Access(store.pool, AdminSettings(store.pool, initial_admins(())))
-            await scenario(Publisher(store, clusters, writer, access), store)
+            publisher = Publisher(
+                store, clusters, writer, access, AvroSchemas(store), OwnEvents(False, "")
+            )
+            await scenario(publisher, store)
         finally:
             await writer.stop()
             await clusters.close()
