@@ -237,15 +237,21 @@ def distance(
 
 
 def shift(cursor: Cursor, by: int, timelines: Timelines, bound: Bounds, event_type: str) -> str:
-    """The offset ``by`` events after (before, when negative) ``cursor``; it must be available.
+    """The offset ``by`` events after (before, when negative) ``cursor``; not before the oldest
+    available event.
 
     As Nakadi moves a cursor: within its own timeline while the result is there (a cursor at a
     timeline's end counting as the next one's start), else forward into the first timeline
-    that holds the result, backward into the last one.
+    that holds the result, backward into the last one. Forward past the newest event it goes
+    on in the active timeline, to offsets not written yet, as Nakadi's does (its active
+    timeline has no end to stop at).
     """
     start = position(cursor, timelines, bound, event_type)
     target = start + by
-    if not bound.oldest <= target <= bound.newest:
+    if target > bound.newest:
+        active = timelines.active
+        return format_offset(target - timelines.base(active, cursor.partition), active.order)
+    if target < bound.oldest:
         oldest = offset_text(timelines, bound.oldest, cursor.partition)
         newest = offset_text(timelines, bound.newest, cursor.partition)
         raise CursorError(
