@@ -273,6 +273,9 @@ def schema_wrapper(wrapper: Any) -> dict[str, Any]:
     if not isinstance(wrapper, Mapping):
         raise InvalidEventType("schema must be an object with 'type' and 'schema'")
     kind = wrapper.get("type")
+    # Nakadi reads the type's enum by name too (``JSON_SCHEMA``, as its own tests send it).
+    if isinstance(kind, str) and kind.lower() in SCHEMA_TYPES:
+        kind = kind.lower()
     if kind not in SCHEMA_TYPES:
         raise InvalidEventType(
             f"schema.type {kind!r} is not supported: use {' or '.join(map(repr, SCHEMA_TYPES))}"

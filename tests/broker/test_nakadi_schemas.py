@@ -99,8 +99,9 @@ def test_fetch_answers_the_stored_version_of_the_schema_sent(
     name = foo_type()
     wider = {**FOO_JSON, "properties": {**FOO_JSON["properties"], "bar": {"type": "string"}}}
     assert client.post(f"/event-types/{name}/schemas", json=_json(wider)).status_code == 200
-    # The first version, sent with other spacing and key order: the same JSON.
-    respelled = {"type": "json_schema", "schema": '{"properties":{"foo":{"type":"string"}},'
+    # The first version, sent with other spacing and key order: the same JSON; its type by
+    # the enum's name, as SchemaControllerAT.whenCreateSchemaWithFetchThen200 sends it.
+    respelled = {"type": "JSON_SCHEMA", "schema": '{"properties":{"foo":{"type":"string"}},'
                  '"type":"object"}'}  # fmt: skip
     fetched = client.post(f"/event-types/{name}/schemas", params={"fetch": "true"}, json=respelled)
     assert fetched.status_code == 200, fetched.text
