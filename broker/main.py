@@ -24,7 +24,7 @@ from broker.settings import (
     Settings,
 )
 from changebroker import auth, config, http, logs, metrics
-from changebroker.stack.state import default_state_dir
+from changebroker.state import default_state_dir
 
 # How the parent hands its settings to worker processes (--workers above 1).
 SETTINGS_ENV = "CHANGEBROKER_BROKER_WORKER_SETTINGS"

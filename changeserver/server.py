@@ -19,7 +19,7 @@ from starlette.types import ASGIApp
 from changebroker import auth, logs, metrics
 from changeserver import api, seeding, snapshots
 from changeserver.changelog import ChangeLog, LogReader
-from changeserver.observed import Observed
+from changeserver.observed import Observed, Source
 from changeserver.replication import Replicator, drop_slot
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,14 @@ class ChangeServer:
                     self.state, settings.snapshots_dir, settings.selector_column, settings.prefix
                 )
             )
-        self.observed = Observed(self)
+        source = Source(
+            dsn=settings.dsn,
+            slot=settings.slot,
+            changelog=self.changelog.path,
+            max_age=settings.max_age,
+            snapshots_dir=settings.snapshots_dir,
+        )
+        self.observed = Observed(source, replicator, self.state)
         refresh = metrics.Interval(settings.metrics_interval, self.observed.refresh)
         management = [
             *api.management_routes(self.state),

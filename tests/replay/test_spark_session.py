@@ -1,4 +1,4 @@
-"""The Spark driver JVM the project starts (changebroker/stack/spark.py)."""
+"""The Spark driver JVM the project starts (replay/spark.py)."""
 
 from __future__ import annotations
 

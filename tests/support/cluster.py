@@ -17,7 +17,7 @@ from changebroker.stack.loadbalancer import LoadBalancer
 from changebroker.stack.local import LocalStack, Ports
 from changebroker.stack.processes import free_port, free_port_run, pid_alive, wait_until
 from changebroker.stack.run import CliProcess, broker_process, serve_in_thread
-from changebroker.stack.state import StateDir
+from changebroker.state import StateDir
 from changeserver.server import ChangeServer
 from changeserver.server import Settings as ChangeServerSettings
 from registry.app import create_app as registry_app

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from changebroker.stack import maven
-from changebroker.stack.state import REPO_ROOT, StateDir, default_state_dir
+from changebroker import maven
+from changebroker.state import REPO_ROOT, StateDir, default_state_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
