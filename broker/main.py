@@ -81,12 +81,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         " to a switching event type for the switch (Nakadi's nakadi.timeline.wait.timeoutMs)",
     )
     config.add_replication_options(parser)
-    option(
-        "--registry-url",
-        help="the schema registry's URL, as `changebroker up` passes it; the broker writes event"
-        " type schemas into the registry's tables in its own --pg-url database, so run the"
-        " registry on that database too",
-    )
     option("--pool-size", type=int, default=10, help="Postgres connections at most (per worker)")
     auth.add_options(parser)
     defaults = Scopes()
@@ -141,7 +135,6 @@ def run(args: argparse.Namespace) -> int:
         Settings,
         args,
         pg_dsn=args.pg_url,
-        registry_url=args.registry_url or None,
         auth=auth.AuthSettings.from_args(args),
         scopes=Scopes(
             config_write=args.scope_config_write,

@@ -362,21 +362,17 @@ class LocalStack:
         """One broker on the broker port, or several on their own ports behind HAProxy (which
         checks them over plain HTTP: TLS is for a single broker process)."""
         loopback = f"{self.scheme}://127.0.0.1"
-        registry = [
-            "--registry-url",
-            self._reach("registry", self.ports.registry),
-            *self._server_args(),
-        ]
+        common = self._server_args()
         meta_dsn = self._linked_dsn(self.meta_dsn)
         layout = self.layout()
         if layout.broker_processes == 1:
             port = self.ports.broker
-            args = ["--port", str(port), "--pg-url", meta_dsn, *registry]
+            args = ["--port", str(port), "--pg-url", meta_dsn, *common]
             return [Service("broker", args, f"{loopback}:{port}", f"{loopback}:{port}/health")]
         return [
             Service(
                 f"broker-{i}",
-                ["--port", str(port), "--pg-url", meta_dsn, *registry],
+                ["--port", str(port), "--pg-url", meta_dsn, *common],
                 f"{loopback}:{port}",
                 f"{loopback}:{port}/health",
                 command="broker",

@@ -14,6 +14,7 @@ from typing import Any
 from changeserver import api, changelog, changes, pgoutput
 from changeserver.pgoutput import NO_SELECTOR, Relation
 from changeserver.sequence import Sequence
+from tests.support import pgoutput_messages
 
 _BOOL = 16
 _TYPES = (_BOOL, 20, 23, 25, 1700, 3802)  # bool, int8, int4, text, numeric, jsonb
@@ -52,7 +53,7 @@ def _random_change(
     new_row = [(name, value, oid) for (name, oid), value in zip(columns, new, strict=True)]
     old_row = [(name, value, oid) for (name, oid), value in zip(columns, old, strict=True)]
     with_old = operation == pgoutput.DELETE or (operation == pgoutput.UPDATE and bool(old_row))
-    message = changelog._message(operation, new_row, old_row if with_old else None)
+    message = pgoutput_messages.message(operation, new_row, old_row if with_old else None)
     body = pgoutput.BODY.pack(change_lsn, commit_time, relation_id) + message
     expected: dict[str, Any] = {
         "operation": operation,
