@@ -23,7 +23,7 @@ from changeserver.metrics import PREFIX
 from changeserver.snapshots import find_newest
 
 if TYPE_CHECKING:
-    from changeserver.api import State
+    from changeserver.management import State
     from changeserver.replication import Replicator
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from changeserver import api, changelog, changes, pgoutput
 from changeserver.pgoutput import NO_SELECTOR, Relation
+from changeserver.query import COMPACT, JSON, Query
 from changeserver.sequence import Sequence
 from tests.support import pgoutput_messages
 
@@ -97,9 +98,9 @@ def test_a_compact_answer_reads_back_as_the_same_answer_in_json() -> None:
         first, last = Sequence(1, 2), Sequence(rnd.randrange(2**64), rnd.randrange(2**32))
         bounds = changelog.Bounds(first, last, Sequence(0, 0))
         answers = {}
-        for media_type in (api.JSON, api.COMPACT):
-            query = api.Query([NO_SELECTOR], first, 1000, 0, None, media_type)
+        for media_type in (JSON, COMPACT):
+            query = Query([NO_SELECTOR], first, 1000, 0, None, media_type)
             answers[media_type] = api._render(query, bounds, rows, relations.__getitem__)
 
-        assert changes.from_compact(answers[api.COMPACT]) == json.loads(answers[api.JSON])
-        assert len(answers[api.COMPACT]) < len(answers[api.JSON]) or not rows
+        assert changes.from_compact(answers[COMPACT]) == json.loads(answers[JSON])
+        assert len(answers[COMPACT]) < len(answers[JSON]) or not rows
