@@ -43,7 +43,7 @@ from changebroker import pg
 from changebroker.stack.loadbalancer import LoadBalancer, max_connections
 from changebroker.stack.processes import free_port, read_pid, wait_until
 from changebroker.stack.run import changeserver_process
-from changebroker.stack.state import StateDir
+from changebroker.state import StateDir
 
 NAME = "changeserver_fleet"
 CLIENTS = tuple(

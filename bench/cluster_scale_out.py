@@ -38,7 +38,7 @@ from bench.report import Figure, report
 from changebroker import kafka
 from changebroker.stack.kafka import LocalKafkaCluster
 from changebroker.stack.processes import free_port_run, pid_alive, wait_until
-from changebroker.stack.state import REPO_ROOT, StateDir
+from changebroker.state import REPO_ROOT, StateDir
 
 PUBLISH_BATCH = 100
 SUBSCRIPTION_EVENTS = 40_000

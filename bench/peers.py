@@ -33,9 +33,9 @@ from psycopg.conninfo import conninfo_to_dict
 
 from bench.bridge_latency import services
 from changebroker import kafka, pg
-from changebroker.stack.maven import resolve_jars
+from changebroker.maven import resolve_jars
 from changebroker.stack.processes import wait_until
-from changebroker.stack.state import StateDir, default_state_dir
+from changebroker.state import StateDir, default_state_dir
 
 DEBEZIUM_DIR = Path(__file__).resolve().parent / "debezium"
 PARTITIONS = 4  # the bridge's default; Debezium's topics get as many

@@ -192,7 +192,7 @@ def main() -> int:
     ):
         tmp = Path(scratch)
         db = duckdb.connect()
-        from changebroker.stack.spark import spark_session
+        from replay.spark import spark_session
 
         started = time.monotonic()
         spark = spark_session("local[2]", app_name="bench-replay")

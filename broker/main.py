@@ -25,7 +25,7 @@ from broker.settings import (
     Settings,
 )
 from changebroker import auth, config, http, logs, metrics
-from changebroker.stack.state import default_state_dir
+from changebroker.state import default_state_dir
 
 # How the parent hands its settings to worker processes (--workers above 1).
 SETTINGS_ENV = "CHANGEBROKER_BROKER_WORKER_SETTINGS"
@@ -82,12 +82,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         " to a switching event type for the switch (Nakadi's nakadi.timeline.wait.timeoutMs)",
     )
     config.add_replication_options(parser)
-    option(
-        "--registry-url",
-        help="the schema registry's URL, as `changebroker up` passes it; the broker writes event"
-        " type schemas into the registry's tables in its own --pg-url database, so run the"
-        " registry on that database too",
-    )
     option("--pool-size", type=int, default=10, help="Postgres connections at most (per worker)")
     auth.add_options(parser)
     defaults = Scopes()
@@ -185,7 +179,6 @@ def settings_of(args: argparse.Namespace) -> Settings:
         Settings,
         args,
         pg_dsn=args.pg_url,
-        registry_url=args.registry_url or None,
         nakadi_event_types=not args.no_nakadi_event_types,
         auth=auth.AuthSettings.from_args(args),
         scopes=Scopes(

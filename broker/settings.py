@@ -39,7 +39,6 @@ class Settings:
     # Kafka replication of new topics; None: what the cluster allows (3 and 2 on 3+ nodes).
     replication_factor: int | None = None
     min_insync_replicas: int | None = None
-    registry_url: str | None = None
     pool_size: int = 10
     # The longest the per-subscription lag in /metrics may be old (read from Postgres and
     # Kafka in the background, never per scrape).

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from changebroker import auth, config, http, logs, services
 from changebroker.stack.local import LocalStack, Ports
-from changebroker.stack.state import StateDir, default_state_dir
+from changebroker.state import StateDir, default_state_dir
 
 
 class ServiceMain(Protocol):

@@ -39,7 +39,6 @@ import dataclasses
 import fnmatch
 import marshal
 import sqlite3
-import struct
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -63,6 +62,7 @@ CREATE TABLE IF NOT EXISTS selectors (
     selector TEXT PRIMARY KEY, last_lsn INTEGER NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS selectors_last_lsn ON selectors (last_lsn);
 """
+_FORMAT = 2  # PRAGMA user_version of a log this version writes (_format_of)
 _MARSHAL_VERSION = 4  # pinned: logs written by one Python stay readable by the next
 
 _META_KEYS = (
@@ -128,11 +128,12 @@ class ChangeLog:
         self.path = directory / "changes.sqlite"
         self._conn = _connect(self.path)
         self._lock = threading.Lock()  # the writer thread and purge share the connection
+        version = _format_of(self._conn, self.path)
         self._conn.executescript(_SCHEMA)
         self._conn.executemany(
             "INSERT OR IGNORE INTO meta (key, value) VALUES (?, 0)", [(k,) for k in _META_KEYS]
         )
-        _upgrade(self._conn)
+        _upgrade(self._conn, version)
         self._relations = {
             _load_relation(data): id
             for id, data in self._conn.execute("SELECT id, data FROM relations")
@@ -497,16 +498,32 @@ _NEWEST_CHANGE = (
 )
 
 
-def _upgrade(conn: sqlite3.Connection) -> None:
-    """Bring a log written in an older format (``PRAGMA user_version``) to this one, step by
-    step; each step commits with the version it reaches, so one interrupted runs again, whole.
+def _format_of(conn: sqlite3.Connection, path: Path) -> int:
+    """The log's format (``PRAGMA user_version``): 1, pgoutput messages with a relation id; 2,
+    ``selectors`` lists every selector held; 0, a new log. A log holding changes without a
+    format was written before any release, in a form this version does not read."""
+    version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+    holds_changes = (
+        version == 0
+        and conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'changes'"
+        ).fetchone()
+    )
+    if holds_changes and conn.execute("SELECT 1 FROM changes LIMIT 1").fetchone():
+        conn.close()
+        raise ValueError(
+            f"{path} holds changes in a format no release wrote (marshal-encoded rows):"
+            " move its directory away, and the changeserver starts a new change log"
+        )
+    return version
 
-    0 (or none): bodies are marshal-encoded rows; 1: bodies are pgoutput messages with a
-    relation id; 2: ``selectors`` lists every selector held."""
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version < 1:
-        _upgrade_bodies(conn)
-    if version < 2:
+
+def _upgrade(conn: sqlite3.Connection, version: int) -> None:
+    """Bring the log to this format, step by step; each step commits with the version it
+    reaches, so one interrupted runs again, whole."""
+    if version == 0:
+        conn.execute(f"PRAGMA user_version = {_FORMAT}")
+    elif version < 2:
         _list_selectors(conn)
 
 
@@ -523,55 +540,6 @@ def _list_selectors(conn: sqlite3.Connection) -> None:
                 "SELECT min(selector) FROM changes WHERE selector > ?", (selector,)
             ).fetchone()
         conn.execute("PRAGMA user_version = 2")
-
-
-def _upgrade_bodies(conn: sqlite3.Connection) -> None:
-    """Rewrite a format 0 log's bodies (marshal-encoded rows) as pgoutput messages."""
-    relations: dict[Relation, int] = {}
-    with _immediate(conn):
-        rows = conn.execute("SELECT selector, lsn, idx, data FROM changes").fetchall()
-        updated = []
-        for selector, lsn, idx, data in rows:
-            operation, table, change_lsn, commit_time, _, new, old = marshal.loads(data)
-            # A format 0 old row is whole (key-only ones carry NULLs), and the new row of an
-            # update with an old row lacks nothing: only the new row of an update without an
-            # old one may lack columns (unchanged TOAST), which its own relation describes.
-            relation = Relation(table, tuple((name, oid) for name, _, oid in old or new))
-            id = relations.setdefault(relation, len(relations) + 1)
-            message = _message(operation, new, old)
-            body = pgoutput.BODY.pack(change_lsn, commit_time, id) + message
-            updated.append((body, selector, lsn, idx))
-        conn.executemany(
-            "UPDATE changes SET data = ? WHERE selector = ? AND lsn = ? AND idx = ?", updated
-        )
-        conn.executemany(
-            "INSERT INTO relations (id, data) VALUES (?, ?)",
-            [(id, _dump_relation(relation)) for relation, id in relations.items()],
-        )
-        conn.execute("PRAGMA user_version = 1")
-
-
-def _message(operation: int, new: pgoutput.Row | None, old: pgoutput.Row | None) -> bytes:
-    """The pgoutput message (relation OID 0) of a change given as rows."""
-    relid = b"\0\0\0\0"
-    if operation == pgoutput.INSERT and new is not None:
-        return b"I" + relid + b"N" + _tuple_data(new)
-    if operation == pgoutput.UPDATE and new is not None:
-        return b"U" + relid + (b"O" + _tuple_data(old) if old else b"") + b"N" + _tuple_data(new)
-    if operation == pgoutput.DELETE and old is not None:
-        return b"D" + relid + b"O" + _tuple_data(old)
-    raise ValueError(f"cannot upgrade a change with operation {operation}")
-
-
-def _tuple_data(row: pgoutput.Row) -> bytes:
-    parts = [struct.pack("!h", len(row))]
-    for _, value, _ in row:
-        if value is None:
-            parts.append(b"n")
-        else:
-            encoded = value.encode()
-            parts.append(b"t" + struct.pack("!i", len(encoded)) + encoded)
-    return b"".join(parts)
 
 
 def _bounds(conn: sqlite3.Connection) -> Bounds:

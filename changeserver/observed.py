@@ -23,9 +23,19 @@ from changeserver.metrics import PREFIX
 from changeserver.snapshots import find_newest
 
 if TYPE_CHECKING:
-    from changeserver.server import ChangeServer
+    from changeserver.management import State
+    from changeserver.replication import Replicator
 
-REFRESH_SECONDS = 10.0  # the longest a scrape's slot and change log numbers may be old
+
+@dataclass(frozen=True)
+class Source:
+    """Where one change server's numbers are read from."""
+
+    dsn: str
+    slot: str
+    changelog: Path
+    max_age: float | None  # the change log's retention by age, reported as it is
+    snapshots_dir: Path | None
 
 
 @dataclass
@@ -56,8 +66,10 @@ class Reading:
 class Observed:
     """The interval-read numbers of one change server, and the collector that serves them."""
 
-    def __init__(self, server: ChangeServer) -> None:
-        self.server = server
+    def __init__(self, source: Source, replicator: Replicator, state: State) -> None:
+        self.source = source
+        self.replicator = replicator
+        self.state = state
         self.reading = Reading()
         self._reader: LogReader | None = None  # its own: refreshes run off the event loop
 
@@ -65,18 +77,16 @@ class Observed:
         self.reading = await asyncio.to_thread(self._read)
 
     def _read(self) -> Reading:
-        server = self.server
-        settings = server.settings
-        replicator = server.replicator
-        reading = Reading(read_at=time.time(), retention_seconds=settings.max_age)
+        source, replicator = self.source, self.replicator
+        reading = Reading(read_at=time.time(), retention_seconds=source.max_age)
         reading.confirmed_lsn = replicator.confirmed_lsn
         try:
-            with pg.connect(settings.dsn, autocommit=True) as conn:
+            with pg.connect(source.dsn, autocommit=True) as conn:
                 row = conn.execute(
                     "SELECT pg_current_wal_lsn() - '0/0', restart_lsn - '0/0',"
                     " confirmed_flush_lsn - '0/0'"
                     " FROM (SELECT 1) one LEFT JOIN pg_replication_slots ON slot_name = %s",
-                    (settings.slot,),
+                    (source.slot,),
                 ).fetchone()
         except Exception:  # the database is away: the other numbers still count
             row = None
@@ -95,15 +105,15 @@ class Observed:
             # Behind: how old the newest change the log holds is (the server has WAL past it).
             reading.replication_lag_seconds = max(0.0, reading.read_at - committed_at)
         if self._reader is None:
-            self._reader = LogReader(server.changelog.path)
+            self._reader = LogReader(source.changelog)
         bounds = self._reader.bounds()
         reading.first_sequence, reading.last_sequence = str(bounds.first), str(bounds.last)
         reading.first_lsn, reading.last_lsn = bounds.first.lsn, bounds.last.lsn
         oldest = self._reader.oldest_commit_unix_us()
         reading.oldest_change_unix = None if oldest is None else oldest / 1_000_000
-        reading.changelog_bytes = _size(server.changelog.path)
-        if settings.snapshots_dir is not None:
-            _read_newest_snapshot(settings.snapshots_dir, reading)
+        reading.changelog_bytes = _size(source.changelog)
+        if source.snapshots_dir is not None:
+            _read_newest_snapshot(source.snapshots_dir, reading)
         return reading
 
     def close(self) -> None:
@@ -112,7 +122,7 @@ class Observed:
 
     def collect(self) -> Iterator[Metric]:
         r = self.reading
-        waiters = self.server.state.waiters
+        waiters = self.state.waiters
 
         gauges = [
             (
@@ -166,14 +176,13 @@ class Observed:
 
     def status(self) -> dict[str, Any]:
         """The reading as JSON, with the selectors most long polls wait on."""
-        server = self.server
-        waiters = server.state.waiters
+        waiters = self.state.waiters
         return {
             **asdict(self.reading),
             # Which server of a fleet this is, and whether it takes traffic (its /ready).
-            "slot": server.settings.slot,
-            "marked_down": server.state.marked_down,
-            "streaming": server.replicator.streaming.is_set(),
+            "slot": self.source.slot,
+            "marked_down": self.state.marked_down,
+            "streaming": self.replicator.streaming.is_set(),
             "longpoll_waiters": waiters.waiting,
             "waiters_by_selector": waiters.by_selector_counts(limit=20),
         }

@@ -36,7 +36,7 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 
 from changebroker import logs
-from changeserver import api
+from changeserver import errors, management
 from changeserver.changelog import ChangeLog
 from changeserver.replication import ensure_slot, format_lsn, slot_start
 
@@ -47,7 +47,7 @@ THROUGH_HEADER = "X-Changelog-Through"  # the LSN up to which the copy holds eve
 _RETRY_SECONDS = 0.5
 
 
-def route(changelog: ChangeLog, state: api.State, confirmed: Callable[[], int]) -> Route:
+def route(changelog: ChangeLog, state: management.State, confirmed: Callable[[], int]) -> Route:
     """``GET /changelog?through=LSN`` on the management port: a copy of the whole log once
     everything committed before ``LSN`` is durable here (``confirmed``: the position this
     server confirmed to Postgres)."""
@@ -57,20 +57,20 @@ def route(changelog: ChangeLog, state: api.State, confirmed: Callable[[], int]) 
     async def copy(request: Request) -> Response:
         raw = request.query_params.get("through", "")
         if not raw.isascii() or not raw.isdigit():
-            return api.error_response(
+            return errors.error_response(
                 400, "PARAMETER_INVALID", f"invalid through {raw!r}: an LSN as a decimal number"
             )
         if state.marked_down:
-            return api.error_response(503, "MARKED_DOWN", "the server is marked down")
+            return errors.error_response(503, "MARKED_DOWN", "the server is marked down")
         if (failure := state.failure()) is not None:
-            return api.error_response(503, "NOT_READY", failure)
+            return errors.error_response(503, "NOT_READY", failure)
         if not await asyncio.to_thread(_has_history, changelog):
-            return api.error_response(
+            return errors.error_response(
                 409, "NO_HISTORY", "this server has not streamed yet: it has nothing to seed"
             )
         through = confirmed()  # read before the copy: the copy holds at least this much
         if through < int(raw):
-            return api.error_response(
+            return errors.error_response(
                 503,
                 "BEHIND",
                 f"durable through {format_lsn(through)}, not yet {format_lsn(int(raw))}",

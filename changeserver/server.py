@@ -17,9 +17,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from changebroker import auth, logs, metrics
-from changeserver import api, seeding, snapshots
+from changeserver import api, errors, seeding, snapshots
 from changeserver.changelog import ChangeLog, LogReader
-from changeserver.observed import Observed
+from changeserver.management import State, base, management_routes, stack_route
+from changeserver.observed import Observed, Source
 from changeserver.replication import Replicator, drop_slot
 
 log = logging.getLogger(__name__)
@@ -80,39 +81,46 @@ class ChangeServer:
             on_slot_loss=settings.on_slot_loss,
         )
         replicator = self.replicator
-        self.state = api.State(streaming=replicator.streaming, failure=lambda: replicator.failure)
+        self.state = State(streaming=replicator.streaming, failure=lambda: replicator.failure)
         changes = api.changes_route(self.state, self.reader, settings.prefix)
-        routes = [changes, api.stack_route(settings.prefix)]
+        routes = [changes, stack_route(settings.prefix)]
         if settings.snapshots_dir is not None:
             routes.append(
                 snapshots.snapshots_route(
                     self.state, settings.snapshots_dir, settings.selector_column, settings.prefix
                 )
             )
-        self.observed = Observed(self)
+        source = Source(
+            dsn=settings.dsn,
+            slot=settings.slot,
+            changelog=self.changelog.path,
+            max_age=settings.max_age,
+            snapshots_dir=settings.snapshots_dir,
+        )
+        self.observed = Observed(source, replicator, self.state)
         refresh = metrics.Interval(settings.metrics_interval, self.observed.refresh)
         management = [
-            *api.management_routes(self.state),
+            *management_routes(self.state),
             seeding.route(self.changelog, self.state, lambda: replicator.confirmed_lsn),
             metrics.route([self.observed], [refresh]),
             Route("/status", self._status(refresh), methods=["GET"]),
         ]
         if separate_management:
-            management.append(api.stack_route(""))
+            management.append(stack_route(""))
         else:
             routes += management
-        handlers = api.EXCEPTION_HANDLERS
+        handlers = errors.EXCEPTION_HANDLERS
         authenticator = authenticator or auth.Off()
 
-        base = re.escape(api.base(settings.prefix))
+        prefix = re.escape(base(settings.prefix))
         # Load balancers probe /health and /ready without credentials; /markdown stops the
         # service, the stack dump shows its internals, and /changelog hands out the whole log
         # (to a fleet's new server): admins only.
         scopes = auth.ScopeTable(
             (
-                auth.rule("GET", f"{base}/(changes|snapshots)|/metrics|/status", read_scope),
+                auth.rule("GET", f"{prefix}/(changes|snapshots)|/metrics|/status", read_scope),
                 auth.rule(
-                    "GET", f"/markdown|{seeding.PATH}|({base})?/diagnostics/stack", admin_scope
+                    "GET", f"/markdown|{seeding.PATH}|({prefix})?/diagnostics/stack", admin_scope
                 ),
             ),
             strictest=admin_scope,
@@ -122,7 +130,7 @@ class ChangeServer:
             return auth.AuthMiddleware(
                 app,
                 authenticator,
-                api.refuse,
+                errors.refuse,
                 open_paths=frozenset({"/health", "/ready"}),
                 scopes=scopes,
             )

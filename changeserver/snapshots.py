@@ -41,8 +41,10 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from changebroker import transicator_pb2 as pb
-from changeserver import api, changes
+from changeserver import changes, errors
+from changeserver.management import State, base
 from changeserver.pgoutput import NO_SELECTOR
+from changeserver.query import PROTOBUF, parse_query
 
 MANIFEST = "manifest.json"
 SEQUENCE_HEADER = "X-Snapshot-Sequence"
@@ -392,19 +394,19 @@ def accepts_gzip(accept_encoding: str) -> bool:
     return False
 
 
-def snapshots_route(state: api.State, directory: Path, selector_column: str, prefix: str) -> Route:
+def snapshots_route(state: State, directory: Path, selector_column: str, prefix: str) -> Route:
     """``/snapshots`` under ``prefix``, like ``/changes``."""
 
     async def snapshots(request: Request) -> Response:
         if state.marked_down:
-            return api.error_response(503, "MARKED_DOWN", "the server is marked down")
+            return errors.error_response(503, "MARKED_DOWN", "the server is marked down")
         try:
-            query = api.parse_query(request)
-        except api.BadRequest as bad:
-            return api.error_response(bad.status, bad.code, bad.error, bad.description)
+            query = parse_query(request)
+        except errors.BadRequest as bad:
+            return errors.error_response(bad.status, bad.code, bad.error, bad.description)
         snapshot = load(directory, selector_column, query.selectors)
         if snapshot is None or not snapshot.tables:
-            return api.error_response(
+            return errors.error_response(
                 404,
                 "NOT_FOUND",
                 f"no snapshot covers selector {', '.join(query.selectors) or '(none)'}",
@@ -412,7 +414,7 @@ def snapshots_route(state: api.State, directory: Path, selector_column: str, pre
                 " column: run `changebroker replay` (or `up --replay-every`) first",
             )
         headers = {SEQUENCE_HEADER: snapshot.sequence, ID_HEADER: snapshot.snapshot_id}
-        render = render_protobuf if query.media_type == api.PROTOBUF else render_json
+        render = render_protobuf if query.media_type == PROTOBUF else render_json
         body = render(snapshot, query.selectors, selector_column)
         if accepts_gzip(request.headers.get("accept-encoding", "")):
             headers["Content-Encoding"] = "gzip"
@@ -420,4 +422,4 @@ def snapshots_route(state: api.State, directory: Path, selector_column: str, pre
         headers["Vary"] = "Accept-Encoding"
         return StreamingResponse(body, media_type=query.media_type, headers=headers)
 
-    return Route(api.base(prefix) + "/snapshots", snapshots, methods=["GET"])
+    return Route(base(prefix) + "/snapshots", snapshots, methods=["GET"])

@@ -3,7 +3,7 @@
 A replay in a new process spends seconds loading Spark's classes before its first task.
 ``ensure`` runs a small replay in a child process whose driver JVM writes the classes it
 loaded to an archive as it exits (Java's dynamic application class data sharing);
-``changebroker.stack.spark.spark_session`` then maps them from the archive. The small replay
+``replay.spark.spark_session`` then maps them from the archive. The small replay
 goes through the same compaction as a real one (replay/job.py ``compacted``), onto a base
 and from scratch, in Parquet and Delta, over Kafka-shaped records built in Spark: every path
 a replay takes but reading from Kafka, which needs a broker: the Kafka source is only
@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from py4j.protocol import Py4JJavaError
 
-from changebroker.stack.spark import class_archive, connector_jars, spark_session
-from changebroker.stack.state import StateDir, default_state_dir
+from changebroker.state import StateDir, default_state_dir
 from replay import compaction
 from replay.catalog import SpecTimeline, TableSpec
 from replay.columns import Column
 from replay.job import compacted
 from replay.offsets import PartitionRange
+from replay.spark import class_archive, connector_jars, spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -322,7 +322,7 @@ class _SessionStart:
     def _start(self) -> None:
         from pyspark import SparkContext
 
-        from changebroker.stack.spark import spark_session
+        from replay.spark import spark_session
 
         try:
             self._made = SparkContext._active_spark_context is None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from changebroker import auth, config, http
 from changebroker.client import SubscriptionRefused, create_snapshot_subscription
-from changebroker.stack.state import default_snapshots_dir
+from changebroker.state import default_snapshots_dir
 from replay import schedule
 from replay.catalog import CatalogError
 from replay.columns import NoPrimaryKey

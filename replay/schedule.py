@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 
 def run_every(options: ReplayOptions, every: float, say: Callable[[str], None]) -> int:
-    from changebroker.stack.spark import spark_session
+    from replay.spark import spark_session
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -68,8 +68,8 @@ fi
 echo "resolving the Kafka and Spark-connector jars (cached in .state/cache)"
 .venv/bin/python - <<'PY'
 from changebroker.stack.kafka import LocalKafka
-from changebroker.stack.spark import connector_jars
-from changebroker.stack.state import StateDir, default_state_dir
+from changebroker.state import StateDir, default_state_dir
+from replay.spark import connector_jars
 
 state = StateDir(default_state_dir())
 print(f"  kafka: {len(LocalKafka(state, 0, 0).jars())} jars")

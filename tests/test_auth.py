@@ -340,7 +340,7 @@ def test_up_passes_authentication_and_tls_to_every_service(
     from changebroker.cli import build_parser
     from changebroker.http import Tls
     from changebroker.stack.local import LocalStack
-    from changebroker.stack.state import StateDir
+    from changebroker.state import StateDir
 
     tokens = tokens_file(tmp_path / "tokens.json", {"t": ("bridge", [])})
     settings = AuthSettings(mode="tokens", tokens_file=tokens, admins=("ops",))

@@ -89,7 +89,8 @@ def test_control_characters_from_requests_reach_the_real_log_escaped(
             with httpx.Client(base_url=url, timeout=30) as client:
                 for code in CODES:
                     sent = quote(f"c{code:04x}{chr(code)}")
-                    assert client.get(resource.format(sent)).status_code == 401
+                    expected = 400 if _firewalled(service, code) else 401
+                    assert client.get(resource.format(sent)).status_code == expected
                     assert client.get(f"/health?probe={sent}").status_code == 200
                 assert client.get(resource.format(FORGED)).status_code == 401
             for code in HEADER_CONTROLS:
@@ -105,10 +106,18 @@ def test_control_characters_from_requests_reach_the_real_log_escaped(
     flow_ids = {r.get("flow_id") for r in records}
     for code in CODES:
         value = f"c{code:04x}{chr(code)}"
-        assert resource.format(value) in paths & refused, hex(code)
+        # A path the broker's firewall refuses never reaches authentication: no audit line.
+        logged = paths if _firewalled(service, code) else paths & refused
+        assert resource.format(value) in logged, hex(code)
         assert f"probe={value}" in queries, hex(code)
     for code in HEADER_CONTROLS:
         assert f"h{code:02x}{chr(code)}" in flow_ids, hex(code)
+
+
+def _firewalled(service: str, code: int) -> bool:
+    """An encoded NUL in the path: the broker refuses it before authentication, as Nakadi's
+    HTTP firewall does (broker/url_firewall.py)."""
+    return service == "broker" and code == 0
 
 
 def _flow_id_answer(url: str, flow_id: bytes) -> bytes:

@@ -84,7 +84,7 @@ def running(
         start(
             [
                 *("broker", "--port", str(ports["broker"]), "--pg-url", meta_dsn),
-                *("--registry-url", url["reg"], "--workers", "2"),
+                *("--workers", "2"),
                 *("--metrics-dir", str(tmp / "broker-metrics"), "--lag-interval", "0.5"),
             ],
             f"{url['broker']}/health",

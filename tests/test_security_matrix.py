@@ -35,7 +35,7 @@ from changebroker import kafka, pg
 from changebroker.auth import AuthMiddleware, AuthSettings
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
-from changebroker.stack.state import REPO_ROOT
+from changebroker.state import REPO_ROOT
 from changeserver.server import ChangeServer
 from changeserver.server import Settings as ChangeServerSettings
 from console.app import create_app as console_app

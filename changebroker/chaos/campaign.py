@@ -42,7 +42,7 @@ from changebroker.chaos.proxy import BLACKHOLE, CUT, SLOW, Link, Proxies
 from changebroker.chaos.workload import Violations
 from changebroker.stack.local import FIRST_SLOT, LocalStack, Ports
 from changebroker.stack.processes import answers, free_port, read_pid, wait_until
-from changebroker.stack.state import REPO_ROOT, StateDir
+from changebroker.state import REPO_ROOT, StateDir
 
 CHANGESERVERS = ("changeserver-1", "changeserver-2")  # the first holds the slot faults hit
 SERVICES = (*CHANGESERVERS, "broker-1", "broker-2", "bridge", "registry")

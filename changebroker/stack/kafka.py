@@ -16,10 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from changebroker import kafka, logs
-from changebroker.stack import maven
+from changebroker import kafka, logs, maven
 from changebroker.stack.processes import read_pid, start_detached, stop_pid
-from changebroker.stack.state import REPO_ROOT, StateDir
+from changebroker.state import REPO_ROOT, StateDir
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from changebroker.stack.processes import (
     stop_pid,
     wait_until,
 )
-from changebroker.stack.state import StateDir
+from changebroker.state import StateDir
 
 log = logging.getLogger(__name__)
 

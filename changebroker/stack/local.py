@@ -39,7 +39,7 @@ from changebroker.stack.processes import (
     stop_pid,
     wait_until,
 )
-from changebroker.stack.state import StateDir
+from changebroker.state import StateDir
 from changeserver.sequence import Sequence
 
 log = logging.getLogger(__name__)
@@ -362,21 +362,17 @@ class LocalStack:
         """One broker on the broker port, or several on their own ports behind HAProxy (which
         checks them over plain HTTP: TLS is for a single broker process)."""
         loopback = f"{self.scheme}://127.0.0.1"
-        registry = [
-            "--registry-url",
-            self._reach("registry", self.ports.registry),
-            *self._server_args(),
-        ]
+        common = self._server_args()
         meta_dsn = self._linked_dsn(self.meta_dsn)
         layout = self.layout()
         if layout.broker_processes == 1:
             port = self.ports.broker
-            args = ["--port", str(port), "--pg-url", meta_dsn, *registry]
+            args = ["--port", str(port), "--pg-url", meta_dsn, *common]
             return [Service("broker", args, f"{loopback}:{port}", f"{loopback}:{port}/health")]
         return [
             Service(
                 f"broker-{i}",
-                ["--port", str(port), "--pg-url", meta_dsn, *registry],
+                ["--port", str(port), "--pg-url", meta_dsn, *common],
                 f"{loopback}:{port}",
                 f"{loopback}:{port}/health",
                 command="broker",
@@ -547,14 +543,24 @@ class LocalStack:
             result[REPLAY] = {"pid": replay_pid, "log": str(self.state.log_file(REPLAY))}
         supervisor_pid = read_pid(self.state.pid_file(SUPERVISOR))
         if supervisor_pid is not None:
-            from changebroker.stack.supervisor import load_records
-
-            result[SUPERVISOR] = {"pid": supervisor_pid, "parts": load_records(self) or {}}
+            result[SUPERVISOR] = {"pid": supervisor_pid, "parts": self._supervisor_parts()}
         bridge_status = result.get("bridge", {}).get("status") or {}
         snapshot = newest_snapshot(self.snapshots_dir, bridge_status.get("position"))
         if snapshot is not None and result:  # beside a running stack: its data, not a process
             result["snapshot"] = snapshot
         return result
+
+    @property
+    def supervisor_records(self) -> Path:
+        """What ``changebroker supervise`` did, per part (``stack/supervisor.py`` writes it)."""
+        return self.state.run / f"{SUPERVISOR}.json"
+
+    def _supervisor_parts(self) -> dict[str, Any]:
+        try:
+            loaded: dict[str, Any] = json.loads(self.supervisor_records.read_text())
+        except (FileNotFoundError, ValueError):  # nothing written yet, or not what it writes
+            return {}
+        return loaded
 
     def start_service(self, service: Service, *, wait: bool = True) -> None:
         """Start ``service`` unless it runs; with ``wait``, until it answers its ready URL."""

@@ -19,7 +19,7 @@ import psycopg
 from changebroker import logs
 from changebroker.config import DEFAULT_DATABASE, DEFAULT_META_DATABASE
 from changebroker.stack.processes import port_open, read_pid, wait_until
-from changebroker.stack.state import StateDir
+from changebroker.state import StateDir
 
 log = logging.getLogger(__name__)
 

@@ -93,7 +93,7 @@ class Supervisor:
 
     @property
     def path(self) -> Path:
-        return self.stack.state.run / "supervisor.json"
+        return self.stack.supervisor_records
 
     def run(self) -> None:
         log.info("supervising", extra=logs.fields(state=str(self.stack.state.root)))
@@ -171,12 +171,3 @@ class Supervisor:
         temporary = self.path.with_suffix(".tmp")
         temporary.write_text(text)
         temporary.replace(self.path)
-
-
-def load_records(stack: LocalStack) -> dict[str, Any] | None:
-    """What the supervisor last wrote, or None when it has written nothing."""
-    try:
-        loaded: dict[str, Any] = json.loads((stack.state.run / "supervisor.json").read_text())
-        return loaded
-    except (FileNotFoundError, ValueError):
-        return None

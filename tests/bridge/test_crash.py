@@ -21,7 +21,7 @@ import psycopg
 
 from changebroker.stack.kafka import LocalKafka
 from changebroker.stack.processes import free_port, pid_alive, read_pid, wait_until
-from changebroker.stack.state import StateDir
+from changebroker.state import StateDir
 from tests.support.bank import TABLES, transfer
 from tests.support.bridge_stack import Stack, rebuilding
 from tests.support.services import CACHE

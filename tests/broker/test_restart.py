@@ -32,10 +32,7 @@ def _event(order_number: str) -> dict[str, object]:
 def test_sigkill_and_restart_lose_no_event_type_schema_or_event(
     pg_dsn: str, kafka_bootstrap: str, unique_name, tmp_path: Path
 ) -> None:
-    # As `changebroker up` starts it, registry URL included.
-    broker, url = broker_process(
-        pg_dsn, kafka_bootstrap, tmp_path / "broker.log", "--registry-url", "http://127.0.0.1:1"
-    )
+    broker, url = broker_process(pg_dsn, kafka_bootstrap, tmp_path / "broker.log")
     name = unique_name("durable")
     created = business_event_type(name)
     evolved_schema = {

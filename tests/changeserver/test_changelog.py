@@ -1,19 +1,21 @@
-"""The change log file itself: a log written in the older body format is upgraded in place,
-and a read costs what it returns, not what the log holds before it."""
+"""The change log file itself: a log written in an older format is upgraded in place (or
+refused, when no release wrote it), and a read costs what it returns, not what the log holds
+before it."""
 
 from __future__ import annotations
 
 import functools
-import json
 import marshal
 import sqlite3
 from pathlib import Path
-from typing import Any
 
-from changeserver import changelog, changes, pgoutput
+import pytest
+
+from changeserver import changelog, pgoutput
 from changeserver.changelog import ChangeLog, LogReader
 from changeserver.pgoutput import Relation
 from changeserver.sequence import Sequence
+from tests.support import pgoutput_messages
 
 _FORMAT_0 = """
 CREATE TABLE changes (
@@ -26,45 +28,30 @@ CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
 
 
-def test_format_0_bodies_are_served_as_before(tmp_path: Path) -> None:
-    one, two, three = [("id", "1", 23), ("body", None, 25)], [("id", "2", 23)], [("id", "3", 23)]
-    rows: list[
-        tuple[Any, ...]
-    ] = [  # (operation, table, change LSN, commit time, xid, new row, old row)
-        (1, "public.t", 100, 5, 7, one, None),
-        (2, "public.t", 101, 5, 7, two, None),  # unchanged TOAST left out
-        (2, "public.t", 102, 5, 7, [*three, ("body", "x", 25)], [*two, ("body", None, 25)]),
-        (3, "public.t", 103, 5, 7, None, [*three, ("body", None, 25)]),
-    ]
+def test_a_new_log_is_written_in_the_newest_format(tmp_path: Path) -> None:
+    ChangeLog(tmp_path).close()
+    with sqlite3.connect(tmp_path / "changes.sqlite") as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (changelog._FORMAT,)
+
+
+def test_a_log_in_a_format_no_release_wrote_is_refused_and_left_as_it_was(
+    tmp_path: Path,
+) -> None:
+    row = (1, "public.t", 100, 5, 7, [("id", "1", 23)], None)  # format 0: a marshal-encoded row
     with sqlite3.connect(tmp_path / "changes.sqlite") as conn:
         conn.executescript(_FORMAT_0)
-        conn.executemany(
-            "INSERT INTO changes VALUES ('s', 200, ?, 7, ?)",
-            [(idx, marshal.dumps(row, 4)) for idx, row in enumerate(rows)],
-        )
-    ChangeLog(tmp_path).close()
-    reader = LogReader(tmp_path / "changes.sqlite")
+        conn.execute("INSERT INTO changes VALUES ('s', 200, 0, 7, ?)", (marshal.dumps(row, 4),))
+    with pytest.raises(ValueError, match=r"format no release wrote.*move its directory away"):
+        ChangeLog(tmp_path)
     with sqlite3.connect(tmp_path / "changes.sqlite") as conn:
-        stored = conn.execute("SELECT lsn, idx, txid, data FROM changes ORDER BY idx").fetchall()
-        assert conn.execute("SELECT * FROM selectors").fetchall() == [("s", 200)]
-        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
-    served = [
-        json.loads(changes.to_json(lsn, idx, txid, data, reader.relation))
-        for lsn, idx, txid, data in stored
-    ]
-    for change, (operation, table, change_lsn, _, _, new, old) in zip(served, rows, strict=True):
-        assert (change["operation"], change["table"]) == (operation, table)
-        assert change["changeSequence"] == change_lsn
-        assert change.get("newRow") == _as_served(new)
-        assert change.get("oldRow") == _as_served(old)
-    reader.close()
-
-
-def _as_served(row: list[tuple[str, str | None, int]] | None) -> dict[str, Any] | None:
-    """A row (name, text, type OID) as /changes gives it (no bool columns here)."""
-    if row is None:
-        return None
-    return {name: {"value": value, "type": oid} for name, value, oid in row}
+        tables = {
+            name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        assert tables == {"changes", "commits", "meta"}
+        assert conn.execute("SELECT lsn, data FROM changes").fetchall() == [
+            (200, marshal.dumps(row, 4))
+        ]
+        assert conn.execute("PRAGMA user_version").fetchone() == (0,)
 
 
 def _filled_log(path: Path, changes_before: int, selectors: int = 2) -> tuple[ChangeLog, Sequence]:
@@ -76,7 +63,7 @@ def _filled_log(path: Path, changes_before: int, selectors: int = 2) -> tuple[Ch
     commits = []
     for i in range(changes_before + 10):
         lsn = 1_000 + i
-        message = changelog._message(pgoutput.INSERT, [("id", str(i), 23)], None)
+        message = pgoutput_messages.message(pgoutput.INSERT, [("id", str(i), 23)], None)
         body = pgoutput.BODY.pack(lsn, 0, relation_id) + message
         selector = i % (selectors if i < changes_before else 2)
         records.append((f"s{selector}", lsn, 0, 7, body))

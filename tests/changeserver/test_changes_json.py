@@ -13,7 +13,9 @@ from typing import Any
 
 from changeserver import api, changelog, changes, pgoutput
 from changeserver.pgoutput import NO_SELECTOR, Relation
+from changeserver.query import COMPACT, JSON, Query
 from changeserver.sequence import Sequence
+from tests.support import pgoutput_messages
 
 _BOOL = 16
 _TYPES = (_BOOL, 20, 23, 25, 1700, 3802)  # bool, int8, int4, text, numeric, jsonb
@@ -52,7 +54,7 @@ def _random_change(
     new_row = [(name, value, oid) for (name, oid), value in zip(columns, new, strict=True)]
     old_row = [(name, value, oid) for (name, oid), value in zip(columns, old, strict=True)]
     with_old = operation == pgoutput.DELETE or (operation == pgoutput.UPDATE and bool(old_row))
-    message = changelog._message(operation, new_row, old_row if with_old else None)
+    message = pgoutput_messages.message(operation, new_row, old_row if with_old else None)
     body = pgoutput.BODY.pack(change_lsn, commit_time, relation_id) + message
     expected: dict[str, Any] = {
         "operation": operation,
@@ -96,9 +98,9 @@ def test_a_compact_answer_reads_back_as_the_same_answer_in_json() -> None:
         first, last = Sequence(1, 2), Sequence(rnd.randrange(2**64), rnd.randrange(2**32))
         bounds = changelog.Bounds(first, last, Sequence(0, 0))
         answers = {}
-        for media_type in (api.JSON, api.COMPACT):
-            query = api.Query([NO_SELECTOR], first, 1000, 0, None, media_type)
+        for media_type in (JSON, COMPACT):
+            query = Query([NO_SELECTOR], first, 1000, 0, None, media_type)
             answers[media_type] = api._render(query, bounds, rows, relations.__getitem__)
 
-        assert changes.from_compact(answers[api.COMPACT]) == json.loads(answers[api.JSON])
-        assert len(answers[api.COMPACT]) < len(answers[api.JSON]) or not rows
+        assert changes.from_compact(answers[COMPACT]) == json.loads(answers[JSON])
+        assert len(answers[COMPACT]) < len(answers[JSON]) or not rows

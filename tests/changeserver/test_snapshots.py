@@ -19,7 +19,7 @@ import httpx
 
 from changebroker import transicator_pb2 as pb
 from changeserver import changes
-from changeserver.api import PROTOBUF
+from changeserver.query import PROTOBUF
 from changeserver.snapshots import ID_HEADER, SEQUENCE_HEADER
 from tests.support.changeserver import Harness, MakeServer
 from tests.support.snapshots import write_snapshot

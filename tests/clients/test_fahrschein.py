@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from changebroker.stack.maven import resolve_jars
+from changebroker.maven import resolve_jars
 from changebroker.stack.run import broker_process
 from tests.support.event_types import business_event_type
 from tests.support.services import CACHE

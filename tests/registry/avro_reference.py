@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from changebroker.stack import maven
+from changebroker import maven
 from registry.compat import SchemaError, avro_violations
 from registry.compat.avro import parse
 from tests.registry.avro_corpus import Pair

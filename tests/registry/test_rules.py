@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from changebroker.stack.state import REPO_ROOT
+from changebroker.state import REPO_ROOT
 from registry.compat import RULES, Rule
 
 ROW = re.compile(r"^\| `([A-Za-z_-]+)` \| ([^|]+) \| (.+) \|$")

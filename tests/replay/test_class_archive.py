@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from changebroker.stack.spark import class_archive
-from changebroker.stack.state import REPO_ROOT
+from changebroker.state import REPO_ROOT
 from replay.class_archive import ensure
+from replay.spark import class_archive
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -29,7 +29,7 @@ def test_the_install_made_the_archive_and_the_driver_maps_it(spark: SparkSession
 
 _ONE_RUN_DRIVER = """
 from pathlib import Path
-from changebroker.stack.spark import spark_session
+from replay.spark import spark_session
 spark = spark_session("local[1]", one_run=True)
 driver = spark.sparkContext._gateway.proc.pid
 print(Path(f"/proc/{driver}/cmdline").read_bytes().replace(b"\\0", b" ").decode())
@@ -68,7 +68,7 @@ def test_an_existing_archive_is_kept() -> None:
 
 
 _KAFKA_CLIENT_CLASS = """
-from changebroker.stack.spark import spark_session
+from replay.spark import spark_session
 spark = spark_session("local[1]", one_run=True)
 spark.sparkContext._jvm.java.lang.Class.forName("org.apache.kafka.clients.consumer.KafkaConsumer")
 spark.stop()

@@ -1,4 +1,4 @@
-"""The Spark driver JVM the project starts (changebroker/stack/spark.py)."""
+"""The Spark driver JVM the project starts (replay/spark.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ if TYPE_CHECKING:
 
 
 def test_the_driver_collects_garbage_for_throughput(spark: SparkSession) -> None:
-    """The parallel collector, not the JVM's default G1 (replay/README "Speed")."""
+    """The parallel collector, not the JVM's default G1 (docs/performance.md, "Replay")."""
     management = spark.sparkContext._jvm.java.lang.management  # type: ignore[union-attr]
     collectors = {
         bean.getName() for bean in management.ManagementFactory.getGarbageCollectorMXBeans()

@@ -17,7 +17,7 @@ from changebroker.stack.loadbalancer import LoadBalancer
 from changebroker.stack.local import LocalStack, Ports
 from changebroker.stack.processes import free_port, free_port_run, pid_alive, wait_until
 from changebroker.stack.run import CliProcess, broker_process, serve_in_thread
-from changebroker.stack.state import StateDir
+from changebroker.state import StateDir
 from changeserver.server import ChangeServer
 from changeserver.server import Settings as ChangeServerSettings
 from registry.app import create_app as registry_app
@@ -93,7 +93,7 @@ class BrokerFleet:
 
 @contextlib.contextmanager
 def broker_fleet(
-    meta_dsn: str, kafka_bootstrap: str, registry_url: str, tmp: Path, count: int = 2
+    meta_dsn: str, kafka_bootstrap: str, tmp: Path, count: int = 2
 ) -> Iterator[BrokerFleet]:
     processes, ports = [], []
     with contextlib.ExitStack() as exits:
@@ -102,8 +102,6 @@ def broker_fleet(
                 meta_dsn,
                 kafka_bootstrap,
                 tmp / f"broker-{i}.log",
-                "--registry-url",
-                registry_url,
             )
             exits.callback(process.stop)
             processes.append(process.start())
@@ -141,7 +139,7 @@ def cluster_path(
         changeserver_url = exits.enter_context(serve_in_thread(changeserver.api_app))
         wait_until(changeserver.replicator.streaming.is_set, timeout=30, what="replication")
         registry_url = exits.enter_context(serve_in_thread(registry_app(meta_dsn)))
-        fleet = exits.enter_context(broker_fleet(meta_dsn, cluster.bootstrap, registry_url, tmp))
+        fleet = exits.enter_context(broker_fleet(meta_dsn, cluster.bootstrap, tmp))
         stack = Stack(
             app_dsn=pg_dsn,
             meta_dsn=meta_dsn,

@@ -20,7 +20,7 @@ from playwright.sync_api import BrowserContext, Page, sync_playwright
 
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
-from changebroker.stack.state import REPO_ROOT
+from changebroker.state import REPO_ROOT
 from console.app import create_app
 from console.upstream import Endpoints
 from tests.broker.subscription_support import Stream, commit

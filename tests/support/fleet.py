@@ -20,7 +20,7 @@ import psycopg
 from changebroker.stack.loadbalancer import LoadBalancer
 from changebroker.stack.processes import free_port, wait_until
 from changebroker.stack.run import CliProcess, changeserver_process
-from changebroker.stack.state import StateDir
+from changebroker.state import StateDir
 from changeserver.sequence import Sequence
 
 SELECTOR = "fleet"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from changebroker.stack.kafka import LocalKafka
 from changebroker.stack.processes import free_port, pid_alive
-from changebroker.stack.state import StateDir
+from changebroker.state import StateDir
 from tests.support.services import CACHE, TEST_STATE_ROOT
 
 _PREFIX = "kafka-2-"

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from changebroker.stack import maven
-from changebroker.stack.state import REPO_ROOT, StateDir, default_state_dir
+from changebroker import maven
+from changebroker.state import REPO_ROOT, StateDir, default_state_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,7 +40,7 @@ DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 _QUIET_CLASS_SHARING = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 # A replay is a batch job: the parallel collector's throughput, not G1's short pauses. G1's
 # concurrent threads and write barriers cost a 5M-change replay a fifth of its JVM CPU
-# (replay/README "Speed").
+# (docs/performance.md, "Replay").
 _THROUGHPUT_COLLECTOR = "-XX:+UseParallelGC"
 
 
@@ -91,7 +91,7 @@ def spark_session(
     class archive when there is one; ``archive_classes_to``: instead, write one there of the
     classes it loaded, when its JVM exits. ``one_run``: the session does one job and stops,
     so its JVM compiles with C1 alone (the quick compiler); C2's optimizing compiles cost a
-    short run more CPU than they give back (replay/README "Speed").
+    short run more CPU than they give back (docs/performance.md, "Replay").
     """
     from pyspark.sql import SparkSession
 
