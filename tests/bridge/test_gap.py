@@ -11,8 +11,8 @@ import psycopg
 
 from changebroker.chaos.faults import drop_slot_behind
 from changebroker.stack.processes import wait_until
-from tests.bridge.test_snapshot import s_events, snapshot_of
-from tests.support.bridge_stack import Stack, rebuilding
+from tests.bridge.test_snapshot import s_events
+from tests.support.bridge_stack import Stack, rebuilding, snapshot_of
 
 TABLE = "public.accounts"
 
