@@ -262,6 +262,8 @@ class Bridge:
         self._resumes: dict[str, str | None] = {}  # unit -> its new event type; asked for
         # The next read, started while the current batch is processed and committed.
         self._prefetch: tuple[Sequence, asyncio.Future[Answer]] | None = None
+        # A gap was reported: the next read asks for everything the changeserver holds.
+        self._read_all = False
         self._catalog: psycopg.AsyncConnection[Any] | None = None
         self._event_types: EventTypes | None = None
         # The cluster of --kafka-bootstrap: its transactions hold the events and the position.
@@ -636,6 +638,8 @@ class Bridge:
     # -- the stream ---------------------------------------------------------------------
 
     def _read_from(self) -> Sequence:
+        if self._read_all:
+            return ZERO
         resumed = [seq for unit, seq in self.position.held.items() if unit not in self.stopped]
         return min([self.position.since, *resumed])
 
@@ -683,6 +687,7 @@ class Bridge:
             raise ChangesUnreadable(f"GET /changes answered {answer.status}: {said}")
         if not self._writer.alive():
             raise WriterLapsed("could not renew the bridge's registration as a writer in time")
+        self._read_all = False
         body = answer.changes()
         last = Sequence.parse(body["lastSequence"])
         if body["changes"]:
@@ -693,8 +698,9 @@ class Bridge:
         position.renamed.update(self._renames)
         messages: list[Message] = []
         received_at = received_now()
-        # Read from before ``since`` (a resumed unit): only then may a change be one that a
-        # unit published already, so only then is each change's sequence parsed and compared.
+        # Read from before ``since`` (a resumed unit, or after a gap): only then may a change
+        # be one that a unit published already, so only then is each change's sequence
+        # parsed and compared.
         rewound = since < self.position.since
         for i, change in enumerate(body["changes"]):
             if i % _TURN_EVERY == _TURN_EVERY - 1:
@@ -764,9 +770,13 @@ class Bridge:
 
     async def _after_gap(self, commits: Commits[Position], since: Sequence) -> None:
         """The changeserver no longer holds changes after ``since`` (its replication slot was
-        lost and made again, or retention removed them): read on from what it holds, and
-        snapshot every table again, so the rows the gap hid are published as ``S`` events.
-        The new runs and the new position are committed together: a restart knows both."""
+        lost and made again, or retention removed them): read on from the start of what it
+        holds, and snapshot every table again, so the rows the gap hid are published as
+        ``S`` events; the new runs are committed before any chunk is read.
+
+        The position stays at ``since``: the read from the start skips every change up to
+        it. A server of a fleet that did not lose them serves them again (the load balancer
+        may send that read to any server), and they were published already."""
         log.error(
             "changes after our position are gone upstream: snapshotting every table again",
             extra=logs.fields(since=str(since), tables=len(self.position.snapshots)),
@@ -774,7 +784,8 @@ class Bridge:
         if self._prefetch is not None:  # a read after ``since``: too old as well
             self._prefetch[1].cancel()
             self._prefetch = None
-        self.position = dataclasses.replace(self.position.copy(), since=ZERO, held={})
+        self.position = dataclasses.replace(self.position.copy(), held={})
+        self._read_all = True
         for table in self.position.snapshots:
             self._snapshot_requests[table] = Run(uuid.uuid4().hex, now_rfc3339())
         if self._snapshot_requests:

@@ -559,6 +559,10 @@ def run(
     campaign = Campaign(minutes, seed, root, lanes, hold)
     try:
         return campaign.run()
+    except Exception as error:
+        # On stdout beside the report, not only in a traceback after the stack's logs.
+        print(f"CAMPAIGN FAILED: {type(error).__name__}: {error}", flush=True)
+        raise
     finally:
         if state_dir is None:
             shutil.rmtree(root, ignore_errors=True)

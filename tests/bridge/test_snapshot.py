@@ -22,7 +22,7 @@ from broker.bridge import bridge as bridge_module
 from changebroker import cli
 from changebroker.stack.processes import wait_until
 from tests.broker.subscription_support import commit, create
-from tests.support.bridge_stack import Rebuilt, Stack, rebuilding
+from tests.support.bridge_stack import Rebuilt, Stack, rebuilding, snapshot_of
 
 ROWS = 200_000
 TABLE = "public.big"
@@ -93,11 +93,6 @@ class Writers:
                 self.done[index] += 1
 
 
-def snapshot_of(stack: Stack, table: str = TABLE) -> dict[str, Any]:
-    unit = stack.status()["units"].get(table) or {}
-    return dict(unit.get("snapshot") or {})
-
-
 def s_events(rebuilt: Rebuilt) -> list[dict[str, Any]]:
     return [e for e in rebuilt.events if e.get("data_op") == "S"]
 
@@ -160,14 +155,14 @@ def test_initial_snapshot_while_four_writers_write(filled: tuple[Stack, Rebuilt]
         writers.wait_for(200, "the writers to write")
         stack.start_bridge(include=(TABLE,))
         wait_until(
-            lambda: snapshot_of(stack).get("state") == "done",
+            lambda: snapshot_of(stack, TABLE).get("state") == "done",
             timeout=240,
             what="the snapshot to finish",
         )
         writers.wait_for(200, "writes after it")
     finally:
         writers.stop()
-    run = snapshot_of(stack)
+    run = snapshot_of(stack, TABLE)
     assert run["rows_read"] >= ROWS - writers.ops()
     wait_until(lambda: rebuilt.equals_database([TABLE]), timeout=120, what="the rebuilt table")
     assert rebuilt.duplicate_eids() == []
@@ -192,23 +187,23 @@ def test_sigkilled_twice_the_snapshot_resumes(filled: tuple[Stack, Rebuilt]) -> 
         bridge.start()
         for share in (0.2, 0.5):
             wait_until(
-                lambda share=share: snapshot_of(stack).get("rows_read", 0) > ROWS * share,  # type: ignore[misc]
+                lambda share=share: snapshot_of(stack, TABLE).get("rows_read", 0) > ROWS * share,  # type: ignore[misc]
                 timeout=120,
                 what=f"{share:.0%} of the snapshot",
             )
-            assert snapshot_of(stack)["state"] == "running"
+            assert snapshot_of(stack, TABLE)["state"] == "running"
             bridge.kill()
             bridge.start()
-        resumed_at = snapshot_of(stack)["rows_read"]
+        resumed_at = snapshot_of(stack, TABLE)["rows_read"]
         assert resumed_at > ROWS * 0.5
         wait_until(
-            lambda: snapshot_of(stack).get("state") == "done",
+            lambda: snapshot_of(stack, TABLE).get("state") == "done",
             timeout=240,
             what="the snapshot to finish",
         )
     finally:
         writers.stop()
-    run = snapshot_of(stack)
+    run = snapshot_of(stack, TABLE)
     # Resumed, not started over: this process read only what the killed ones had not committed.
     assert run["rows_read_by_this_process"] < ROWS * 0.6
     assert run["rows_read"] >= ROWS - writers.ops()
@@ -231,21 +226,26 @@ def snapshot_again_on_request_while_writers_write(
     stack: Stack, rebuilt: Rebuilt, rows: int
 ) -> None:
     stack.start_bridge(include=(TABLE,))
-    wait_until(lambda: snapshot_of(stack).get("state") == "done", timeout=60, what="the first")
-    first = snapshot_of(stack)["id"]
+    wait_until(
+        lambda: snapshot_of(stack, TABLE).get("state") == "done", timeout=60, what="the first"
+    )
+    first = snapshot_of(stack, TABLE)["id"]
     writers = Writers(stack.app_dsn, rows).start()
     try:
         port = stack.bridge_url.rsplit(":", 1)[1]
         assert cli.main(["bridge", "--port", port, "snapshot", TABLE]) == 0
         wait_until(
-            lambda: snapshot_of(stack)["id"] != first and snapshot_of(stack)["state"] == "done",
+            lambda: (
+                snapshot_of(stack, TABLE)["id"] != first
+                and snapshot_of(stack, TABLE)["state"] == "done"
+            ),
             timeout=60,
             what="the second snapshot",
         )
         writers.wait_for(100, "writes after it")
     finally:
         writers.stop()
-    second = snapshot_of(stack)["id"]
+    second = snapshot_of(stack, TABLE)["id"]
     wait_until(lambda: rebuilt.equals_database([TABLE]), timeout=60, what="the rebuilt table")
     assert rebuilt.duplicate_eids() == []
     runs = {e["metadata"]["flow_id"] for e in s_events(rebuilt)}

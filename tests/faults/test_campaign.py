@@ -11,6 +11,7 @@ import sys
 import pytest
 
 SEED = 7
+_CAUSES = ("VIOLATION", "CAMPAIGN FAILED")  # the lines that say why a campaign failed
 
 
 # About two minutes alone; a machine busy with other work has doubled that. The campaign's own
@@ -26,6 +27,8 @@ def test_a_short_campaign_finds_no_violation() -> None:
         text=True,
         timeout=900,
     )
+    # Shown in full under the failure (pytest cuts the assertion's message to its first lines).
+    print(done.stdout, done.stderr[-5000:], sep="\n")
     report = done.stdout[done.stdout.find("== chaos campaign") :]
     assert done.returncode == 0, _failed(done.stdout, done.stderr)
     assert "violations: 0" in report, report
@@ -36,10 +39,12 @@ def test_a_short_campaign_finds_no_violation() -> None:
 
 
 def _failed(stdout: str, stderr: str) -> str:
-    """A failed campaign's output with its violations cut to the first few: one is printed per
-    lost change, and a tail of them would hide the fault timeline and recoveries above them."""
+    """A failed campaign's output, why it failed first: pytest shows only the first lines of
+    a long message. Its violations, the first few (one is printed per lost change, and as
+    found and again in the report), or the error that ended it; then the fault timeline and
+    recoveries; then the end of stderr (a crash's traceback)."""
     lines = stdout.splitlines()
-    violations = [line for line in lines if line.startswith("VIOLATION")]
-    rest = [line for line in lines if not line.startswith("VIOLATION")]
-    shown = [*violations[:20], f"({len(violations)} violation lines in all)"]
-    return "\n".join([*rest, *shown, stderr[-5000:]])
+    causes = list(dict.fromkeys(line for line in lines if line.startswith(_CAUSES)))
+    rest = [line for line in lines if not line.startswith(_CAUSES)]
+    shown = [*causes[:20], f"({len(causes)} violation or failure lines in all)"]
+    return "\n".join([*shown, *rest, stderr[-5000:]])

@@ -121,6 +121,12 @@ class Stack:
         return body
 
 
+def snapshot_of(stack: Stack, table: str) -> dict[str, Any]:
+    """The bridge's newest snapshot run of ``table`` as ``status`` shows it ({} before one)."""
+    unit = stack.status()["units"].get(table) or {}
+    return dict(unit.get("snapshot") or {})
+
+
 def table_rows(dsn: str, table: str) -> dict[tuple[Any, ...], dict[str, Any]]:
     """``SELECT *`` keyed by primary key, each value as the bridge renders it from the text
     Postgres prints under the changeserver's session settings."""
