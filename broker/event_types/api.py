@@ -208,7 +208,11 @@ class EventTypeApi:
                 before = current.body
                 await locked.update(updated, new_version)
                 config = topic_config(updated, self.settings.default_retention_ms)
-                if config != topic_config(current.body, self.settings.default_retention_ms):
+                before_config = topic_config(current.body, self.settings.default_retention_ms)
+                retention_change = int(config["retention.ms"]) - int(before_config["retention.ms"])
+                if retention_change:
+                    await timeline_sql.shift_cleanups(locked.conn, name, retention_change)
+                if config != before_config:
                     # Raised inside the transaction: a refused topic change stores nothing.
                     topics = self.clusters.topics(
                         cluster_of(current.kafka_configuration, self.clusters.own)

@@ -120,6 +120,16 @@ class Switch:
     topic: str
 
 
+async def shift_cleanups(conn: psycopg.AsyncConnection[Any], event_type: str, by_ms: int) -> None:
+    """The event type's retention changed by ``by_ms``: its closed timelines' topics are
+    deleted that much later (or sooner), as Nakadi moves their ``cleaned_up_at``."""
+    await conn.execute(
+        "UPDATE broker_timelines SET cleanup_at = cleanup_at + make_interval(secs => %s)"
+        " WHERE event_type = %s AND cleanup_at IS NOT NULL AND NOT deleted",
+        (by_ms / 1000, event_type),
+    )
+
+
 async def switch(conn: psycopg.AsyncConnection[Any], change: Switch) -> None:
     """Close the active timeline at ``latest`` (its topic deleted after ``retention_ms``), make
     the next one active on ``topic``, and point publishing at it."""

@@ -97,6 +97,14 @@ def test_a_timeline_is_created_and_listed(client: httpx.Client, unique_name) -> 
     # Publishing now writes to the new topic, continuing the positions of the partition.
     orders(client, name, 1)
     assert read_offsets(client, name, "BEGIN", 4)[-1] == format_offset(0, 2)
+    # A longer retention moves the closed timeline's cleanup by the difference
+    # (EventTypeAT.whenUpdateRetentionTimeThenUpdateInKafkaAndDB).
+    current = client.get(f"/event-types/{name}").json()
+    longer = {**current, "options": {"retention_time": 2 * retention}}
+    assert client.put(f"/event-types/{name}", json=longer).status_code == 200
+    moved = client.get(f"/event-types/{name}/timelines").json()[0]
+    shift = datetime.fromisoformat(moved["cleaned_up_at"]) - cleanup
+    assert shift == timedelta(milliseconds=retention)
 
 
 def test_refusals_in_nakadis_words(client: httpx.Client, unique_name) -> None:
