@@ -192,6 +192,9 @@ class Replicator(threading.Thread):
 
     def run(self) -> None:
         backoff = 0.1
+        # A lost slot being replaced: retried, like any step, until Postgres lets it finish
+        # (the connection that creates the new slot can break too).
+        lost: str | None = None
         while not self.stopping.is_set():
             try:
                 if not self._ddl_installed:
@@ -201,6 +204,9 @@ class Replicator(threading.Thread):
                         ensure_publication(conn, self.publication, self.tables)
                     ddl.install(self.dsn, self.publication)
                     self._ddl_installed = True
+                if lost is not None:
+                    self._recreate_slot(lost)
+                    lost = None
                 ensure_slot(
                     self.dsn,
                     self.slot,
@@ -211,10 +217,11 @@ class Replicator(threading.Thread):
                 self.changelog.note_slot_created()
                 self._stream()
                 backoff = 0.1
-            except SlotLost as lost:
+            except SlotLost as loss:
                 self.streaming.clear()
-                if not self._slot_lost(str(lost)):
+                if not self._slot_lost(str(loss)):
                     return
+                lost = str(loss)
             except Exception as error:  # any failure: reconnect, the log keeps our place
                 self.streaming.clear()
                 # A full disk under the change log rolls the batch back whole; nothing is
@@ -233,7 +240,8 @@ class Replicator(threading.Thread):
                 backoff = min(backoff * 2, 10.0)
 
     def _slot_lost(self, reason: str) -> bool:
-        """Apply the slot-loss policy; False when replication must stop for good."""
+        """Apply the slot-loss policy; False when replication must stop for good, True when
+        the slot is to be made again (``_recreate_slot``)."""
         self.slot_losses += 1
         self.last_slot_loss = reason
         metrics.slot_losses.labels(self.on_slot_loss).inc()
@@ -245,6 +253,12 @@ class Replicator(threading.Thread):
             )
             log.error("replication slot lost", extra=logs.fields(reason=self.failure))
             return False
+        return True
+
+    def _recreate_slot(self, reason: str) -> None:
+        """A new slot, and the change log restarted after the gap. Run again whole after a
+        failure: a slot made by a try that failed before the log was restarted is dropped
+        again, so no slot newer than the log is ever streamed from without a gap declared."""
         with contextlib.suppress(psycopg.errors.UndefinedObject):
             drop_slot(self.dsn, self.slot)
         ensure_slot(self.dsn, self.slot, self.publication, self.tables)
@@ -256,7 +270,6 @@ class Replicator(threading.Thread):
             extra=logs.fields(reason=reason, restart=format_lsn(start)),
         )
         self.on_durable(set())  # long polls read again, and learn their position is too old
-        return True
 
     def _stream(self) -> None:
         with pg.connect(self.dsn, autocommit=True) as conn:

@@ -15,7 +15,7 @@ from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
 from changeserver.replication import SlotLost, ensure_slot
 from changeserver.server import ChangeServer, Settings
-from tests.support.changeserver import MakeServer
+from tests.support.changeserver import Harness, MakeServer
 
 
 def test_a_dropped_slot_is_reported_by_health_and_ready_under_fail(make_server: MakeServer) -> None:
@@ -55,15 +55,52 @@ def test_a_dropped_slot_is_recreated_and_older_positions_are_too_old(
         timeout=30,
         what="the slot recreated",
     )
-    cs.sql("INSERT INTO items VALUES (2, 'after', 's')")
+    _goes_on_after_the_gap(cs, before)
+    ready = httpx.get(f"{cs.mgmt_url}/ready")
+    assert ready.status_code == 200, ready.text
+
+
+def _goes_on_after_the_gap(cs: Harness, before: str) -> None:
+    """A change made now is served, and ``before`` (a position from before the gap) is too
+    old."""
+    cs.sql("INSERT INTO items VALUES (3, 'after', 's')")
     after = cs.wait_for(1, scope="s")["changes"]
     assert [c["newRow"]["name"]["value"] for c in after] == ["after"]
-
     too_old = cs.get(scope="s", since=before)
     assert too_old.status_code == 400, too_old.text
     assert too_old.json()["code"] == "SNAPSHOT_TOO_OLD", too_old.text
-    ready = httpx.get(f"{cs.mgmt_url}/ready")
-    assert ready.status_code == 200, ready.text
+
+
+def test_a_new_slot_whose_connection_breaks_is_made_again(make_server: MakeServer) -> None:
+    """The connection that creates the new slot breaks (as a network fault or a restarted
+    Postgres ends it): the changeserver tries again until it streams, and never from a slot
+    made before its change log declared the gap."""
+    cs = make_server(on_slot_loss="recreate")
+    cs.sql("INSERT INTO items VALUES (1, 'before', 's')")
+    before = cs.wait_for(1, scope="s")["changes"][-1]["sequence"]
+    creating = (
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND query LIKE 'SELECT pg_create_logical_replication_slot%' AND state = 'active'"
+    )
+    # A transaction with an xid holds the new slot's creation until it ends: the moment to
+    # end the creating backend.
+    with psycopg.connect(cs.dsn) as holder, psycopg.connect(cs.dsn, autocommit=True) as admin:
+        holder.execute("INSERT INTO items VALUES (2, 'rolled back', 's')")
+        drop_slot_behind(cs.dsn, cs.server.settings.slot)
+        found: list[int] = []
+
+        def creating_slot() -> bool:
+            found[:] = [pid for (pid,) in admin.execute(creating).fetchall()]
+            return bool(found)
+
+        wait_until(creating_slot, timeout=30, what="the new slot's creation")
+        admin.execute("SELECT pg_terminate_backend(%s)", (found[0],))
+        holder.rollback()
+    wait_until(
+        lambda: cs.server.replicator.streaming.is_set(), timeout=60, what="the slot recreated"
+    )
+    assert cs.server.replicator.slot_losses == 1
+    _goes_on_after_the_gap(cs, before)
 
 
 def test_an_invalidated_slot_is_detected_when_the_changeserver_starts_again(
