@@ -61,7 +61,9 @@ def test_a_full_disk_stops_ingest_and_it_resumes_when_space_returns(
 ) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(TABLE)
-    with small_disk(tmp_path / "disk", "3m") as disk, contextlib.ExitStack() as stack:
+    # The filler takes all of it, whatever its size; once it goes, the log has room to
+    # write the batch that failed again and check its write-ahead log in beside it.
+    with small_disk(tmp_path / "disk", "16m") as disk, contextlib.ExitStack() as stack:
         slot = f"disk_{tmp_path.name[-8:]}".lower()
         server = ChangeServer(Settings(dsn=pg_dsn, slot=slot, db_dir=disk / "log"))
         url = stack.enter_context(serve_in_thread(server.api_app))
