@@ -45,6 +45,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from changebroker.http.accept import accepted
 from changebroker.metrics_files import WorkerFiles
 
 log = logging.getLogger(__name__)
@@ -181,8 +182,10 @@ PROMETHEUS_ACCEPT = "text/plain;version=0.0.4"
 def wants_prometheus_text(accept: str | None) -> bool:
     """Whether ``Accept`` names Prometheus's formats, as every Prometheus scraper's does
     (``text/plain;version=0.0.4``, ``application/openmetrics-text``); ``*/*`` does not."""
-    lowered = (accept or "").lower()
-    return "text/plain" in lowered or "openmetrics" in lowered
+    return any(media in _PROMETHEUS_MEDIA for _, media in accepted(accept or ""))
+
+
+_PROMETHEUS_MEDIA = frozenset({"text/plain", "application/openmetrics-text"})
 
 
 # The metric kinds of Nakadi's /metrics (Dropwizard's JSON): Prometheus families map to the
