@@ -105,7 +105,13 @@ CASES = {
 class Writers:
     """Threads writing random transactions to the case's tables until stopped: inserts,
     updates, deletes, in both selectors. A statement the DDL breaks (a table gone, a column
-    renamed) is rolled back and the tables' text columns are read again."""
+    renamed) is rolled back and the tables' text columns are read again.
+
+    Each thread writes at most ``PACE`` transactions a second: unpaced, the writers share
+    this process (and its GIL) with the whole pipeline and outrun it, so how long the
+    pipeline takes to catch up grows with how long the test has run."""
+
+    PACE = 50
 
     def __init__(self, dsn: str, tables: tuple[str, ...], count: int = 2) -> None:
         self.dsn, self.tables = dsn, tables
@@ -152,6 +158,7 @@ class Writers:
                         self._one(conn, rng, columns)
                     conn.commit()
                     self.committed += 1
+                    self._stop.wait(1 / self.PACE)
                 except psycopg.Error:
                     conn.rollback()
                     time.sleep(0.05)
