@@ -52,7 +52,9 @@ def _random_account(rng: random.Random, key: int, selector: str) -> tuple[Any, .
 
 def _write(dsn: str, rng: random.Random, stop: threading.Event) -> None:
     """Random transactions over both tables and both selectors until ``stop``: inserts,
-    updates of every column (never of the selector), deletes, several rows at a time."""
+    updates of every column (never of the selector), deletes, several rows at a time. At
+    most a hundred a second: the pipeline runs in this process, and an unpaced writer takes
+    its GIL."""
     keys: dict[int, str] = {}
     lines: set[tuple[int, int, str]] = set()
     next_key = 1
@@ -97,6 +99,7 @@ def _write(dsn: str, rng: random.Random, stop: threading.Event) -> None:
                                 "DELETE FROM lines WHERE order_id = %s AND line = %s", gone[:2]
                             )
                             lines.discard(gone)
+            stop.wait(0.01)
 
 
 def _database_rows(dsn: str) -> dict[str, dict[tuple[str, ...], dict[str, Any]]]:

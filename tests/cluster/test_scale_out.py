@@ -132,6 +132,7 @@ class Reader(threading.Thread):
                     headers={"X-Nakadi-StreamId": stream_id},
                 )
             except httpx.HTTPError:
+                self.stop.wait(0.1)
                 continue
             if response.status_code in (200, 204):
                 key = (cursor["event_type"], cursor["partition"])
@@ -139,11 +140,14 @@ class Reader(threading.Thread):
                 return True
             if response.status_code < 500:
                 return False
+            self.stop.wait(0.1)
         return False
 
 
 class Publisher(threading.Thread):
-    """Batches of 20 events through the load balancer; keeps the eids answered 200."""
+    """Batches of 20 events through the load balancer, at most twenty a second (a refused
+    one is not tried again at once: that would spin while a node is down); keeps the eids
+    answered 200."""
 
     def __init__(self, url: str, event_type: str) -> None:
         super().__init__(daemon=True)
@@ -160,11 +164,12 @@ class Publisher(threading.Thread):
                     response = client.post(f"/event-types/{self.event_type}/events", json=events)
                 except httpx.HTTPError:
                     self.refused += 1
-                    continue
-                if response.status_code == 200:
-                    self.acked.update(e["metadata"]["eid"] for e in events)
                 else:
-                    self.refused += 1
+                    if response.status_code == 200:
+                        self.acked.update(e["metadata"]["eid"] for e in events)
+                    else:
+                        self.refused += 1
+                self.stop.wait(0.05)
 
 
 def _bank_writes(dsn: str, stop: threading.Event, done: list[int]) -> None:
