@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from broker import bodies, metrics
+from broker import bodies, consumer_tags, metrics
 from broker.access import Access
 from broker.avro.payloads import PayloadSchema
 from broker.avro.schemas import AvroSchemas
@@ -344,10 +344,13 @@ class Publisher:
 
     async def _publish(self, request: Request, name: str, target: Target) -> Response:
         started = time.perf_counter()
+        tags = consumer_tags.parse(request.headers.get(consumer_tags.HEADER))
         if binary.is_avro(request.scope["headers"]):
             body = await bodies.raw(request)
             records = binary.records(body)
-            answer = await self._binary(request, name, target, records, started, delete=False)
+            answer = await self._binary(
+                request, name, target, records, started, delete=False, tags=tags
+            )
             if answer.status_code == 200:
                 self._published(request, name, len(records), started, len(body))
             return answer
@@ -355,7 +358,7 @@ class Publisher:
         batch = split_batch(body)
         received_at = received_now()
         target, messages, refused, delivery = await self._deliver(
-            request, name, target, lambda t: _prepared(t, batch, received_at)
+            request, name, target, lambda t: _prepared(t, batch, received_at), tags
         )
         if refused is not None:
             index, failure = refused
@@ -418,6 +421,7 @@ class Publisher:
         started: float,
         *,
         delete: bool,
+        tags: consumer_tags.KafkaHeaders | None = None,
     ) -> Response:
         received_ms = int(time.time() * 1000)
         flow_id = logs.flow_id.get()
@@ -439,7 +443,9 @@ class Publisher:
                     return messages, (index, ItemFailure("publishing", str(failure)))
             return messages, None
 
-        target, messages, refused, delivery = await self._deliver(request, name, target, prepare)
+        target, messages, refused, delivery = await self._deliver(
+            request, name, target, prepare, tags
+        )
         if refused is not None:
             index, failure = refused
             return JSONResponse(binary.items(records, index, failure.detail), status_code=207)
@@ -455,9 +461,11 @@ class Publisher:
         name: str,
         target: Target,
         prepare: Callable[[Target], Prepared],
+        tags: consumer_tags.KafkaHeaders | None = None,
     ) -> tuple[Target, list[Message], tuple[int, ItemFailure] | None, Delivery | None]:
-        """``prepare``'s messages written and answered by Kafka: the target they were prepared
-        for, the messages, and the refusal or Kafka's answer."""
+        """``prepare``'s messages written (each with the Kafka headers ``tags``) and answered
+        by Kafka: the target they were prepared for, the messages, and the refusal or Kafka's
+        answer."""
         principal = principal_of(request)
         messages, refused = prepare(target)
         if refused is not None:
@@ -470,7 +478,7 @@ class Publisher:
                 messages, refused = prepare(target)
             if refused is not None:
                 return target, messages, refused, None
-        delivery = await self.clusters.producer(target.cluster).submit(messages)
+        delivery = await self.clusters.producer(target.cluster).submit(messages, tags)
         if not await delivery.answered_or_late() or delivery.failed:
             # Late (producer.LATE_AFTER_S) or failed: the topic may be one another process
             # has just deleted with its event type, its notification still on the way (Kafka
@@ -483,7 +491,7 @@ class Publisher:
                 messages, refused = prepare(target)
                 if refused is not None:
                     return target, messages, refused, None
-                delivery = await self.clusters.producer(target.cluster).submit(messages)
+                delivery = await self.clusters.producer(target.cluster).submit(messages, tags)
         await delivery.answered()
         return target, messages, None, delivery
 

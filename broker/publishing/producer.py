@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 
 from broker import metrics
+from broker.consumer_tags import KafkaHeaders
 from changebroker import http, kafka
 
 
@@ -210,8 +211,11 @@ class KafkaProducer:
         await delivery.answered()
         return delivery.errors()
 
-    async def submit(self, messages: Sequence[Message]) -> Delivery:
-        """Hand ``messages`` to Kafka; their answer is awaited apart (``Delivery``)."""
+    async def submit(
+        self, messages: Sequence[Message], headers: KafkaHeaders | None = None
+    ) -> Delivery:
+        """Hand ``messages`` to Kafka, each with the record ``headers`` given; their answer
+        is awaited apart (``Delivery``)."""
         delivery = Delivery(messages, asyncio.get_running_loop(), self._in_flight)
         if not messages:
             return delivery
@@ -226,6 +230,7 @@ class KafkaProducer:
                         message.key,
                         partition=message.partition,
                         on_delivery=delivered,
+                        headers=headers,
                     )
                     break
                 except KafkaException as exc:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Message
 
+from broker.consumer_tags import hidden
 from broker.errors import Unprocessable
 from broker.settings import STREAM_MEMORY_LIMIT
 from broker.streams.cursors import offset_text
@@ -206,9 +207,13 @@ class Batcher:
         overflow_info: str | None = None,
         first_info: str | None = None,
         streamed: Streamed | None = None,
+        subscription_id: str | None = None,
     ) -> None:
-        """``streamed``: where the batches sent are counted, when someone wants to know."""
+        """``streamed``: where the batches sent are counted, when someone wants to know;
+        ``subscription_id``: the subscription streamed (None: a low-level stream), which
+        decides the consumer-tagged events it skips (:mod:`broker.consumer_tags`)."""
         self.limits = limits
+        self.subscription_id = subscription_id
         self.streamed = streamed
         self.memory_limit = memory_limit
         self.overflow_info = overflow_info
@@ -265,9 +270,10 @@ class Batcher:
                 raise RuntimeError(f"Kafka failed while streaming {message.topic()}: {error}")
             state = self.partitions.get((message.topic(), message.partition()))  # type: ignore[arg-type]
             value: bytes | None = message.value()
-            if state is None or value is None:
+            if state is None or value is None or hidden(message, self.subscription_id):
                 # Fetched before its partition was given up (subscription rebalance): not ours;
-                # or a tombstone of deleted-events, which readers never see (as in Nakadi).
+                # a tombstone of deleted-events, which readers never see (as in Nakadi); or
+                # an event its publisher tagged for another subscription.
                 continue
             state.pending.append(value)
             state.pending_bytes += len(value)

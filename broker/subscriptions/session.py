@@ -218,6 +218,7 @@ class Session:
             overflow_info="Stream parameters are causing overflow",
             first_info="Stream started",
             streamed=streamed,
+            subscription_id=subscription.id,
         )
         self._ahead = ReadAhead(memory_limit)
         self._streaming: dict[PartitionKey, _Batch] = {}

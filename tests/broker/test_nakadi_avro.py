@@ -48,6 +48,11 @@ def _record(name: str, version: str, payload: bytes, **metadata: Any) -> Record:
     return Record({k: fields.get(k) for k in envelope_fields()}, payload)
 
 
+def avro_batch(name: str, version: str, foo: str) -> bytes:
+    """A publishing batch of one Avro event ``{"foo": foo}`` of schema ``version``."""
+    return envelope.publishing_batch([_record(name, version, _payload(foo))])
+
+
 def envelope_fields() -> list[str]:
     schema = envelope.SCHEMAS["envelope"]["1"]
     return [f["name"] for f in schema["fields"][0]["type"]["fields"]]
