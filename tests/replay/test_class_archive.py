@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from changebroker.stack.spark import class_archive
-from changebroker.stack.state import REPO_ROOT
 from replay.class_archive import ensure
+from tests.support import REPO_ROOT
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from changebroker.stack.processes import free_port
-from changebroker.stack.state import REPO_ROOT
+from tests.support import REPO_ROOT
 
 # The ports `up` takes from CHANGEBROKER_<name> variables: our services', then Postgres' and
 # Kafka's (unless the stack is pointed at others).
