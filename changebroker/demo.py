@@ -266,6 +266,22 @@ def _bridge_caught_up(bridge_url: str, changeserver_url: str) -> None:
         raise DemoError(f"the bridge did not reach {last}: see bridge.log")
 
 
+def _bridge_snapshot_done(bridge_url: str, table: str) -> None:
+    """Until the bridge's run over ``table``'s existing rows, which it starts when it first
+    sees the table (up to its next look, 30 s), has finished: a replay while it runs is not
+    exact, and /snapshots serves no snapshot that is not."""
+
+    def done() -> bool:
+        status, body = _http("GET", f"{bridge_url}/status")
+        if status != 200:
+            return False
+        unit = json.loads(body)["units"].get(table) or {}
+        return (unit.get("snapshot") or {}).get("state") == "done"
+
+    if not wait_until(done, timeout=120, what=None):
+        raise DemoError(f"the bridge did not finish publishing {table}'s rows: see bridge.log")
+
+
 def snapshots_tour(stack: LocalStack, running: dict[str, Any]) -> None:
     _step("Replay: a table changed, replayed by Spark into a snapshot, handed off")
     changeserver, broker = running["changeserver"]["url"], running["broker"]["url"]
@@ -286,6 +302,7 @@ def snapshots_tour(stack: LocalStack, running: dict[str, Any]) -> None:
         conn.execute("DELETE FROM demo_orders WHERE id = %s", (ids[2],))
     _say(f"demo_orders: inserted ids {ids}, updated {ids[0]}, deleted {ids[2]}")
     _bridge_caught_up(running["bridge"]["url"], changeserver)
+    _bridge_snapshot_done(running["bridge"]["url"], "public.demo_orders")
 
     from replay.job import ReplayOptions, run_replay
     from replay.subscribe import subscribe
