@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 import psycopg
+import pytest
 
 from changebroker import kafka
 from changebroker.services import SERVICE_MODULES
@@ -20,6 +21,9 @@ def _processes(status: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
     return {name: tuple(info.get(key) for key in keys) for name, info in status.items()}
 
 
+# Two demos (each with a Spark replay), the replay as a service, down: about five minutes
+# on a loaded two-core machine, the default timeout's whole budget.
+@pytest.mark.timeout(900)
 def test_up_demo_runs_every_service_idempotently_and_down_stops_them(
     tmp_path: Path,
 ) -> None:
