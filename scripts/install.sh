@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Install everything changebroker needs on a Debian host, idempotently:
 # Java (a JDK with --test), Maven, PostgreSQL and HAProxy from Debian (when absent; Chromium
-# and promtool too with --test), the virtual environment at .venv with the project in it, and the Kafka / Spark-connector jars from
-# Maven Central into .state/cache, with a class archive of Spark's driver there
-# (replay/class_archive.py). `--test` adds the test and lint tools, and Buf's CLI (built with
-# Go) for the registry's Protobuf reference test.
+# and promtool too with --test), the virtual environment at .venv with the project in it (its
+# dependencies at the versions requirements/constraints.txt locks), and the Kafka /
+# Spark-connector jars from Maven Central into .state/cache, with a class archive of Spark's
+# driver there (replay/class_archive.py). `--test` adds the test and lint tools, and Buf's CLI
+# (built with Go) for the registry's Protobuf reference test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,8 +56,9 @@ if [[ ! -x .venv/bin/python ]]; then
   "$python" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-echo "installing changebroker${extras} into .venv"
-.venv/bin/python -m pip install -q -e ".${extras}"
+# The lock pins every dependency to the version the tests passed with (scripts/lock.py).
+echo "installing changebroker${extras} into .venv, as locked in requirements/constraints.txt"
+.venv/bin/python -m pip install -q -c requirements/constraints.txt -e ".${extras}"
 
 if [[ -n "$extras" ]]; then
   # The registry's Protobuf verdicts are held against Buf's own CLI, built once from its Go

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from changebroker.state import REPO_ROOT
+from tests.support import REPO_ROOT
 
 SERVICES = ("changeserver", "broker", "registry", "replay", "console")
 # The command and the local stack: they start, drive and break the services, so they sit

@@ -35,12 +35,12 @@ from changebroker import kafka, pg
 from changebroker.auth import AuthMiddleware, AuthSettings
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
-from changebroker.state import REPO_ROOT
 from changeserver.server import ChangeServer
 from changeserver.server import Settings as ChangeServerSettings
 from console.app import create_app as console_app
 from console.upstream import Endpoints
 from registry.app import create_app as registry_app
+from tests.support import REPO_ROOT
 from tests.support.credentials import Issuer
 from tests.support.event_types import business_event_type
 

@@ -38,7 +38,6 @@ import orjson
 import psycopg
 from psycopg import sql as psql
 
-import sql as migrations
 from broker.bridge import tables, values
 from broker.bridge.changes_client import Answer, ChangesClient, ChangesUnreadable
 from broker.bridge.commits import Commits
@@ -92,7 +91,8 @@ def own_tables(outbox_table: str) -> frozenset[str]:
     create in the application's default schema, and the outbox (published on its own)."""
     created = {
         f"public.{name}"
-        for path in migrations.DIR.glob("*/*.sql")
+        for component in pg.components()
+        for _, path in pg.migrations(component)
         for name in re.findall(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", path.read_text())
     }
     return frozenset({*created, "public.changebroker_migrations", WATERMARKS, outbox_table})

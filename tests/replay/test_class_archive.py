@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from changebroker.state import REPO_ROOT
 from replay.class_archive import ensure
 from replay.spark import class_archive
+from tests.support import REPO_ROOT
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
