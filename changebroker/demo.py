@@ -340,7 +340,7 @@ def snapshots_tour(stack: LocalStack, running: dict[str, Any]) -> None:
     _bridge_caught_up(running["bridge"]["url"], changeserver)
     _bridge_snapshot_done(running["bridge"]["url"], "public.demo_orders")
 
-    from replay.job import ReplayOptions, run_replay
+    from changebroker.replay.job import ReplayOptions, run_replay
 
     options = ReplayOptions(
         broker_url=broker,

@@ -12,8 +12,7 @@ from importlib.resources.abc import Traversable
 import psycopg
 from psycopg import conninfo
 
-import sql
-from changebroker import logs
+from changebroker import logs, sql
 
 log = logging.getLogger(__name__)
 

@@ -71,7 +71,7 @@ echo "resolving the Kafka and Spark-connector jars (cached in .state/cache)"
 .venv/bin/python - <<'PY'
 from changebroker.stack.kafka import LocalKafka
 from changebroker.state import StateDir, default_state_dir
-from replay.spark import connector_jars
+from changebroker.replay.spark import connector_jars
 
 state = StateDir(default_state_dir())
 print(f"  kafka: {len(LocalKafka(state, 0, 0).jars())} jars")
@@ -79,7 +79,7 @@ print(f"  spark kafka connector: {len(connector_jars(state))} jars")
 PY
 # Once per machine (one to two minutes): Spark then starts seconds faster. Only an optimization,
 # so a failure warns rather than stopping the install.
-if ! .venv/bin/python -m replay.class_archive; then
+if ! .venv/bin/python -m changebroker.replay.class_archive; then
   echo "warning: no Spark class archive was made; Spark starts without it (slower)" >&2
 fi
 echo "installed: .venv/bin/changebroker"

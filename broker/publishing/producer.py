@@ -19,8 +19,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 
-from broker import metrics
 from changebroker import http, kafka
+from changebroker.broker import metrics
 
 
 # Not frozen: a frozen dataclass's __init__ costs ~0.5 us more per event.
