@@ -21,10 +21,10 @@ import httpx
 
 from bench import services
 from bench.report import Figure, report
-from broker.avro import envelope
-from broker.avro.envelope import Record
-from broker.avro.metadata import FIELDS
-from broker.avro.payloads import compile_schema
+from changebroker.broker.avro import envelope
+from changebroker.broker.avro.envelope import Record
+from changebroker.broker.avro.metadata import FIELDS
+from changebroker.broker.avro.payloads import compile_schema
 
 BATCH_SIZES = (1, 100)
 THREADS = 4

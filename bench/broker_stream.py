@@ -28,9 +28,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench import services
 from bench.report import Figure, report
-from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS
-from broker.streams.watermarks import consumer_config
 from changebroker import kafka
+from changebroker.broker.streams.event_stream import STREAM_CONSUMER_SETTINGS
+from changebroker.broker.streams.watermarks import consumer_config
 
 PARTITIONS = 4
 EVENTS = 200_000

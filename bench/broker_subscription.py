@@ -31,8 +31,8 @@ from confluent_kafka import Consumer
 
 from bench.broker_stream import EVENTS, PARTITIONS, REPEATS, _fill, broker_with_event_type
 from bench.report import Figure, report
-from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS
 from changebroker import kafka
+from changebroker.broker.streams.event_stream import STREAM_CONSUMER_SETTINGS
 from changebroker.stack.processes import wait_until
 
 BATCH_LIMIT = 1000

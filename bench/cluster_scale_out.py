@@ -38,7 +38,7 @@ from bench.report import Figure, report
 from changebroker import kafka
 from changebroker.stack.kafka import LocalKafkaCluster
 from changebroker.stack.processes import free_port_run, pid_alive, wait_until
-from changebroker.state import REPO_ROOT, StateDir
+from changebroker.state import StateDir, default_state_dir
 
 PUBLISH_BATCH = 100
 SUBSCRIPTION_EVENTS = 40_000
@@ -52,7 +52,7 @@ PHASE_SECONDS = 15.0
 def _kafka(nodes: int) -> Iterator[LocalKafkaCluster]:
     root = Path(tempfile.mkdtemp(prefix=f"bench-kafka-{nodes}-"))
     base = free_port_run(2 * nodes)
-    cache = REPO_ROOT / ".state" / "cache"
+    cache = StateDir(default_state_dir()).cache
     cluster = LocalKafkaCluster(StateDir(root, cache_root=cache), base, base + 1, nodes)
     cluster.start()
     try:

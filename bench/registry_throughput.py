@@ -51,10 +51,10 @@ from bench import services
 from bench.report import Figure, report
 from bench.services import pg_server_dsn, server_cpu
 from changebroker import pg
+from changebroker.registry.compat import Mode, check, share_subtrees
+from changebroker.registry.compat.protobuf import protobuf_check
+from changebroker.registry.compat.protobuf_source import proto_definition
 from changebroker.stack.processes import answers, free_port, wait_until
-from registry.compat import Mode, check, share_subtrees
-from registry.compat.protobuf import protobuf_check
-from registry.compat.protobuf_source import proto_definition
 
 CLIENTS = 4
 REGISTRATIONS = 400

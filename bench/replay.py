@@ -36,12 +36,12 @@ from confluent_kafka import Producer
 
 from bench.report import Figure, report
 from bench.services import kafka_bootstrap, pg_server_dsn
-from broker.bridge.bridge import record_key
-from broker.bridge.event_types import data_event_type
-from broker.bridge.tables import Table
 from changebroker import kafka, pg
+from changebroker.broker.bridge.bridge import record_key
+from changebroker.broker.bridge.event_types import data_event_type
+from changebroker.broker.bridge.tables import Table
+from changebroker.replay import ReplayOptions, run_replay
 from changebroker.stack.processes import answers, free_port, wait_until
-from replay import ReplayOptions, run_replay
 
 NAME = "replay"
 KEYS = 100_000
@@ -192,7 +192,7 @@ def main() -> int:
     ):
         tmp = Path(scratch)
         db = duckdb.connect()
-        from replay.spark import spark_session
+        from changebroker.replay.spark import spark_session
 
         started = time.monotonic()
         spark = spark_session("local[2]", app_name="bench-replay")

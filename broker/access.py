@@ -18,10 +18,10 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from broker import authorization
-from broker.admin_settings import EVENT_TYPE_BLOCKED, AdminSettings
-from broker.authorization import Operation
 from changebroker.auth import Principal, audit
+from changebroker.broker import authorization
+from changebroker.broker.admin_settings import EVENT_TYPE_BLOCKED, AdminSettings
+from changebroker.broker.authorization import Operation
 
 AUTHORIZATION_TTL = 1.0
 

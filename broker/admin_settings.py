@@ -31,11 +31,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from broker import authorization
-from broker.authorization import Operation
-from broker.bodies import json_body
-from broker.errors import BadRequest, Unavailable, Unprocessable
 from changebroker.auth import Principal, admin_attribute, audit, principal_of
+from changebroker.broker import authorization
+from changebroker.broker.authorization import Operation
+from changebroker.broker.bodies import json_body
+from changebroker.broker.errors import BadRequest, Unavailable, Unprocessable
 
 REFRESH = 1.0  # seconds a process trusts its copy of the settings
 

@@ -2,8 +2,8 @@
 
 Build it for tests (Postgres metadata database, Kafka bootstrap)::
 
-    from broker.app import create_app
-    from broker.settings import Settings
+    from changebroker.broker.app import create_app
+    from changebroker.broker.settings import Settings
     from changebroker.stack.run import serve_in_thread
 
     settings = Settings(pg_dsn=pg_dsn, kafka_bootstrap=kafka_bootstrap)
@@ -29,38 +29,38 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
-from broker import bodies
-from broker.access import Access
-from broker.admin_settings import AdminSettings, initial_admins
-from broker.avro import api as avro_api
-from broker.avro.schemas import AvroSchemas
-from broker.errors import BrokerError
-from broker.event_types.api import EventTypeApi
-from broker.event_types.rules import ENRICHMENT_STRATEGIES
-from broker.event_types.store import Store
-from broker.own_events.access_log import AccessLog
-from broker.own_events.audit import install as install_audit_events
-from broker.own_events.collector import OwnEvents
-from broker.own_events.definitions import event_types as own_event_types
-from broker.problems import problem, render
-from broker.publishing.api import Publisher
-from broker.publishing.partitioning import STRATEGIES
-from broker.settings import Settings
-from broker.status import Status
-from broker.streams import api as streams
-from broker.subscriptions.lag import SubscriptionLag
-from broker.subscriptions.service import SubscriptionService
-from broker.timelines.api import TimelineApi
-from broker.timelines.cleanup import cleaning
-from broker.timelines.clusters import Clusters
-from broker.timelines.repartition import Repartitioning
-from broker.timelines.storages import Storages
-from broker.timelines.store import TimelineStore
-from broker.timelines.switch import Switcher
-from broker.timelines.writers import Writer
-from broker.url_firewall import UrlFirewall
 from changebroker import auth, http, kafka, logs, pg, tasks
 from changebroker import metrics as service_metrics
+from changebroker.broker import bodies
+from changebroker.broker.access import Access
+from changebroker.broker.admin_settings import AdminSettings, initial_admins
+from changebroker.broker.avro import api as avro_api
+from changebroker.broker.avro.schemas import AvroSchemas
+from changebroker.broker.errors import BrokerError
+from changebroker.broker.event_types.api import EventTypeApi
+from changebroker.broker.event_types.rules import ENRICHMENT_STRATEGIES
+from changebroker.broker.event_types.store import Store
+from changebroker.broker.own_events.access_log import AccessLog
+from changebroker.broker.own_events.audit import install as install_audit_events
+from changebroker.broker.own_events.collector import OwnEvents
+from changebroker.broker.own_events.definitions import event_types as own_event_types
+from changebroker.broker.problems import problem, render
+from changebroker.broker.publishing.api import Publisher
+from changebroker.broker.publishing.partitioning import STRATEGIES
+from changebroker.broker.settings import Settings
+from changebroker.broker.status import Status
+from changebroker.broker.streams import api as streams
+from changebroker.broker.subscriptions.lag import SubscriptionLag
+from changebroker.broker.subscriptions.service import SubscriptionService
+from changebroker.broker.timelines.api import TimelineApi
+from changebroker.broker.timelines.cleanup import cleaning
+from changebroker.broker.timelines.clusters import Clusters
+from changebroker.broker.timelines.repartition import Repartitioning
+from changebroker.broker.timelines.storages import Storages
+from changebroker.broker.timelines.store import TimelineStore
+from changebroker.broker.timelines.switch import Switcher
+from changebroker.broker.timelines.writers import Writer
+from changebroker.broker.url_firewall import UrlFirewall
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ Three layers, each answering 403 (after authentication answered 401):
   ``admins`` and ``readers``. Each is a list of attributes ``{"data_type", "value"}``; a caller
   matches one when the data type is its type (or ``*``) and the value its subject (or ``*``).
   A resource without an ``authorization`` section is open to every authenticated caller.
-- The broker's administrators (``/settings/admins``, see ``broker.admin_settings``), who pass
-  every per-resource check.
+- The broker's administrators (``/settings/admins``, see ``changebroker.broker.admin_settings``),
+  who pass every per-resource check.
 
 With authentication off every caller is unrestricted and nothing here refuses.
 """
@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from broker.errors import BadRequest
 from changebroker.auth import Forbidden, Principal, ScopeTable, audit, rule
+from changebroker.broker.errors import BadRequest
 
 Operation = Literal["admin", "read", "write"]
 LISTS: dict[Operation, str] = {"admin": "admins", "read": "readers", "write": "writers"}

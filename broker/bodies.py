@@ -19,8 +19,8 @@ import zstandard
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from broker.errors import BrokerError
-from broker.problems import problem
+from changebroker.broker.errors import BrokerError
+from changebroker.broker.problems import problem
 
 # 1000 events of Nakadi's 999,000-byte maximum would not fit; batches that big are split
 # by clients anyway, and one request must not hold gigabytes of memory.

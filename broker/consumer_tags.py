@@ -12,7 +12,7 @@ import uuid
 
 from confluent_kafka import Message
 
-from broker.errors import Unprocessable
+from changebroker.broker.errors import Unprocessable
 
 HEADER = "X-CONSUMER-TAG"
 SUBSCRIPTION_TAG = "CONSUMER_SUBSCRIPTION_ID"

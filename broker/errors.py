@@ -1,7 +1,7 @@
 """What the broker refuses, as one hierarchy: each error carries its Problem JSON.
 
 Endpoints and the functions they call raise these; one handler in the app
-(:func:`broker.problems.render`) answers them as ``application/problem+json``
+(:func:`changebroker.broker.problems.render`) answers them as ``application/problem+json``
 with the error's ``status``, ``title`` (the status phrase unless given) and
 ``detail``. Errors whose status depends on who asks (a cursor is 412 to the
 stream and 422 to cursor operations) stay plain ``ValueError`` subclasses in

@@ -10,9 +10,10 @@ from pathlib import Path
 
 from starlette.types import ASGIApp
 
-from broker.app import create_app
-from broker.authorization import Scopes
-from broker.settings import (
+from changebroker import auth, config, http, logs, metrics
+from changebroker.broker.app import create_app
+from changebroker.broker.authorization import Scopes
+from changebroker.broker.settings import (
     DEFAULT_PARTITIONS,
     DELETABLE_SUBSCRIPTION_CONSUMER_GROUP,
     DELETABLE_SUBSCRIPTION_OWNING_APPLICATION,
@@ -24,7 +25,6 @@ from broker.settings import (
     TIMELINE_WAIT_TIMEOUT,
     Settings,
 )
-from changebroker import auth, config, http, logs, metrics
 from changebroker.state import default_state_dir
 
 # How the parent hands its settings to worker processes (--workers above 1).
@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         args.metrics_dir or default_state_dir() / "run" / f"broker-{args.port}-metrics"
     )
     os.environ[SETTINGS_ENV] = json.dumps(settings.to_json())
-    http.serve_workers("broker.main:worker_app", args)
+    http.serve_workers("changebroker.broker.main:worker_app", args)
     return 0
 
 

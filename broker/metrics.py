@@ -7,7 +7,7 @@ commits. Labels are bounded: event type names (configuration, as Nakadi labels t
 step, a status, a result; never an eid, a cursor or a raw path.
 
 Per-subscription lag is read from Postgres and Kafka on an interval instead:
-``broker.subscriptions.lag``.
+``changebroker.broker.subscriptions.lag``.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Every broker error answers through :func:`problem`, so the status, title and
 body shape are the same everywhere; :func:`render` is the app's one handler
-of :class:`broker.errors.BrokerError`. As Nakadi's, a body has ``title``, ``status`` and
-``detail`` and no ``type``: RFC 7807 reads a missing ``type`` as ``about:blank``, "the
+of :class:`changebroker.broker.errors.BrokerError`. As Nakadi's, a body has ``title``, ``status``
+and ``detail`` and no ``type``: RFC 7807 reads a missing ``type`` as ``about:blank``, "the
 problem has no semantics beyond that of the HTTP status code" (docs/nakadi-differences.md).
 """
 
@@ -14,7 +14,7 @@ from http import HTTPStatus
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from broker.errors import BrokerError
+from changebroker.broker.errors import BrokerError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 

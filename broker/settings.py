@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from broker.authorization import Scopes
 from changebroker.auth import AuthSettings
+from changebroker.broker.authorization import Scopes
 
 # Nakadi's defaults: one partition unless default_statistic asks for more; 4 days of events.
 DEFAULT_PARTITIONS = 1

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from broker.event_types.topics import Topics
+from changebroker.broker.event_types.topics import Topics
 
 # The longest each dependency may take to answer /status.
 CHECK_SECONDS = 3.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from broker.problems import problem
+from changebroker.broker.problems import problem
 
 # Lower-cased, as found in the raw (undecoded) path.
 _ENCODED = (b"%2f", b"%5c", b"%25", b"%2e", b"%00", b"%3b")

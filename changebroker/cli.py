@@ -41,7 +41,8 @@ def _stack_options(parser: argparse.ArgumentParser) -> None:
         "--state-dir",
         type=Path,
         default=default_state_dir(),
-        help="data, logs, pids and jar cache [env CHANGEBROKER_STATE_DIR; default .state/]",
+        help="data, logs, pids and jar cache [env CHANGEBROKER_STATE_DIR; default: .state/ in a"
+        " checkout, else $XDG_STATE_HOME/changebroker (~/.local/state/changebroker)]",
     )
     defaults = Ports()
     for attr, flag in PORT_FLAGS.items():
@@ -210,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--state-dir",
         type=Path,
         default=default_state_dir(),
-        help="the stack's state folder [env CHANGEBROKER_STATE_DIR; default .state/]",
+        help="the stack's state folder [env CHANGEBROKER_STATE_DIR; default as for up]",
     )
     supervise.set_defaults(handler=cmd_supervise)
 

@@ -156,7 +156,7 @@ def kafka_tour(stack: LocalStack) -> None:
     consumer.close()
     admin.delete_topics([topic])
     if message is None or message.error() is not None:
-        raise DemoError("no record came back: see .state/logs/kafka.log")
+        raise DemoError("no record came back: see kafka.log")
     _say(f"{topic}: offset {message.offset()} value {(message.value() or b'').decode()}")
 
 
@@ -299,7 +299,7 @@ def _bridge_caught_up(bridge_url: str, changeserver_url: str) -> None:
         return status == 200 and sequence_order(json.loads(body)["position"]) >= wanted
 
     if not wait_until(published, timeout=60, what=None):
-        raise DemoError(f"the bridge did not reach {last}: see .state/logs/bridge.log")
+        raise DemoError(f"the bridge did not reach {last}: see bridge.log")
 
 
 def _bridge_snapshot_done(bridge_url: str, table: str) -> None:
@@ -340,7 +340,7 @@ def snapshots_tour(stack: LocalStack, running: dict[str, Any]) -> None:
     _bridge_caught_up(running["bridge"]["url"], changeserver)
     _bridge_snapshot_done(running["bridge"]["url"], "public.demo_orders")
 
-    from replay.job import ReplayOptions, run_replay
+    from changebroker.replay.job import ReplayOptions, run_replay
 
     options = ReplayOptions(
         broker_url=broker,

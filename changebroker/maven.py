@@ -1,4 +1,7 @@
-"""Resolve a pom's jars from Maven Central once, and reuse them after."""
+"""Resolve a pom's jars from Maven Central once, and reuse them after.
+
+The poms ship inside the package as data (``poms/``: in a checkout a link to
+``docker/local/``), so an installed wheel finds them as a clone does."""
 
 from __future__ import annotations
 
@@ -7,6 +10,8 @@ import logging
 import shutil
 import subprocess
 from collections.abc import Sequence
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from changebroker import logs
@@ -14,7 +19,14 @@ from changebroker import logs
 log = logging.getLogger(__name__)
 
 
-def resolve_jars(pom: Path, dest: Path, *, include_artifacts: Sequence[str] = ()) -> list[Path]:
+def pom(name: str) -> Traversable:
+    """The pom ``name`` shipped with the package."""
+    return resources.files("changebroker") / "poms" / name
+
+
+def resolve_jars(
+    pom: Traversable, dest: Path, *, include_artifacts: Sequence[str] = ()
+) -> list[Path]:
     """The runtime jars of ``pom`` in ``dest``; runs Maven only when the pom changed."""
     stamp = dest / ".resolved"
     digest = hashlib.sha256(pom.read_bytes() + ",".join(include_artifacts).encode()).hexdigest()
@@ -29,20 +41,21 @@ def resolve_jars(pom: Path, dest: Path, *, include_artifacts: Sequence[str] = ()
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    argv = [
-        mvn,
-        "-q",
-        "-B",
-        "-f",
-        str(pom),
-        "dependency:copy-dependencies",
-        f"-DoutputDirectory={dest}",
-        "-DincludeScope=runtime",
-    ]
-    if include_artifacts:
-        argv.append("-DincludeArtifactIds=" + ",".join(include_artifacts))
     log.info("resolving jars from Maven Central", extra=logs.fields(pom=pom.name))
-    done = subprocess.run(argv, capture_output=True, text=True)
+    with resources.as_file(pom) as pom_file:
+        argv = [
+            mvn,
+            "-q",
+            "-B",
+            "-f",
+            str(pom_file),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={dest}",
+            "-DincludeScope=runtime",
+        ]
+        if include_artifacts:
+            argv.append("-DincludeArtifactIds=" + ",".join(include_artifacts))
+        done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"mvn failed for {pom}:\n{done.stdout[-4000:]}{done.stderr[-4000:]}")
     stamp.write_text(digest)

@@ -7,13 +7,12 @@ import logging
 import re
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
+from importlib.resources.abc import Traversable
 
 import psycopg
 from psycopg import conninfo
 
-import sql
-from changebroker import logs
+from changebroker import logs, sql
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +44,19 @@ def connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection:
     return psycopg.connect(dsn, autocommit=autocommit, application_name="changebroker")
 
 
-def migrations(component: str) -> list[tuple[int, Path]]:
+def components() -> list[str]:
+    """The components with migrations: the folders of ``sql/``."""
+    found = (entry for entry in sql.DIR.iterdir() if entry.is_dir())
+    return sorted(entry.name for entry in found if entry.name != "__pycache__")
+
+
+def migrations(component: str) -> list[tuple[int, Traversable]]:
     """``sql/<component>/NNN_name.sql`` files as ``(version, path)``, in order."""
     folder = sql.DIR / component
     found = []
-    for path in sorted(folder.glob("*.sql")):
+    for path in sorted(folder.iterdir(), key=lambda file: file.name):
+        if not path.name.endswith(".sql"):
+            continue
         match = _MIGRATION_FILE.match(path.name)
         if not match:
             raise RuntimeError(f"{path}: migration files are named NNN_lowercase_words.sql")

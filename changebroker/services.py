@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 SERVICE_MODULES: dict[str, tuple[str, str]] = {
-    "changeserver": ("changeserver.main", "tail Postgres logical replication, serve /changes"),
-    "registry": ("registry.main", "the OpenSchema schema registry"),
-    "broker": ("broker.main", "the Nakadi-compatible event broker on Kafka"),
-    "bridge": ("broker.bridge.main", "publish every row change from /changes as data events"),
-    "console": ("console.main", "the operator's web console over every service's HTTP API"),
+    "changeserver": (
+        "changebroker.changeserver.main",
+        "tail Postgres logical replication, serve /changes",
+    ),
+    "registry": ("changebroker.registry.main", "the OpenSchema schema registry"),
+    "broker": ("changebroker.broker.main", "the Nakadi-compatible event broker on Kafka"),
+    "bridge": (
+        "changebroker.broker.bridge.main",
+        "publish every row change from /changes as data events",
+    ),
+    "console": (
+        "changebroker.console.main",
+        "the operator's web console over every service's HTTP API",
+    ),
 }
 
 # Commands that run once and end (not started by ``up``), with the same configure/run shape.
 JOB_MODULES: dict[str, tuple[str, str]] = {
-    "replay": ("replay.main", "replay the data events into a Parquet snapshot (Spark)"),
+    "replay": (
+        "changebroker.replay.main",
+        "replay the data events into a Parquet snapshot (Spark)",
+    ),
 }

@@ -6,11 +6,28 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+
+def _checkout_root() -> Path | None:
+    """The source checkout this code runs from (a clone, or an editable install of one), or
+    None when it runs from an installed wheel."""
+    root = Path(__file__).resolve().parents[1]
+    return root if (root / "pyproject.toml").is_file() else None
 
 
 def default_state_dir() -> Path:
-    return Path(os.environ.get("CHANGEBROKER_STATE_DIR") or REPO_ROOT / ".state")
+    """``CHANGEBROKER_STATE_DIR``; else the checkout's ``.state/`` when run from one; else the
+    user's XDG state folder, ``$XDG_STATE_HOME/changebroker`` (``~/.local/state/changebroker``).
+    """
+    chosen = os.environ.get("CHANGEBROKER_STATE_DIR")
+    if chosen:
+        return Path(chosen)
+    checkout = _checkout_root()
+    if checkout is not None:
+        return checkout / ".state"
+    # The XDG Base Directory spec: a relative value is invalid and ignored.
+    xdg = os.environ.get("XDG_STATE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local" / "state"
+    return base / "changebroker"
 
 
 def default_snapshots_dir() -> Path:

@@ -25,12 +25,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from changebroker import http
 from changebroker import transicator_pb2 as pb
-from changeserver import changes, longpoll, metrics
-from changeserver.changelog import Bounds, LogReader
-from changeserver.errors import BadRequest, error_response
-from changeserver.management import State, base
-from changeserver.query import COMPACT, JSON, PROTOBUF, Answer, Query, parse_query
-from changeserver.sequence import ZERO, Sequence
+from changebroker.changeserver import changes, longpoll, metrics
+from changebroker.changeserver.changelog import Bounds, LogReader
+from changebroker.changeserver.errors import BadRequest, error_response
+from changebroker.changeserver.management import State, base
+from changebroker.changeserver.query import COMPACT, JSON, PROTOBUF, Answer, Query, parse_query
+from changebroker.changeserver.sequence import ZERO, Sequence
 
 _MAX_ANSWERS = 10_000  # distinct queries remembered between two writes to the change log
 

@@ -44,9 +44,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from changeserver import pgoutput
-from changeserver.pgoutput import Record, Relation
-from changeserver.sequence import Sequence
+from changebroker.changeserver import pgoutput
+from changebroker.changeserver.pgoutput import Record, Relation
+from changebroker.changeserver.sequence import Sequence
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS changes (

@@ -18,9 +18,9 @@ from json.encoder import encode_basestring_ascii as _string  # json.dumps's, ens
 from typing import Any
 
 from changebroker import transicator_pb2 as pb
-from changeserver import pgoutput, sequence
-from changeserver.pgoutput import Relation, Row
-from changeserver.sequence import Sequence
+from changebroker.changeserver import pgoutput, sequence
+from changebroker.changeserver.pgoutput import Relation, Row
+from changebroker.changeserver.sequence import Sequence
 
 # Postgres type OIDs that transicator's protobuf carries typed; everything else is a string.
 _BOOL, _BYTEA, _INT8, _INT2, _INT4, _OID, _FLOAT4, _FLOAT8 = 16, 17, 20, 21, 23, 26, 700, 701

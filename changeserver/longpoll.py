@@ -17,9 +17,9 @@ import time
 from typing import Protocol
 
 from changebroker import http
-from changeserver import metrics
-from changeserver.pgoutput import NO_SELECTOR, RESET_EVERY, RESET_UNSELECTED
-from changeserver.query import ANY_SELECTOR, Answer, Query
+from changebroker.changeserver import metrics
+from changebroker.changeserver.pgoutput import NO_SELECTOR, RESET_EVERY, RESET_UNSELECTED
+from changebroker.changeserver.query import ANY_SELECTOR, Answer, Query
 
 
 class Waiter(Protocol):

@@ -14,8 +14,13 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from changebroker import auth, config, http
+from changebroker.changeserver.server import (
+    DEFAULT_ADMIN_SCOPE,
+    DEFAULT_READ_SCOPE,
+    ChangeServer,
+    Settings,
+)
 from changebroker.state import default_snapshots_dir
-from changeserver.server import DEFAULT_ADMIN_SCOPE, DEFAULT_READ_SCOPE, ChangeServer, Settings
 
 SCOPE = "changeserver"
 

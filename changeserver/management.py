@@ -12,9 +12,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from changeserver import diagnostics
-from changeserver.longpoll import Waiters
-from changeserver.query import JSON
+from changebroker.changeserver import diagnostics
+from changebroker.changeserver.longpoll import Waiters
+from changebroker.changeserver.query import JSON
 
 
 @dataclass

@@ -18,13 +18,13 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from changebroker import pg
-from changeserver.changelog import LogReader
-from changeserver.metrics import PREFIX
-from changeserver.snapshots import find_newest
+from changebroker.changeserver.changelog import LogReader
+from changebroker.changeserver.metrics import PREFIX
+from changebroker.changeserver.snapshots import find_newest
 
 if TYPE_CHECKING:
-    from changeserver.management import State
-    from changeserver.replication import Replicator
+    from changebroker.changeserver.management import State
+    from changebroker.changeserver.replication import Replicator
 
 
 @dataclass(frozen=True)

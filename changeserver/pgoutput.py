@@ -28,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from changebroker import logs
-from changeserver import ddl
-from changeserver.ddl import CREATE, TRUNCATE
+from changebroker.changeserver import ddl
+from changebroker.changeserver.ddl import CREATE, TRUNCATE
 
 log = logging.getLogger(__name__)
 

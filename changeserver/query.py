@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from changebroker import http
-from changeserver import changes
-from changeserver.changelog import Snapshot
-from changeserver.errors import BadRequest
-from changeserver.pgoutput import NO_SELECTOR
-from changeserver.sequence import ZERO, Sequence
+from changebroker.changeserver import changes
+from changebroker.changeserver.changelog import Snapshot
+from changebroker.changeserver.errors import BadRequest
+from changebroker.changeserver.pgoutput import NO_SELECTOR
+from changebroker.changeserver.sequence import ZERO, Sequence
 
 JSON = "application/json"
 PROTOBUF = "application/transicator+protobuf"

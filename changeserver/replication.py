@@ -25,9 +25,9 @@ import psycopg
 from psycopg import pq, sql
 
 from changebroker import logs, pg
-from changeserver import changes, ddl, metrics
-from changeserver.changelog import ChangeLog, Commit
-from changeserver.pgoutput import Decoder, Record, Transaction
+from changebroker.changeserver import changes, ddl, metrics
+from changebroker.changeserver.changelog import ChangeLog, Commit
+from changebroker.changeserver.pgoutput import Decoder, Record, Transaction
 
 log = logging.getLogger(__name__)
 

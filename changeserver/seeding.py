@@ -36,9 +36,9 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 
 from changebroker import logs
-from changeserver import errors, management
-from changeserver.changelog import ChangeLog
-from changeserver.replication import ensure_slot, format_lsn, slot_start
+from changebroker.changeserver import errors, management
+from changebroker.changeserver.changelog import ChangeLog
+from changebroker.changeserver.replication import ensure_slot, format_lsn, slot_start
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,11 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from changebroker import auth, logs, metrics
-from changeserver import api, errors, seeding, snapshots
-from changeserver.changelog import ChangeLog, LogReader
-from changeserver.management import State, base, management_routes, stack_route
-from changeserver.observed import Observed, Source
-from changeserver.replication import Replicator, drop_slot
+from changebroker.changeserver import api, errors, seeding, snapshots
+from changebroker.changeserver.changelog import ChangeLog, LogReader
+from changebroker.changeserver.management import State, base, management_routes, stack_route
+from changebroker.changeserver.observed import Observed, Source
+from changebroker.changeserver.replication import Replicator, drop_slot
 
 log = logging.getLogger(__name__)
 

@@ -41,10 +41,10 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from changebroker import transicator_pb2 as pb
-from changeserver import changes, errors
-from changeserver.management import State, base
-from changeserver.pgoutput import NO_SELECTOR
-from changeserver.query import PROTOBUF, parse_query
+from changebroker.changeserver import changes, errors
+from changebroker.changeserver.management import State, base
+from changebroker.changeserver.pgoutput import NO_SELECTOR
+from changebroker.changeserver.query import PROTOBUF, parse_query
 
 MANIFEST = "manifest.json"
 SEQUENCE_HEADER = "X-Snapshot-Sequence"

@@ -13,7 +13,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from changebroker import auth, metrics
-from console import (
+from changebroker.console import (
     bridge_pages,
     changeserver_pages,
     event_types,
@@ -22,10 +22,10 @@ from console import (
     registry_pages,
     subscriptions,
 )
-from console.context import HERE, Console, templates
-from console.history import History
-from console.sampler import sampling
-from console.upstream import Endpoints, Upstream
+from changebroker.console.context import HERE, Console, templates
+from changebroker.console.history import History
+from changebroker.console.sampler import sampling
+from changebroker.console.upstream import Endpoints, Upstream
 
 
 def create_app(

@@ -11,8 +11,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from console.context import Console, gather, redirect
-from console.history import svg_chart
+from changebroker.console.context import Console, gather, redirect
+from changebroker.console.history import svg_chart
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from console.upstream import Reply
+from changebroker.console.upstream import Reply
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from console.changeserver_facts import facts
-from console.context import Console, gather, redirect
-from console.overview import health_of
+from changebroker.console.changeserver_facts import facts
+from changebroker.console.context import Console, gather, redirect
+from changebroker.console.overview import health_of
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from changebroker.auth import Principal, audit
-from console.history import History
-from console.upstream import Reply, Upstream
+from changebroker.console.history import History
+from changebroker.console.upstream import Reply, Upstream
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50

@@ -12,9 +12,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from console import diff
-from console.context import PAGE_SIZE, Console, gather, page_number
-from console.upstream import Reply
+from changebroker.console import diff
+from changebroker.console.context import PAGE_SIZE, Console, gather, page_number
+from changebroker.console.upstream import Reply
 
 EVENTS_PAGE = 20
 SCHEMA_VERSIONS = 100

@@ -17,7 +17,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from changebroker import auth
-from console.context import Console, from_another_site, redirect
+from changebroker.console.context import Console, from_another_site, redirect
 
 COOKIE = "changebroker_token"
 DEFAULT_READ_SCOPE = "console.read"

@@ -6,9 +6,9 @@ import argparse
 import logging
 
 from changebroker import auth, config, http, logs
-from console import login
-from console.app import create_app
-from console.upstream import Endpoints
+from changebroker.console import login
+from changebroker.console.app import create_app
+from changebroker.console.upstream import Endpoints
 
 log = logging.getLogger(__name__)
 

@@ -11,11 +11,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from console.changeserver_facts import facts
-from console.context import Console, gather
-from console.history import svg_chart
-from console.sampler import lsn
-from console.upstream import Reply
+from changebroker.console.changeserver_facts import facts
+from changebroker.console.context import Console, gather
+from changebroker.console.history import svg_chart
+from changebroker.console.sampler import lsn
+from changebroker.console.upstream import Reply
 
 
 @dataclass(frozen=True)

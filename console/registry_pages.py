@@ -12,8 +12,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from console.context import PAGE_SIZE, Console, gather, page_number
-from console.upstream import Reply
+from changebroker.console.context import PAGE_SIZE, Console, gather, page_number
+from changebroker.console.upstream import Reply
 
 
 def _scope(request: Request) -> dict[str, str]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from changebroker import tasks
 from changebroker.client import sequence_order
-from console.context import Console
+from changebroker.console.context import Console
 
 log = logging.getLogger(__name__)
 

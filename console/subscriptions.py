@@ -13,9 +13,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from console.context import PAGE_SIZE, Console, gather, page_number, redirect
-from console.history import svg_chart
-from console.upstream import Reply
+from changebroker.console.context import PAGE_SIZE, Console, gather, page_number, redirect
+from changebroker.console.history import svg_chart
+from changebroker.console.upstream import Reply
 
 
 @dataclass(frozen=True)

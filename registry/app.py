@@ -33,10 +33,10 @@ from changebroker.controls import CONTROL
 from changebroker.http import OneWriteResponse
 from changebroker.notified import NotifiedCache
 from changebroker.numerals import whole_number
-from registry import errors, metrics
-from registry.definitions import text_column
-from registry.errors import RegistryError, violations_json
-from registry.store import (
+from changebroker.registry import errors, metrics
+from changebroker.registry.definitions import text_column
+from changebroker.registry.errors import RegistryError, violations_json
+from changebroker.registry.store import (
     CHANGES_CHANNEL,
     Store,
     SubjectKey,

@@ -12,12 +12,12 @@ import jsonschema
 import jsonschema_rs
 from jsonschema.protocols import Validator as ValidatorProtocol
 
-from registry import errors
-from registry.compat import SchemaError
-from registry.compat.avro import parse as parse_avro
-from registry.compat.json_schema import validator_class
-from registry.compat.protobuf_source import proto_definition
-from registry.errors import RegistryError
+from changebroker.registry import errors
+from changebroker.registry.compat import SchemaError
+from changebroker.registry.compat.avro import parse as parse_avro
+from changebroker.registry.compat.json_schema import validator_class
+from changebroker.registry.compat.protobuf_source import proto_definition
+from changebroker.registry.errors import RegistryError
 
 # docs/specs/openschema-spec-cn.txt, 5.1: the format enumeration, spelled as the spec spells it.
 FORMATS = ("NONE", "JSON", "PB", "AVRO", "USER-DEFINED", "Int", "Long", "String", "Map")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from registry.compat import Violation
+from changebroker.registry.compat import Violation
 
 UNAUTHORIZED = 40101
 SUBJECT_NOT_FOUND = 40401  # also: schema id not found

@@ -11,7 +11,7 @@ from typing import Any
 from starlette.types import ASGIApp
 
 from changebroker import auth, config, http, logs
-from registry.app import MAX_BODY_BYTES, Scopes, create_app
+from changebroker.registry.app import MAX_BODY_BYTES, Scopes, create_app
 
 # How the parent hands its settings to worker processes (--workers above 1).
 SETTINGS_ENV = "CHANGEBROKER_REGISTRY_WORKER_SETTINGS"
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     # Workers share nothing but Postgres, as separate registry processes do.
     os.environ[SETTINGS_ENV] = json.dumps(settings)
-    http.serve_workers("registry.main:worker_app", args)
+    http.serve_workers("changebroker.registry.main:worker_app", args)
     return 0
 
 

@@ -26,11 +26,11 @@ from psycopg_pool import AsyncConnectionPool
 from changebroker import logs
 from changebroker.notified import NotifiedCache
 from changebroker.numerals import whole_number
-from registry import errors, metrics
-from registry.compat import Mode, Violation, check_labelled, share_subtrees
-from registry.compat.protobuf import Category, protobuf_check
-from registry.compat.rules import Rule
-from registry.definitions import (
+from changebroker.registry import errors, metrics
+from changebroker.registry.compat import Mode, Violation, check_labelled, share_subtrees
+from changebroker.registry.compat.protobuf import Category, protobuf_check
+from changebroker.registry.compat.rules import Rule
+from changebroker.registry.definitions import (
     Definition,
     canonical,
     engine_format,
@@ -39,7 +39,7 @@ from registry.definitions import (
     parse_definition,
     text_column,
 )
-from registry.errors import RegistryError
+from changebroker.registry.errors import RegistryError
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 
 from changebroker import auth
-from replay.columns import Column, primary_key, union_columns
+from changebroker.replay.columns import Column, primary_key, union_columns
 
 
 def broker_client(url: str, token: str | None, ca_file: Path | None) -> httpx.Client:

@@ -3,13 +3,13 @@
 A replay in a new process spends seconds loading Spark's classes before its first task.
 ``ensure`` runs a small replay in a child process whose driver JVM writes the classes it
 loaded to an archive as it exits (Java's dynamic application class data sharing);
-``replay.spark.spark_session`` then maps them from the archive. The small replay
+``changebroker.replay.spark.spark_session`` then maps them from the archive. The small replay
 goes through the same compaction as a real one (replay/job.py ``compacted``), onto a base
 and from scratch, in Parquet and Delta, over Kafka-shaped records built in Spark: every path
 a replay takes but reading from Kafka, which needs a broker: the Kafka source is only
 defined, and the Kafka client's classes (the most a first read loads) are loaded by name.
 
-    .venv/bin/python -m replay.class_archive   # what scripts/install.sh runs
+    .venv/bin/python -m changebroker.replay.class_archive   # what scripts/install.sh runs
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from py4j.protocol import Py4JJavaError
 
+from changebroker.replay import compaction
+from changebroker.replay.catalog import SpecTimeline, TableSpec
+from changebroker.replay.columns import Column
+from changebroker.replay.job import compacted
+from changebroker.replay.offsets import PartitionRange
+from changebroker.replay.spark import class_archive, connector_jars, spark_session
 from changebroker.state import StateDir, default_state_dir
-from replay import compaction
-from replay.catalog import SpecTimeline, TableSpec
-from replay.columns import Column
-from replay.job import compacted
-from replay.offsets import PartitionRange
-from replay.spark import class_archive, connector_jars, spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -77,7 +77,13 @@ def ensure(state: StateDir | None = None) -> Path:
     try:
         with log.open("wb") as output:
             done = subprocess.run(
-                [sys.executable, "-m", "replay.class_archive", "--dump-to", str(partial)],
+                [
+                    sys.executable,
+                    "-m",
+                    "changebroker.replay.class_archive",
+                    "--dump-to",
+                    str(partial),
+                ],
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 timeout=_DUMP_TIMEOUT,
@@ -181,7 +187,9 @@ def _events(spark: SparkSession, round: int) -> DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m replay.class_archive", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m changebroker.replay.class_archive", description=__doc__
+    )
     parser.add_argument("--dump-to", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.dump_to is not None:

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from broker.bridge.values import DROPPED
+from changebroker.broker.bridge.values import DROPPED
 
 # Spark SQL type names (DDL spelling) by the replay's kind of column.
 SPARK_TYPES = {

@@ -37,10 +37,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker.bridge.table_events import TABLE_EVENT_KEY
-from replay.catalog import TableSpec
-from replay.columns import Column
-from replay.offsets import PartitionRange
+from changebroker.broker.bridge.table_events import TABLE_EVENT_KEY
+from changebroker.replay.catalog import TableSpec
+from changebroker.replay.columns import Column
+from changebroker.replay.offsets import PartitionRange
 
 if TYPE_CHECKING:
     from pyspark.sql import Column as SparkColumn

@@ -18,11 +18,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from replay import compaction, offsets, positions, snapshots, writing
-from replay.catalog import Catalog, SpecTimeline, TableSpec, broker_client
-from replay.columns import NoPrimaryKey
-from replay.offsets import PartitionRange, Watermarks
-from replay.snapshots import Manifest, TableEntry
+from changebroker.replay import compaction, offsets, positions, snapshots, writing
+from changebroker.replay.catalog import Catalog, SpecTimeline, TableSpec, broker_client
+from changebroker.replay.columns import NoPrimaryKey
+from changebroker.replay.offsets import PartitionRange, Watermarks
+from changebroker.replay.snapshots import Manifest, TableEntry
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -322,7 +322,7 @@ class _SessionStart:
     def _start(self) -> None:
         from pyspark import SparkContext
 
-        from replay.spark import spark_session
+        from changebroker.replay.spark import spark_session
 
         try:
             self._made = SparkContext._active_spark_context is None

@@ -11,13 +11,13 @@ from pathlib import Path
 
 from changebroker import auth, config, http
 from changebroker.client import SubscriptionRefused, create_snapshot_subscription
+from changebroker.replay import schedule
+from changebroker.replay.catalog import CatalogError
+from changebroker.replay.columns import NoPrimaryKey
+from changebroker.replay.job import FORMATS, ReplayOptions, run_replay
+from changebroker.replay.offsets import RangeError
+from changebroker.replay.snapshots import SnapshotNotFound, find
 from changebroker.state import default_snapshots_dir
-from replay import schedule
-from replay.catalog import CatalogError
-from replay.columns import NoPrimaryKey
-from replay.job import FORMATS, ReplayOptions, run_replay
-from replay.offsets import RangeError
-from replay.snapshots import SnapshotNotFound, find
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from datetime import datetime
 from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from broker.streams.cursors import OffsetFormatError, format_offset, parse_offset
 from changebroker import kafka
-from replay.catalog import SpecTimeline, TableSpec
-from replay.snapshots import Cursors
+from changebroker.broker.streams.cursors import OffsetFormatError, format_offset, parse_offset
+from changebroker.replay.catalog import SpecTimeline, TableSpec
+from changebroker.replay.snapshots import Cursors
 
 
 class RangeError(Exception):

@@ -17,9 +17,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from broker.bridge.transactions import POSITIONS_TOPIC, load_position
 from changebroker import kafka
-from changeserver.sequence import Sequence
+from changebroker.broker.bridge.transactions import POSITIONS_TOPIC, load_position
+from changebroker.changeserver.sequence import Sequence
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,13 @@ import time
 from collections.abc import Callable
 
 from changebroker import logs
-from replay.job import ReplayOptions, run_replay
+from changebroker.replay.job import ReplayOptions, run_replay
 
 log = logging.getLogger(__name__)
 
 
 def run_every(options: ReplayOptions, every: float, say: Callable[[str], None]) -> int:
-    from replay.spark import spark_session
+    from changebroker.replay.spark import spark_session
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

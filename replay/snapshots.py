@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from changebroker.files import write_atomically
-from replay.columns import Column
+from changebroker.replay.columns import Column
 
 FORMAT = 1
 MANIFEST = "manifest.json"

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from changebroker import maven
-from changebroker.state import REPO_ROOT, StateDir, default_state_dir
+from changebroker.state import StateDir, default_state_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-POM = REPO_ROOT / "docker" / "local" / "spark-kafka-pom.xml"
+POM = maven.pom("spark-kafka-pom.xml")
 # The connector, Delta Lake (``format("delta")``, path-based) and what they need beyond the
 # jars pyspark ships.
 CONNECTOR_ARTIFACTS = (

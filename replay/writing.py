@@ -25,7 +25,7 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from replay.snapshots import MANIFEST
+from changebroker.replay.snapshots import MANIFEST
 
 LOCK = ".writing"
 _MAX_LOCK_LENGTH = 0x7FFF_FFFF_FFFF_FFFF  # Java's whole-file lock range

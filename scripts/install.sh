@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Install everything changebroker needs on a Debian host, idempotently:
 # Java (a JDK with --test), Maven, PostgreSQL and HAProxy from Debian (when absent; Chromium
-# and promtool too with --test), the virtual environment at .venv with the project in it, and the Kafka / Spark-connector jars from
-# Maven Central into .state/cache, with a class archive of Spark's driver there
-# (replay/class_archive.py). `--test` adds the test and lint tools, and Buf's CLI (built with
-# Go) for the registry's Protobuf reference test.
+# and promtool too with --test), the virtual environment at .venv with the project in it (its
+# dependencies at the versions requirements/constraints.txt locks), and the Kafka /
+# Spark-connector jars from Maven Central into .state/cache, with a class archive of Spark's
+# driver there (replay/class_archive.py). `--test` adds the test and lint tools, and Buf's CLI
+# (built with Go) for the registry's Protobuf reference test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,8 +56,9 @@ if [[ ! -x .venv/bin/python ]]; then
   "$python" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-echo "installing changebroker${extras} into .venv"
-.venv/bin/python -m pip install -q -e ".${extras}"
+# The lock pins every dependency to the version the tests passed with (scripts/lock.py).
+echo "installing changebroker${extras} into .venv, as locked in requirements/constraints.txt"
+.venv/bin/python -m pip install -q -c requirements/constraints.txt -e ".${extras}"
 
 if [[ -n "$extras" ]]; then
   # The registry's Protobuf verdicts are held against Buf's own CLI, built once from its Go
@@ -69,7 +71,7 @@ echo "resolving the Kafka and Spark-connector jars (cached in .state/cache)"
 .venv/bin/python - <<'PY'
 from changebroker.stack.kafka import LocalKafka
 from changebroker.state import StateDir, default_state_dir
-from replay.spark import connector_jars
+from changebroker.replay.spark import connector_jars
 
 state = StateDir(default_state_dir())
 print(f"  kafka: {len(LocalKafka(state, 0, 0).jars())} jars")
@@ -77,7 +79,7 @@ print(f"  spark kafka connector: {len(connector_jars(state))} jars")
 PY
 # Once per machine (one to two minutes): Spark then starts seconds faster. Only an optimization,
 # so a failure warns rather than stopping the install.
-if ! .venv/bin/python -m replay.class_archive; then
+if ! .venv/bin/python -m changebroker.replay.class_archive; then
   echo "warning: no Spark class archive was made; Spark starts without it (slower)" >&2
 fi
 echo "installed: .venv/bin/changebroker"

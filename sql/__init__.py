@@ -1,5 +1,9 @@
-"""Versioned DDL: ``sql/<component>/NNN_name.sql``, applied by ``changebroker.pg.migrate``."""
+"""Versioned DDL: ``sql/<component>/NNN_name.sql``, applied by ``changebroker.pg.migrate``.
 
-from pathlib import Path
+The files are package data, read through importlib.resources, so an installed wheel reads
+them as a checkout does."""
 
-DIR = Path(__file__).resolve().parent
+from importlib import resources
+from importlib.resources.abc import Traversable
+
+DIR: Traversable = resources.files(__name__)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="session")
 def spark(services: Services) -> Iterator[SparkSession]:
     """One local SparkSession (with the Kafka connector) for the whole run."""
-    from replay.spark import spark_session
+    from changebroker.replay.spark import spark_session
 
     session = spark_session(app_name="changebroker-tests")
     yield session

@@ -19,9 +19,9 @@ from starlette.routing import Route
 
 from changebroker import auth, pg
 from changebroker.auth import AuthSettings, Principal, Unauthenticated
+from changebroker.registry.app import create_app as registry_app
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
-from registry.app import create_app as registry_app
 from tests.support.credentials import AUDIENCE, ISSUER, Issuer, tokens_file
 
 # One loop for every call, as in a service: the HTTP clients' connections belong to it.

@@ -15,8 +15,8 @@ import pytest
 
 from changebroker.auth import AuthSettings
 from changebroker.http import ConnectionLimits
+from changebroker.registry.app import create_app
 from changebroker.stack.run import serve_in_thread
-from registry.app import create_app
 from tests.support.credentials import tokens_file
 
 SLOW_CLIENTS = 200

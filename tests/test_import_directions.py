@@ -10,17 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from changebroker.state import REPO_ROOT
+from tests.support import REPO_ROOT
 
-SERVICES = ("changeserver", "broker", "registry", "replay", "console")
+# The services' folders; changebroker/<folder> links to each, so its modules are
+# changebroker.<folder>.
+FOLDERS = ("changeserver", "broker", "registry", "replay", "console")
+SERVICES = tuple(f"changebroker.{folder}" for folder in FOLDERS)
 # The command and the local stack: they start, drive and break the services, so they sit
 # above them.
 TOOLS = ("changebroker.cli", "changebroker.demo", "changebroker.stack", "changebroker.chaos")
-PACKAGES = ("changebroker", *SERVICES)
+PACKAGES = ("changebroker", *FOLDERS)
 
 
 def _module_name(path: Path) -> str:
     parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+    if parts[0] != "changebroker":
+        parts = ("changebroker", *parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -93,7 +98,7 @@ def test_the_walk_sees_every_part() -> None:
     layers = {_layer(module) for module in MODULES}
     assert layers == {"tool", "service", "shared"}
     # A lazy import inside a function counts; one for the type checker only does not run.
-    assert "replay.job" in IMPORTS["changebroker.demo"]
+    assert "changebroker.replay.job" in IMPORTS["changebroker.demo"]
     assert "changebroker.client.changes" in IMPORTS["changebroker.client.snapshots"]
     assert "changebroker.client.changes" not in RUN_IMPORTS["changebroker.client.snapshots"]
 

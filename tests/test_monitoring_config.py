@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from changebroker.state import REPO_ROOT
+from tests.support import REPO_ROOT
 
 DOCKER = REPO_ROOT / "docker"
 PROMETHEUS = DOCKER / "prometheus"

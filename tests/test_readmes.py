@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from changebroker.state import REPO_ROOT
+from tests.support import REPO_ROOT
 
 # Package folder -> its sub-packages with a README of their own (listed as a row, not per file).
 PACKAGES = {

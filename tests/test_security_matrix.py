@@ -24,23 +24,23 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp
 
-from broker.app import STREAMS
-from broker.app import create_app as broker_app
-from broker.authorization import Scopes
-from broker.bridge.bridge import Bridge
-from broker.bridge.bridge import Settings as BridgeSettings
-from broker.bridge.main import create_app as bridge_app
-from broker.settings import Settings as BrokerSettings
 from changebroker import kafka, pg
 from changebroker.auth import AuthMiddleware, AuthSettings
+from changebroker.broker.app import STREAMS
+from changebroker.broker.app import create_app as broker_app
+from changebroker.broker.authorization import Scopes
+from changebroker.broker.bridge.bridge import Bridge
+from changebroker.broker.bridge.bridge import Settings as BridgeSettings
+from changebroker.broker.bridge.main import create_app as bridge_app
+from changebroker.broker.settings import Settings as BrokerSettings
+from changebroker.changeserver.server import ChangeServer
+from changebroker.changeserver.server import Settings as ChangeServerSettings
+from changebroker.console.app import create_app as console_app
+from changebroker.console.upstream import Endpoints
+from changebroker.registry.app import create_app as registry_app
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
-from changebroker.state import REPO_ROOT
-from changeserver.server import ChangeServer
-from changeserver.server import Settings as ChangeServerSettings
-from console.app import create_app as console_app
-from console.upstream import Endpoints
-from registry.app import create_app as registry_app
+from tests.support import REPO_ROOT
 from tests.support.credentials import Issuer
 from tests.support.event_types import business_event_type
 

@@ -7,8 +7,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from broker.avro.envelope import SCHEMAS
-from broker.errors import NotFound
+from changebroker.broker.avro.envelope import SCHEMAS
+from changebroker.broker.errors import NotFound
 
 SERVED = ("batch.publishing", "batch.consumption")
 

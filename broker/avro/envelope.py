@@ -22,7 +22,7 @@ from typing import Any
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from broker.avro import wire
+from changebroker.broker.avro import wire
 
 NAMESPACE = "org.zalando.nakadi.generated.avro"
 # Avro's single-object encoding starts every message with these two bytes.

@@ -19,10 +19,10 @@ import fastavro
 import orjson
 from fastavro.schema import SchemaParseException, UnknownType
 
-from broker.avro import metadata as avro_metadata
-from broker.avro.envelope import Record, plain
-from registry.compat import SchemaError
-from registry.compat.avro import parse as parse_avro
+from changebroker.broker.avro import metadata as avro_metadata
+from changebroker.broker.avro.envelope import Record, plain
+from changebroker.registry.compat import SchemaError
+from changebroker.registry.compat.avro import parse as parse_avro
 
 
 class PayloadError(ValueError):

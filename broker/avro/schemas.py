@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from broker.avro.payloads import PayloadSchema, compile_schema
-from broker.event_types.rules import AVRO_SCHEMA
-from broker.event_types.store import Revision, Store
+from changebroker.broker.avro.payloads import PayloadSchema, compile_schema
+from changebroker.broker.event_types.rules import AVRO_SCHEMA
+from changebroker.broker.event_types.store import Revision, Store
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """Avro's binary encoding of the envelope's own records, by hand.
 
-The envelope's ``Metadata`` record is fixed (:mod:`broker.avro.envelope`), so it is read and
-written here field by field: a few microseconds an event, where a general codec's per-call
+The envelope's ``Metadata`` record is fixed (:mod:`changebroker.broker.avro.envelope`), so it is
+read and written here field by field: a few microseconds an event, where a general codec's per-call
 cost is several times that on the publishing path. Event payloads, of schemas not known in
-advance, are fastavro's (:mod:`broker.avro.payloads`).
+advance, are fastavro's (:mod:`changebroker.broker.avro.payloads`).
 """
 
 from __future__ import annotations

@@ -38,28 +38,32 @@ import orjson
 import psycopg
 from psycopg import sql as psql
 
-import sql as migrations
-from broker.bridge import tables, values
-from broker.bridge.changes_client import Answer, ChangesClient, ChangesUnreadable
-from broker.bridge.commits import Commits
-from broker.bridge.event_types import EventTypes, Published, SchemaRefused, event_type_name
-from broker.bridge.snapshots import IN_FLIGHT, WATERMARKS, Chunk, Chunks, Run
-from broker.bridge.table_events import ended_rows
-from broker.bridge.transactions import (
+from changebroker import auth, kafka, logs, pg
+from changebroker.broker.bridge import tables, values
+from changebroker.broker.bridge.changes_client import Answer, ChangesClient, ChangesUnreadable
+from changebroker.broker.bridge.commits import Commits
+from changebroker.broker.bridge.event_types import (
+    EventTypes,
+    Published,
+    SchemaRefused,
+    event_type_name,
+)
+from changebroker.broker.bridge.snapshots import IN_FLIGHT, WATERMARKS, Chunk, Chunks, Run
+from changebroker.broker.bridge.table_events import ended_rows
+from changebroker.broker.bridge.transactions import (
     Transactions,
     ensure_positions_topic,
     load_position,
 )
-from broker.event_types.store import Store
-from broker.publishing.api import ItemFailure, Target, prepare, received_now
-from broker.publishing.partitioning import java_string_hash
-from broker.publishing.producer import Message
-from broker.settings import TIMELINE_WAIT_TIMEOUT
-from broker.timelines.writers import Writer
-from changebroker import auth, kafka, logs, pg
+from changebroker.broker.event_types.store import Store
+from changebroker.broker.publishing.api import ItemFailure, Target, prepare, received_now
+from changebroker.broker.publishing.partitioning import java_string_hash
+from changebroker.broker.publishing.producer import Message
+from changebroker.broker.settings import TIMELINE_WAIT_TIMEOUT
+from changebroker.broker.timelines.writers import Writer
+from changebroker.changeserver.ddl import CREATE, DROP, REDEFINE, TRUNCATE
+from changebroker.changeserver.sequence import ZERO, Sequence
 from changebroker.timestamps import utc_second
-from changeserver.ddl import CREATE, DROP, REDEFINE, TRUNCATE
-from changeserver.sequence import ZERO, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +96,8 @@ def own_tables(outbox_table: str) -> frozenset[str]:
     create in the application's default schema, and the outbox (published on its own)."""
     created = {
         f"public.{name}"
-        for path in migrations.DIR.glob("*/*.sql")
+        for component in pg.components()
+        for _, path in pg.migrations(component)
         for name in re.findall(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", path.read_text())
     }
     return frozenset({*created, "public.changebroker_migrations", WATERMARKS, outbox_table})

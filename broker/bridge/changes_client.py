@@ -38,7 +38,7 @@ import h11
 import orjson
 
 from changebroker import auth
-from changeserver import changes
+from changebroker.changeserver import changes
 
 _READ_SIZE = 256 * 1024  # a 10,000-change answer is ~1 MB compact, ~3.5 MB in JSON
 _ACCEPT = f"{changes.COMPACT}, application/json;q=0.5"

@@ -14,8 +14,8 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from broker.bridge.transactions import Transactions
-from broker.publishing.producer import Message
+from changebroker.broker.bridge.transactions import Transactions
+from changebroker.broker.publishing.producer import Message
 
 Tag = TypeVar("Tag")
 

@@ -4,7 +4,7 @@ The broker's own API does the creating and the compatibility check (``PUT`` answ
 the mode refuses a change), so the bridge follows exactly the rules a person would; the broker
 registers each schema version in the registry under the event type's subject (tenant
 ``changebroker``, namespace ``event-types``). The publishing pipeline's
-:class:`~broker.publishing.api.Target` is then read from the broker's store.
+:class:`~changebroker.broker.publishing.api.Target` is then read from the broker's store.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any
 
 import httpx
 
-from broker.bridge.tables import Table, canonical
-from broker.event_types import effective_schema
-from broker.event_types.store import Store
-from broker.publishing.api import Target
 from changebroker import kafka
+from changebroker.broker.bridge.tables import Table, canonical
+from changebroker.broker.event_types import effective_schema
+from changebroker.broker.event_types.store import Store
+from changebroker.broker.publishing.api import Target
 
 OWNING_APPLICATION = "changebroker-bridge"
 # What data_event_type declares; with the schema, all its effective schema depends on.

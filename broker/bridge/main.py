@@ -24,9 +24,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from broker.bridge.bridge import Bridge, Settings
-from broker.bridge.metrics import BridgeCollector
 from changebroker import auth, config, http, logs, metrics, tasks
+from changebroker.broker.bridge.bridge import Bridge, Settings
+from changebroker.broker.bridge.metrics import BridgeCollector
 
 log = logging.getLogger(__name__)
 

@@ -32,8 +32,8 @@ import psycopg
 from psycopg import sql
 from psycopg.types.string import TextLoader
 
-from broker.bridge.tables import Table, split_name
-from changeserver.replication import SESSION_OPTIONS
+from changebroker.broker.bridge.tables import Table, split_name
+from changebroker.changeserver.replication import SESSION_OPTIONS
 
 WATERMARKS = "public.changebroker_watermarks"
 # Chunks of one table read ahead of the stream: their watermarks travel through replication

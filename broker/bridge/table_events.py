@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from broker.bridge.event_types import Published
-from broker.publishing.api import prepare
-from broker.publishing.producer import Message
+from changebroker.broker.bridge.event_types import Published
+from changebroker.broker.publishing.api import prepare
+from changebroker.broker.publishing.producer import Message
 
 TABLE_EVENT_KEY = b"[]"
 

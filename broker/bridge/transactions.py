@@ -22,8 +22,8 @@ import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from broker.publishing.producer import Message
 from changebroker import kafka
+from changebroker.broker.publishing.producer import Message
 
 POSITIONS_TOPIC = "changebroker.bridge.positions"
 

@@ -20,11 +20,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from broker import authorization
-from broker.access import Access
-from broker.admin_settings import Feature
-from broker.bodies import json_body
-from broker.errors import (
+from changebroker import logs
+from changebroker.auth import audit, principal_of
+from changebroker.broker import authorization
+from changebroker.broker.access import Access
+from changebroker.broker.admin_settings import Feature
+from changebroker.broker.bodies import json_body
+from changebroker.broker.errors import (
     BadRequest,
     Conflict,
     EventTypeNotFound,
@@ -32,16 +34,14 @@ from broker.errors import (
     NotFound,
     Unavailable,
 )
-from broker.event_types import evolution, rules
-from broker.event_types.store import AlreadyExists, Store, SubscriptionKey
-from broker.event_types.topics import TopicError, topic_config, topic_name
-from broker.own_events.collector import OwnEvents
-from broker.settings import Settings
-from broker.timelines import store as timeline_sql
-from broker.timelines.clusters import Clusters
-from broker.timelines.storages import cluster_of, default_in
-from changebroker import logs
-from changebroker.auth import audit, principal_of
+from changebroker.broker.event_types import evolution, rules
+from changebroker.broker.event_types.store import AlreadyExists, Store, SubscriptionKey
+from changebroker.broker.event_types.topics import TopicError, topic_config, topic_name
+from changebroker.broker.own_events.collector import OwnEvents
+from changebroker.broker.settings import Settings
+from changebroker.broker.timelines import store as timeline_sql
+from changebroker.broker.timelines.clusters import Clusters
+from changebroker.broker.timelines.storages import cluster_of, default_in
 
 log = logging.getLogger(__name__)
 

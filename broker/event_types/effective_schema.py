@@ -31,7 +31,7 @@ import fastjsonschema
 import jsonschema_rs
 from fastjsonschema.draft04 import CodeGeneratorDraft04
 
-from registry.compat.nakadi import closed
+from changebroker.registry.compat.nakadi import closed
 
 DRAFT_04 = "http://json-schema.org/draft-04/schema#"
 UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"

@@ -1,8 +1,8 @@
 """The next schema version of an event type, as Nakadi's schema evolution decides it.
 
 ``json_schema`` to ``json_schema``: the compatibility mode's rules and semantic versions
-(:mod:`registry.compat.nakadi`). ``json_schema`` to ``avro_schema``: a new MAJOR version in
-every mode; JSON events are still validated against the newest ``json_schema`` version.
+(:mod:`changebroker.registry.compat.nakadi`). ``json_schema`` to ``avro_schema``: a new MAJOR
+version in every mode; JSON events are still validated against the newest ``json_schema`` version.
 ``avro_schema`` to ``avro_schema``: in ``forward`` mode the previous schema must read events of
 the new one, in ``compatible`` mode each the other's (Avro's resolution rules); a changed
 schema is a new MAJOR version, one that only changed its ``doc`` none. Back to
@@ -15,9 +15,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from broker.event_types.rules import AVRO_SCHEMA, InvalidEventType
-from registry.compat import Level, SchemaError, nakadi_evolution, next_version
-from registry.compat.avro import avro_violations
+from changebroker.broker.event_types.rules import AVRO_SCHEMA, InvalidEventType
+from changebroker.registry.compat import Level, SchemaError, nakadi_evolution, next_version
+from changebroker.registry.compat.avro import avro_violations
 
 
 def new_version(current: Mapping[str, Any], updated: Mapping[str, Any]) -> str | None:

@@ -18,12 +18,12 @@ from typing import Any
 import jsonschema
 from jsonschema.validators import Draft4Validator
 
-from broker.annotations import KINDS, annotations_problems
-from broker.authorization import section_problem
-from broker.avro.payloads import PayloadError, compile_schema
-from broker.errors import AUTHORIZATION_KEPT, Unprocessable
-from broker.event_types import effective_schema
-from registry.compat.nakadi import unsupported_keywords
+from changebroker.broker.annotations import KINDS, annotations_problems
+from changebroker.broker.authorization import section_problem
+from changebroker.broker.avro.payloads import PayloadError, compile_schema
+from changebroker.broker.errors import AUTHORIZATION_KEPT, Unprocessable
+from changebroker.broker.event_types import effective_schema
+from changebroker.registry.compat.nakadi import unsupported_keywords
 
 NAME = re.compile(r"[a-zA-Z][-0-9a-zA-Z_]*(\.[0-9a-zA-Z][-0-9a-zA-Z_]*)*")
 # Nakadi's limit, and the broker's: topic names derive from event type names and Kafka allows

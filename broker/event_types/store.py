@@ -4,7 +4,7 @@ Each event type's schema versions are registry subjects: its ``json_schema`` ver
 subject of the event type's name in tenant ``changebroker``, namespace ``event-types``, its
 ``avro_schema`` versions the one in namespace ``event-types-avro`` (:func:`subject_key`; a
 subject has one format), so the registry API (``GET /subjects/{name}/versions``) shows them. The
-broker registers through :mod:`registry.store` on its own connection, in the
+broker registers through :mod:`changebroker.registry.store` on its own connection, in the
 transaction that changes the event type: both live in one metadata database,
 so a crash never leaves one without the other. Nakadi's semantic version of
 each schema ("1.0.0", "1.1.0", ...) is the broker's: ``broker_schema_versions``
@@ -30,12 +30,12 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from broker.errors import Conflict
-from broker.event_types.rules import AVRO_SCHEMA, JSON_SCHEMA
-from broker.subscriptions.coordination import notify_sql
+from changebroker.broker.errors import Conflict
+from changebroker.broker.event_types.rules import AVRO_SCHEMA, JSON_SCHEMA
+from changebroker.broker.subscriptions.coordination import notify_sql
 from changebroker.notified import NotifiedCache
-from registry import store as registry
-from registry.errors import RegistryError
+from changebroker.registry import store as registry
+from changebroker.registry.errors import RegistryError
 
 FIRST_VERSION = "1.0.0"
 SUBJECT_TENANT = registry.BROKER_TENANT

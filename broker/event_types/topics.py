@@ -1,5 +1,5 @@
-"""Kafka topics behind event types: one per timeline (:mod:`broker.timelines`), created with the
-event type or a new timeline, deleted with the event type or a timeline's retention."""
+"""Kafka topics behind event types: one per timeline (:mod:`changebroker.broker.timelines`), created
+with the event type or a new timeline, deleted with the event type or a timeline's retention."""
 
 from __future__ import annotations
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from broker.own_events.collector import OwnEvents
-from broker.own_events.definitions import ACCESS_LOG
 from changebroker.auth import Principal
+from changebroker.broker.own_events.collector import OwnEvents
+from changebroker.broker.own_events.definitions import ACCESS_LOG
 from changebroker.http import RESPOND
 from changebroker.numerals import whole_number
 

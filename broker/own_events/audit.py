@@ -14,9 +14,9 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from broker.own_events import access_log
-from broker.own_events.definitions import AUDIT_LOG
 from changebroker.auth import audit_log
+from changebroker.broker.own_events import access_log
+from changebroker.broker.own_events.definitions import AUDIT_LOG
 
 # The audit lines that change a resource: its kind and the data_op of the change.
 CHANGES: dict[str, tuple[str, str]] = {

@@ -21,14 +21,14 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-from broker import metrics
-from broker.avro.envelope import Record
-from broker.avro.metadata import FIELDS
-from broker.avro.schemas import AvroSchemas
-from broker.own_events import definitions
-from broker.streams.event_stream import Streamed
 from changebroker import logs
 from changebroker.auth import Principal
+from changebroker.broker import metrics
+from changebroker.broker.avro.envelope import Record
+from changebroker.broker.avro.metadata import FIELDS
+from changebroker.broker.avro.schemas import AvroSchemas
+from changebroker.broker.own_events import definitions
+from changebroker.broker.streams.event_stream import Streamed
 
 log = logging.getLogger(__name__)
 

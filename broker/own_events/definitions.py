@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from broker.subscriptions.dead_letters import QUEUE_EVENT_TYPE
+from changebroker.broker.subscriptions.dead_letters import QUEUE_EVENT_TYPE
 
 OWNING_APPLICATION = "stups_nakadi"
 KPI_NAMESPACE = "org.zalando.nakadi.kpi.event"

@@ -23,30 +23,30 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from broker import bodies, consumer_tags, metrics
-from broker.access import Access
-from broker.avro.payloads import PayloadSchema
-from broker.avro.schemas import AvroSchemas
-from broker.bodies import BadBody
-from broker.errors import EventTypeNotFound, Unavailable, Unprocessable
-from broker.event_types import effective_schema
-from broker.event_types.rules import AVRO_SCHEMA
-from broker.event_types.store import Revision, Store, StoredEventType
-from broker.own_events.collector import OwnEvents
-from broker.publishing import binary
-from broker.publishing.enrichment import EnrichmentError, enrich
-from broker.publishing.partitioning import (
+from changebroker import kafka, logs
+from changebroker.auth import principal_of
+from changebroker.broker import bodies, consumer_tags, metrics
+from changebroker.broker.access import Access
+from changebroker.broker.avro.payloads import PayloadSchema
+from changebroker.broker.avro.schemas import AvroSchemas
+from changebroker.broker.bodies import BadBody
+from changebroker.broker.errors import EventTypeNotFound, Unavailable, Unprocessable
+from changebroker.broker.event_types import effective_schema
+from changebroker.broker.event_types.rules import AVRO_SCHEMA
+from changebroker.broker.event_types.store import Revision, Store, StoredEventType
+from changebroker.broker.own_events.collector import OwnEvents
+from changebroker.broker.publishing import binary
+from changebroker.broker.publishing.enrichment import EnrichmentError, enrich
+from changebroker.broker.publishing.partitioning import (
     Partitioner,
     PartitioningError,
     metadata_partitioner,
     partitioner,
 )
-from broker.publishing.producer import Delivery, Message
-from broker.timelines.clusters import Clusters
-from broker.timelines.storages import cluster_of
-from broker.timelines.writers import Writer
-from changebroker import kafka, logs
-from changebroker.auth import principal_of
+from changebroker.broker.publishing.producer import Delivery, Message
+from changebroker.broker.timelines.clusters import Clusters
+from changebroker.broker.timelines.storages import cluster_of
+from changebroker.broker.timelines.writers import Writer
 from changebroker.http import OneWriteResponse
 from changebroker.metrics import labelled
 from changebroker.timestamps import utc_second
@@ -562,7 +562,7 @@ def prepare(
     """One event validated, partitioned, enriched and encoded: the pipeline without Kafka
     (the bridge sends the result in its own Kafka transactions). ``valid``: the caller built
     the event to the event type's schema and checked what could still differ
-    (``broker.bridge.event_types.OwnSchema``), so it is not validated again."""
+    (``changebroker.broker.bridge.event_types.OwnSchema``), so it is not validated again."""
     if size > MAX_EVENT_BYTES:
         raise ItemFailure(
             "validating",

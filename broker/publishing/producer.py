@@ -19,9 +19,9 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 
-from broker import metrics
-from broker.consumer_tags import KafkaHeaders
 from changebroker import http, kafka
+from changebroker.broker import metrics
+from changebroker.broker.consumer_tags import KafkaHeaders
 
 
 # Not frozen: a frozen dataclass's __init__ costs ~0.5 us more per event.

@@ -23,10 +23,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from broker import bodies, metrics
-from broker.access import Access
-from broker.avro.schemas import AvroSchemas
-from broker.errors import (
+from changebroker.auth import principal_of
+from changebroker.broker import bodies, metrics
+from changebroker.broker.access import Access
+from changebroker.broker.avro.schemas import AvroSchemas
+from changebroker.broker.errors import (
     BadRequest,
     BrokerError,
     EventTypeNotFound,
@@ -35,8 +36,8 @@ from broker.errors import (
     Unavailable,
     Unprocessable,
 )
-from broker.own_events.collector import OwnEvents
-from broker.streams.cursors import (
+from changebroker.broker.own_events.collector import OwnEvents
+from changebroker.broker.streams.cursors import (
     Bounds,
     Cursor,
     CursorError,
@@ -48,12 +49,11 @@ from broker.streams.cursors import (
     position,
     shift,
 )
-from broker.streams.event_stream import EventStream, Streamed, parse_limits
-from broker.streams.transcode import Transcoder
-from broker.timelines.clusters import Clusters
-from broker.timelines.model import Timelines
-from broker.timelines.store import TimelineStore
-from changebroker.auth import principal_of
+from changebroker.broker.streams.event_stream import EventStream, Streamed, parse_limits
+from changebroker.broker.streams.transcode import Transcoder
+from changebroker.broker.timelines.clusters import Clusters
+from changebroker.broker.timelines.model import Timelines
+from changebroker.broker.timelines.store import TimelineStore
 from changebroker.numerals import whole_number
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ Cursors from clients are ``{"partition", "offset"}`` objects; errors carry Nakad
 texts and the endpoint decides the status (the stream answers 412, cursor operations
 422, as Nakadi does).
 
-Cursor arithmetic works on positions (:mod:`broker.timelines.model`): the events of a
+Cursor arithmetic works on positions (:mod:`changebroker.broker.timelines.model`): the events of a
 partition counted through every timeline, a cursor being the last one consumed (-1 before
 the first event), so ``newest - position`` is the number of events still to read, and a
 distance counts events after the initial cursor up to and including the final one. Which
@@ -23,8 +23,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from broker.streams.watermarks import Watermark
-from broker.timelines.model import PositionError, Timelines
+from changebroker.broker.streams.watermarks import Watermark
+from changebroker.broker.timelines.model import PositionError, Timelines
 from changebroker.numerals import whole_number
 
 BEGIN = "begin"

@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Message
 
-from broker.consumer_tags import hidden
-from broker.errors import Unprocessable
-from broker.settings import STREAM_MEMORY_LIMIT
-from broker.streams.cursors import offset_text
-from broker.streams.timeline_reading import Assignment, Consumers, Readings
-from broker.streams.transcode import Transcoder
-from broker.timelines.model import Timelines
 from changebroker import http
+from changebroker.broker.consumer_tags import hidden
+from changebroker.broker.errors import Unprocessable
+from changebroker.broker.settings import STREAM_MEMORY_LIMIT
+from changebroker.broker.streams.cursors import offset_text
+from changebroker.broker.streams.timeline_reading import Assignment, Consumers, Readings
+from changebroker.broker.streams.transcode import Transcoder
+from changebroker.broker.timelines.model import Timelines
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def parse_limits(query: Mapping[str, str], *, subscription: bool = False) -> Str
 class PartitionBatch:
     """One partition's progress: what was last sent, what waits, when it must be flushed.
 
-    Offsets here are positions through the timelines (:mod:`broker.timelines.model`):
+    Offsets here are positions through the timelines (:mod:`changebroker.broker.timelines.model`):
     ``base`` turns the Kafka offsets of the topic being read into them, ``offset_text`` them
     into cursor offsets.
     """
@@ -211,7 +211,7 @@ class Batcher:
     ) -> None:
         """``streamed``: where the batches sent are counted, when someone wants to know;
         ``subscription_id``: the subscription streamed (None: a low-level stream), which
-        decides the consumer-tagged events it skips (:mod:`broker.consumer_tags`)."""
+        decides the consumer-tagged events it skips (:mod:`changebroker.broker.consumer_tags`)."""
         self.limits = limits
         self.subscription_id = subscription_id
         self.streamed = streamed
@@ -335,8 +335,8 @@ class EventStream:
     ) -> None:
         """``blocked``: asked before every poll; once it says so, the stream ends (Nakadi ends
         the stream of a consumer the blacklist blocks); ``transcode``: rewrites each poll's
-        events for the reader (:mod:`broker.streams.transcode`), told of every timeline the
-        stream follows; ``streamed``: where what it sends is counted, under the event type's
+        events for the reader (:mod:`changebroker.broker.streams.transcode`), told of every timeline
+        the stream follows; ``streamed``: where what it sends is counted, under the event type's
         name."""
         self._timelines = timelines
         self._positions = dict(positions)

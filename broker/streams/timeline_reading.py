@@ -1,8 +1,8 @@
 """The Kafka side of a stream through timelines: which topic, on which cluster, each of its
 partitions is read from, and the move to the next timeline at the end of one.
 
-A partition at a position (:mod:`broker.timelines.model`) is read in the timeline that holds
-the event after it. While that timeline is closed, its end is known: once the stream has
+A partition at a position (:mod:`changebroker.broker.timelines.model`) is read in the timeline that
+holds the event after it. While that timeline is closed, its end is known: once the stream has
 taken the event at the end, the partition moves on to the next timeline's topic, from its
 first offset, on that timeline's cluster. While it is active, the stream learns of a switch
 when the event type's timelines are read again (a new revision), and moves on when it reaches
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from broker.streams.watermarks import consumer_config
-from broker.timelines.model import Timeline, Timelines
 from changebroker import kafka
+from changebroker.broker.streams.watermarks import consumer_config
+from changebroker.broker.timelines.model import Timeline, Timelines
 
 PartitionKey = tuple[str, int]  # (event type, partition)
 Assignment = tuple[kafka.Cluster, TopicPartition]

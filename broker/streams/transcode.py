@@ -1,7 +1,7 @@
 """What a stream sends of each stored event, in the format its reader asked for.
 
 Kafka holds JSON events as their JSON and Avro events as Nakadi's envelope (a
-``Envelope`` single-object message, :mod:`broker.avro.envelope`); a tombstone of
+``Envelope`` single-object message, :mod:`changebroker.broker.avro.envelope`); a tombstone of
 ``deleted-events`` has no value and is never sent (the batcher skips it). A JSON stream sends
 an Avro event as the JSON object of its payload with its metadata; an Avro stream
 (``Accept: application/avro-binary``) sends an Avro event's envelope as stored and a JSON
@@ -18,10 +18,10 @@ from typing import Any
 import orjson
 from confluent_kafka import Message
 
-from broker.avro import envelope
-from broker.avro.payloads import PayloadError, PayloadSchema, avro_record, json_event
-from broker.avro.schemas import AvroSchemas, EventSchemas
-from broker.timelines.model import Timelines
+from changebroker.broker.avro import envelope
+from changebroker.broker.avro.payloads import PayloadError, PayloadSchema, avro_record, json_event
+from changebroker.broker.avro.schemas import AvroSchemas, EventSchemas
+from changebroker.broker.timelines.model import Timelines
 
 AVRO_MEDIA_TYPE = "application/avro-binary"
 _AVRO_FIRST_BYTE = envelope.MARKER[0]

@@ -1,5 +1,6 @@
 """Nakadi subscriptions over HTTP: ``/subscriptions`` and ``/subscriptions/{id}`` (create, list,
-get, update, delete); the subscriptions themselves are in :mod:`broker.subscriptions.store`.
+get, update, delete); the subscriptions themselves are in
+:mod:`changebroker.broker.subscriptions.store`.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from broker import authorization, bodies
-from broker.access import Access
-from broker.admin_settings import Feature
-from broker.errors import BadRequest, SubscriptionNotFound, Unavailable
-from broker.own_events.collector import OwnEvents
-from broker.subscriptions.store import (
+from changebroker.auth import audit, principal_of
+from changebroker.broker import authorization, bodies
+from changebroker.broker.access import Access
+from changebroker.broker.admin_settings import Feature
+from changebroker.broker.errors import BadRequest, SubscriptionNotFound, Unavailable
+from changebroker.broker.own_events.collector import OwnEvents
+from changebroker.broker.subscriptions.store import (
     DEFAULT_PAGE,
     MAX_PAGE,
     Subscription,
@@ -25,7 +27,6 @@ from broker.subscriptions.store import (
     Subscriptions,
     storable,
 )
-from changebroker.auth import audit, principal_of
 from changebroker.numerals import whole_number
 
 # What ``show_status`` adds to a listed subscription (served by the streams module).

@@ -21,11 +21,11 @@ from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from broker.metrics import PREFIX
-from broker.subscriptions.stream_api import topic_ages
-from broker.timelines.clusters import Clusters
-from broker.timelines.store import TimelineStore
 from changebroker import kafka
+from changebroker.broker.metrics import PREFIX
+from changebroker.broker.subscriptions.stream_api import topic_ages
+from changebroker.broker.timelines.clusters import Clusters
+from changebroker.broker.timelines.store import TimelineStore
 
 # Offsets whose storage time is remembered; past it the memory starts again.
 _REMEMBERED_AGES = 100_000

@@ -16,7 +16,7 @@ from collections.abc import Container, Mapping
 
 from confluent_kafka import Message
 
-from broker.streams.event_stream import PartitionBatch
+from changebroker.broker.streams.event_stream import PartitionBatch
 
 # What a stream holds read ahead at most (beside librdkafka's own prefetch queue), and at
 # least in events when they are small: librdkafka hands out a fetch partition by partition,

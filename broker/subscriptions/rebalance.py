@@ -5,7 +5,7 @@ wins over an automatic assignment). The other partitions are shared among the
 streams that requested none, as evenly as counts allow (6 partitions over 2
 streams: 3 and 3), moving as few as possible: a partition stays with the
 stream that has it while that stream is within its share. Pure: the caller
-(:mod:`broker.subscriptions.stream_api`) reads and writes Postgres.
+(:mod:`changebroker.broker.subscriptions.stream_api`) reads and writes Postgres.
 """
 
 from __future__ import annotations

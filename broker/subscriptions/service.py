@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
-from broker.access import Access
-from broker.avro.schemas import AvroSchemas
-from broker.own_events.collector import OwnEvents
-from broker.settings import Settings
-from broker.subscriptions.api import SubscriptionApi
-from broker.subscriptions.coordination import Coordinator
-from broker.subscriptions.session import DeadLetterSink
-from broker.subscriptions.store import Subscriptions, close_expired
-from broker.subscriptions.stream_api import SubscriptionStreams
-from broker.timelines.clusters import Clusters
-from broker.timelines.store import TimelineStore
+from changebroker.broker.access import Access
+from changebroker.broker.avro.schemas import AvroSchemas
+from changebroker.broker.own_events.collector import OwnEvents
+from changebroker.broker.settings import Settings
+from changebroker.broker.subscriptions.api import SubscriptionApi
+from changebroker.broker.subscriptions.coordination import Coordinator
+from changebroker.broker.subscriptions.session import DeadLetterSink
+from changebroker.broker.subscriptions.store import Subscriptions, close_expired
+from changebroker.broker.subscriptions.stream_api import SubscriptionStreams
+from changebroker.broker.timelines.clusters import Clusters
+from changebroker.broker.timelines.store import TimelineStore
 
 
 class SubscriptionService:

@@ -26,10 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from broker.avro import envelope
-from broker.event_types.store import Store
-from broker.streams.cursors import offset_text
-from broker.streams.event_stream import (
+from changebroker import http, logs
+from changebroker.broker.avro import envelope
+from changebroker.broker.event_types.store import Store
+from changebroker.broker.streams.cursors import offset_text
+from changebroker.broker.streams.event_stream import (
     MESSAGES_PER_POLL,
     STREAM_CONSUMER_SETTINGS,
     Batcher,
@@ -39,21 +40,25 @@ from broker.streams.event_stream import (
     StreamLimits,
     parse_limits,
 )
-from broker.streams.timeline_reading import Assignment, Consumers, GoneTimeline, Readings
-from broker.streams.transcode import Transcoder, Unrepresentable
-from broker.subscriptions.dead_letters import QUEUE_EVENT_TYPE, dead_letter
-from broker.subscriptions.dead_letters import policy_of as dead_letters_policy
-from broker.subscriptions.read_ahead import READ_AHEAD_EVENTS, ReadAhead
-from broker.subscriptions.store import (
+from changebroker.broker.streams.timeline_reading import (
+    Assignment,
+    Consumers,
+    GoneTimeline,
+    Readings,
+)
+from changebroker.broker.streams.transcode import Transcoder, Unrepresentable
+from changebroker.broker.subscriptions.dead_letters import QUEUE_EVENT_TYPE, dead_letter
+from changebroker.broker.subscriptions.dead_letters import policy_of as dead_letters_policy
+from changebroker.broker.subscriptions.read_ahead import READ_AHEAD_EVENTS, ReadAhead
+from changebroker.broker.subscriptions.store import (
     PartitionKey,
     Subscription,
     locked,
     notify_sql,
     rebalance_partitions,
 )
-from broker.timelines.model import Timelines
-from broker.timelines.store import TimelineStore
-from changebroker import http, logs
+from changebroker.broker.timelines.model import Timelines
+from changebroker.broker.timelines.store import TimelineStore
 from changebroker.numerals import whole_number
 
 log = logging.getLogger(__name__)
@@ -192,7 +197,7 @@ class Session:
     ) -> None:
         """``memory_limit``: the bytes of events held for batches not yet due; ``blocked``:
         asked on every turn of the stream, which ends once it says so; ``transcode``: what
-        the reader gets of each event (JSON or Avro, :mod:`broker.streams.transcode`);
+        the reader gets of each event (JSON or Avro, :mod:`changebroker.broker.streams.transcode`);
         ``dead_letters``: publishes to the dead-letter queue (its event type, its events);
         ``streamed``: where what it sends is counted, per event type."""
         self._store = store

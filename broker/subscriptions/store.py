@@ -7,8 +7,9 @@ or ``initial_cursors``. Sessions, commits and cursor resets are here too. Every
 change to a subscription's streams runs under its row lock: :func:`locked`, or for a
 commit, the one statement of ``sql/broker/006_commit_cursors.sql``;
 :func:`rebalance_partitions` re-assigns its partitions and :func:`close_expired` frees
-those of broker processes that are gone. The HTTP side is :mod:`broker.subscriptions.api`
-and :mod:`broker.subscriptions.stream_api`.
+those of broker processes that are gone. The HTTP side is
+:mod:`changebroker.broker.subscriptions.api` and
+:mod:`changebroker.broker.subscriptions.stream_api`.
 """
 
 from __future__ import annotations
@@ -27,18 +28,23 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from broker.annotations import KINDS, annotations_problems
-from broker.authorization import section_problem
-from broker.errors import AUTHORIZATION_KEPT, BrokerError, Conflict, SubscriptionNotFound
-from broker.event_types.store import Store, _utc
-from broker.streams.cursors import Cursor, CursorError, parse_cursor, position
-from broker.subscriptions import coordination, dead_letters, rebalance
-from broker.subscriptions.coordination import notify_sql
-from broker.timelines.clusters import Clusters
-from broker.timelines.model import Timelines
-from broker.timelines.store import TimelineStore
 from changebroker import logs
 from changebroker.auth import Principal
+from changebroker.broker.annotations import KINDS, annotations_problems
+from changebroker.broker.authorization import section_problem
+from changebroker.broker.errors import (
+    AUTHORIZATION_KEPT,
+    BrokerError,
+    Conflict,
+    SubscriptionNotFound,
+)
+from changebroker.broker.event_types.store import Store, _utc
+from changebroker.broker.streams.cursors import Cursor, CursorError, parse_cursor, position
+from changebroker.broker.subscriptions import coordination, dead_letters, rebalance
+from changebroker.broker.subscriptions.coordination import notify_sql
+from changebroker.broker.timelines.clusters import Clusters
+from changebroker.broker.timelines.model import Timelines
+from changebroker.broker.timelines.store import TimelineStore
 
 log = logging.getLogger(__name__)
 

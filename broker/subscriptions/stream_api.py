@@ -5,10 +5,11 @@ X-Nakadi-StreamId), the owner of every partition and its committed offset. Every
 change runs in a transaction that first locks the subscription's row, so changes
 to one subscription are serialised whichever process makes them, and ends with a
 NOTIFY that wakes the subscription's streams in every process
-(:mod:`broker.subscriptions.coordination`). Those statements are in
-:mod:`broker.subscriptions.store`; this module is their HTTP side.
+(:mod:`changebroker.broker.subscriptions.coordination`). Those statements are in
+:mod:`changebroker.broker.subscriptions.store`; this module is their HTTP side.
 
-How a stream's partitions move between streams is in :mod:`broker.subscriptions.session`.
+How a stream's partitions move between streams is in
+:mod:`changebroker.broker.subscriptions.session`.
 """
 
 from __future__ import annotations
@@ -27,21 +28,23 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from broker import bodies, metrics
-from broker.access import Access
-from broker.admin_settings import SUBSCRIPTION_BLOCKED
-from broker.avro.schemas import AvroSchemas
-from broker.errors import BadRequest, SubscriptionNotFound
-from broker.event_types.store import Store
-from broker.own_events.collector import OwnEvents
-from broker.streams.api import STREAM_MEDIA_TYPE, BatchStreamResponse, _wants_gzip
-from broker.streams.cursors import OffsetFormatError, offset_text, parse_offset
-from broker.streams.event_stream import STREAM_CONSUMER_SETTINGS, Streamed
-from broker.streams.transcode import AVRO_MEDIA_TYPE, Transcoder, wants_avro
-from broker.streams.watermarks import consumer_config
-from broker.subscriptions.coordination import Coordinator
-from broker.subscriptions.session import DeadLetterSink, Session, parse_params
-from broker.subscriptions.store import (
+from changebroker import kafka, logs
+from changebroker.auth import audit, principal_of
+from changebroker.broker import bodies, metrics
+from changebroker.broker.access import Access
+from changebroker.broker.admin_settings import SUBSCRIPTION_BLOCKED
+from changebroker.broker.avro.schemas import AvroSchemas
+from changebroker.broker.errors import BadRequest, SubscriptionNotFound
+from changebroker.broker.event_types.store import Store
+from changebroker.broker.own_events.collector import OwnEvents
+from changebroker.broker.streams.api import STREAM_MEDIA_TYPE, BatchStreamResponse, _wants_gzip
+from changebroker.broker.streams.cursors import OffsetFormatError, offset_text, parse_offset
+from changebroker.broker.streams.event_stream import STREAM_CONSUMER_SETTINGS, Streamed
+from changebroker.broker.streams.transcode import AVRO_MEDIA_TYPE, Transcoder, wants_avro
+from changebroker.broker.streams.watermarks import consumer_config
+from changebroker.broker.subscriptions.coordination import Coordinator
+from changebroker.broker.subscriptions.session import DeadLetterSink, Session, parse_params
+from changebroker.broker.subscriptions.store import (
     PartitionKey,
     Subscription,
     SubscriptionChanged,
@@ -50,10 +53,8 @@ from broker.subscriptions.store import (
     unknown_session,
     valid_id,
 )
-from broker.timelines.clusters import Clusters
-from broker.timelines.model import PositionError, Timelines
-from changebroker import kafka, logs
-from changebroker.auth import audit, principal_of
+from changebroker.broker.timelines.clusters import Clusters
+from changebroker.broker.timelines.model import PositionError, Timelines
 from changebroker.numerals import whole_number
 
 log = logging.getLogger(__name__)

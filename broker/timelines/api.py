@@ -14,18 +14,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from broker.access import Access
-from broker.bodies import json_body
-from broker.errors import NotFound, Unprocessable
-from broker.event_types.store import Store, _utc
-from broker.timelines.clusters import Clusters
-from broker.timelines.model import Timeline
-from broker.timelines.repartition import Repartitioning
-from broker.timelines.storages import Storages, parse
-from broker.timelines.store import TimelineStore
-from broker.timelines.switch import Switcher
 from changebroker import logs
 from changebroker.auth import audit
+from changebroker.broker.access import Access
+from changebroker.broker.bodies import json_body
+from changebroker.broker.errors import NotFound, Unprocessable
+from changebroker.broker.event_types.store import Store, _utc
+from changebroker.broker.timelines.clusters import Clusters
+from changebroker.broker.timelines.model import Timeline
+from changebroker.broker.timelines.repartition import Repartitioning
+from changebroker.broker.timelines.storages import Storages, parse
+from changebroker.broker.timelines.store import TimelineStore
+from changebroker.broker.timelines.switch import Switcher
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,11 @@ import logging
 
 import psycopg
 
-from broker.event_types.store import Store
-from broker.event_types.topics import TopicError
-from broker.timelines import store as timeline_sql
-from broker.timelines.clusters import Clusters
 from changebroker import logs
+from changebroker.broker.event_types.store import Store
+from changebroker.broker.event_types.topics import TopicError
+from changebroker.broker.timelines import store as timeline_sql
+from changebroker.broker.timelines.clusters import Clusters
 
 log = logging.getLogger(__name__)
 

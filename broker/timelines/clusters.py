@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from broker.event_types.topics import Topics
-from broker.publishing.producer import KafkaProducer
-from broker.streams.cursors import Bounds, bounds
-from broker.streams.watermarks import Watermark, Watermarks
-from broker.timelines.model import Timeline, Timelines
 from changebroker import kafka
+from changebroker.broker.event_types.topics import Topics
+from changebroker.broker.publishing.producer import KafkaProducer
+from changebroker.broker.streams.cursors import Bounds, bounds
+from changebroker.broker.streams.watermarks import Watermark, Watermarks
+from changebroker.broker.timelines.model import Timeline, Timelines
 
 
 class Clusters:

@@ -19,12 +19,12 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from broker.errors import EventTypeNotFound, Unprocessable
-from broker.event_types.store import Store
-from broker.subscriptions.store import rebalance_partitions
-from broker.timelines import store as timeline_sql
-from broker.timelines.clusters import Clusters
 from changebroker import logs
+from changebroker.broker.errors import EventTypeNotFound, Unprocessable
+from changebroker.broker.event_types.store import Store
+from changebroker.broker.subscriptions.store import rebalance_partitions
+from changebroker.broker.timelines import store as timeline_sql
+from changebroker.broker.timelines.clusters import Clusters
 
 log = logging.getLogger(__name__)
 

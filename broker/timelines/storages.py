@@ -19,8 +19,8 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from broker.errors import BrokerError, Conflict, NotFound, Unprocessable
 from changebroker import kafka
+from changebroker.broker.errors import BrokerError, Conflict, NotFound, Unprocessable
 
 OWN_STORAGE = "default"
 STORAGE_TYPE = "kafka"

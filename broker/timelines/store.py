@@ -3,7 +3,7 @@ type revision, and the statements that switch, clean up and widen them.
 
 Every change to an event type's timelines also bumps the event type's revision (and its topic,
 on a switch), so each broker process notices it through the notification every change to
-``broker_event_types`` sends (``broker.event_types.store``), and reads them again.
+``broker_event_types`` sends (``changebroker.broker.event_types.store``), and reads them again.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from broker.event_types.store import Revision, Store
-from broker.timelines.model import Timeline, Timelines, timelines_of
-from broker.timelines.storages import cluster_of
 from changebroker import kafka
+from changebroker.broker.event_types.store import Revision, Store
+from changebroker.broker.timelines.model import Timeline, Timelines, timelines_of
+from changebroker.broker.timelines.storages import cluster_of
 
 _SELECT = """
 SELECT e.name AS event_type, e.partitions, t.id::text, t.timeline_order, t.storage_id,

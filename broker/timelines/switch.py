@@ -1,8 +1,8 @@
 """Creating a timeline: a new topic on the chosen storage takes over an event type's events.
 
 1. The next topic is created, with the event type's partitions and settings.
-2. The event type is locked for writers (:mod:`broker.timelines.writers`); once every writer
-   has paused, no event can reach the active topic any more.
+2. The event type is locked for writers (:mod:`changebroker.broker.timelines.writers`); once every
+   writer has paused, no event can reach the active topic any more.
 3. Where each of its partitions ends is read from Kafka and, in one transaction under the
    event type's row lock, becomes the closing timeline's ``latest_offsets``; the new timeline
    becomes active and publishing's topic.
@@ -23,14 +23,14 @@ from dataclasses import dataclass
 
 import psycopg
 
-from broker.errors import BrokerError, Conflict, Unavailable, Unprocessable
-from broker.event_types.store import Store
-from broker.event_types.topics import TopicError, topic_config, topic_name
-from broker.timelines import store as timeline_sql
-from broker.timelines.clusters import Clusters
-from broker.timelines.storages import Storage
-from broker.timelines.writers import LAPSE_GRACE_SECONDS, lock_seconds
 from changebroker import kafka, logs
+from changebroker.broker.errors import BrokerError, Conflict, Unavailable, Unprocessable
+from changebroker.broker.event_types.store import Store
+from changebroker.broker.event_types.topics import TopicError, topic_config, topic_name
+from changebroker.broker.timelines import store as timeline_sql
+from changebroker.broker.timelines.clusters import Clusters
+from changebroker.broker.timelines.storages import Storage
+from changebroker.broker.timelines.writers import LAPSE_GRACE_SECONDS, lock_seconds
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ from collections.abc import Callable
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from broker.errors import Unavailable
 from changebroker import logs, tasks
+from changebroker.broker.errors import Unavailable
 
 log = logging.getLogger(__name__)
 

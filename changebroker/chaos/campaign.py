@@ -42,7 +42,7 @@ from changebroker.chaos.proxy import BLACKHOLE, CUT, SLOW, Link, Proxies
 from changebroker.chaos.workload import Violations
 from changebroker.stack.local import FIRST_SLOT, LocalStack, Ports
 from changebroker.stack.processes import answers, free_port, read_pid, wait_until
-from changebroker.state import REPO_ROOT, StateDir
+from changebroker.state import StateDir, default_state_dir
 
 CHANGESERVERS = ("changeserver-1", "changeserver-2")  # the first holds the slot faults hit
 SERVICES = (*CHANGESERVERS, "broker-1", "broker-2", "bridge", "registry")
@@ -169,7 +169,7 @@ class Campaign:
         }
         self.proxies = Proxies([Link(n, self.links[n], targets[n]) for n in LINKS])
         self.stack = LocalStack(
-            StateDir(root, cache_root=REPO_ROOT / ".state" / "cache"),
+            StateDir(root, cache_root=StateDir(default_state_dir()).cache),
             ports,
             broker_processes=2,  # behind the load balancer on the broker port
             changeservers=2,  # behind it on the changeserver port

@@ -30,8 +30,8 @@ from typing import Any
 import httpx
 import psycopg
 
-from broker.event_types.examples import order_received
-from changeserver.sequence import Sequence
+from changebroker.broker.event_types.examples import order_received
+from changebroker.changeserver.sequence import Sequence
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from changebroker import kafka, logs, maven
 from changebroker.stack.processes import read_pid, start_detached, stop_pid
-from changebroker.state import REPO_ROOT, StateDir
+from changebroker.state import StateDir
 
 log = logging.getLogger(__name__)
 
-POM = REPO_ROOT / "docker" / "local" / "kafka-pom.xml"
+POM = maven.pom("kafka-pom.xml")
 # The collector settings of Kafka's own start script (kafka-run-class.sh): G1 left at its
 # default 200 ms pause target grew the young generation until one collection paused every
 # request for 35-39 ms (-Xlog:gc during the bridge's latency benchmark).

@@ -27,6 +27,7 @@ from typing import Any
 
 from changebroker import auth, config, logs
 from changebroker.auth import AuthSettings
+from changebroker.changeserver.sequence import Sequence
 from changebroker.http import Tls
 from changebroker.stack.kafka import LocalKafkaCluster
 from changebroker.stack.loadbalancer import LoadBalancer
@@ -40,7 +41,6 @@ from changebroker.stack.processes import (
     wait_until,
 )
 from changebroker.state import StateDir
-from changeserver.sequence import Sequence
 
 log = logging.getLogger(__name__)
 
@@ -613,7 +613,7 @@ def _free_ports(count: int, taken: set[int]) -> set[int]:
 def newest_snapshot(directory: Path, bridge_position: str | None) -> dict[str, Any] | None:
     """The newest snapshot /snapshots serves: id, age, rows, and how far behind the bridge's
     position its changeserver sequence is (bytes of WAL), or None when there is none."""
-    from changeserver.snapshots import find_newest
+    from changebroker.changeserver.snapshots import find_newest
 
     found = find_newest(directory)
     if found is None:

@@ -4,12 +4,12 @@ Every "incompatible" answer is a list of ``Violation``s (path, rule, message),
 never a bare false; the rules are the table in ``rules.py``.
 """
 
-from registry.compat.avro import avro_violations
-from registry.compat.json_schema import json_schema_violations, share_subtrees
-from registry.compat.model import Evolution, Level, Mode, SchemaError, Violation
-from registry.compat.modes import check, check_labelled
-from registry.compat.nakadi import nakadi_evolution, next_version
-from registry.compat.rules import RULES, Rule
+from changebroker.registry.compat.avro import avro_violations
+from changebroker.registry.compat.json_schema import json_schema_violations, share_subtrees
+from changebroker.registry.compat.model import Evolution, Level, Mode, SchemaError, Violation
+from changebroker.registry.compat.modes import check, check_labelled
+from changebroker.registry.compat.nakadi import nakadi_evolution, next_version
+from changebroker.registry.compat.rules import RULES, Rule
 
 __all__ = [
     "RULES",

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from registry.compat.avro_witness import encodes, in_union, smallest, with_field
-from registry.compat.model import (
+from changebroker.registry.compat.avro_witness import encodes, in_union, smallest, with_field
+from changebroker.registry.compat.model import (
     PairWalk,
     SchemaError,
     Violation,
@@ -29,7 +29,7 @@ from registry.compat.model import (
     placed,
     settle,
 )
-from registry.compat.rules import Rule
+from changebroker.registry.compat.rules import Rule
 
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from registry.compat.model import NOTHING
+from changebroker.registry.compat.model import NOTHING
 
 if TYPE_CHECKING:
-    from registry.compat.avro import Node
+    from changebroker.registry.compat.avro import Node
 
 _SMALLEST: dict[str, Any] = {
     "null": None,

@@ -36,9 +36,9 @@ from jsonschema.protocols import Validator as ValidatorProtocol
 from referencing.exceptions import Unresolvable
 
 from changebroker.numerals import whole_number
-from registry.compat.json_evaluation import ITEMS_MARK, PROPERTIES_MARK, Evaluation
-from registry.compat.json_witness import Values, accepts, fresh_name, names_for, search
-from registry.compat.model import (
+from changebroker.registry.compat.json_evaluation import ITEMS_MARK, PROPERTIES_MARK, Evaluation
+from changebroker.registry.compat.json_witness import Values, accepts, fresh_name, names_for, search
+from changebroker.registry.compat.model import (
     NOTHING,
     PairWalk,
     Pending,
@@ -49,7 +49,7 @@ from registry.compat.model import (
     placed,
     settle,
 )
-from registry.compat.rules import Rule
+from changebroker.registry.compat.rules import Rule
 
 # Keywords that never change which documents are valid.
 ANNOTATIONS = frozenset(

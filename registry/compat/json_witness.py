@@ -26,7 +26,7 @@ from jsonschema.exceptions import UnknownType
 from jsonschema.protocols import Validator as ValidatorProtocol
 from referencing.exceptions import Unresolvable
 
-from registry.compat.model import NOTHING
+from changebroker.registry.compat.model import NOTHING
 
 # Values proposed where a schema says little, in the order a person would try them.
 ANY_VALUES: tuple[Any, ...] = (None, False, 0, "", [], {}, 1.5, "a", -1, True)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from registry.compat.rules import Rule
+from changebroker.registry.compat.rules import Rule
 
 
 class Mode(enum.StrEnum):

@@ -6,11 +6,11 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from registry.compat.avro import avro_violations
-from registry.compat.avro import parse as parse_avro
-from registry.compat.json_schema import json_schema_violations
-from registry.compat.model import Mode, SchemaError, Violation
-from registry.compat.rules import Rule
+from changebroker.registry.compat.avro import avro_violations
+from changebroker.registry.compat.avro import parse as parse_avro
+from changebroker.registry.compat.json_schema import json_schema_violations
+from changebroker.registry.compat.model import Mode, SchemaError, Violation
+from changebroker.registry.compat.rules import Rule
 
 Format = Literal["JSON", "AVRO"]
 

@@ -24,15 +24,15 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 from changebroker.numerals import whole_number
-from registry.compat.json_schema import (
+from changebroker.registry.compat.json_schema import (
     SCHEMA_LISTS,
     SCHEMA_MAPS,
     SCHEMA_VALUES,
     json_schema_violations,
     strip_annotations,
 )
-from registry.compat.model import Evolution, Level, Violation
-from registry.compat.rules import Rule
+from changebroker.registry.compat.model import Evolution, Level, Violation
+from changebroker.registry.compat.rules import Rule
 
 NakadiMode = Literal["compatible", "forward", "none"]
 

@@ -18,8 +18,8 @@ import struct
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from registry.compat.model import Mode, SchemaError, Violation
-from registry.compat.protobuf_model import (
+from changebroker.registry.compat.model import Mode, SchemaError, Violation
+from changebroker.registry.compat.protobuf_model import (
     EXPLICIT,
     IMPLICIT,
     MAP,
@@ -31,7 +31,7 @@ from registry.compat.protobuf_model import (
     Message,
     load,
 )
-from registry.compat.rules import Rule
+from changebroker.registry.compat.rules import Rule
 
 
 class Category(enum.StrEnum):

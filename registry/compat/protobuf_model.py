@@ -11,7 +11,7 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2
 
-from registry.compat.protobuf_source import encoded_descriptor, file_descriptor
+from changebroker.registry.compat.protobuf_source import encoded_descriptor, file_descriptor
 
 FieldProto = descriptor_pb2.FieldDescriptorProto
 

@@ -20,7 +20,7 @@ import grpc_tools
 from google.protobuf import descriptor_pb2
 from grpc_tools import _protoc_compiler
 
-from registry.compat.model import SchemaError
+from changebroker.registry.compat.model import SchemaError
 
 FILE_NAME = "schema.proto"  # what every definition is compiled as; imports name other files
 DEFINITION_KEY = "fileDescriptorProto"  # the decoded definition: {this: base64 of the bytes}

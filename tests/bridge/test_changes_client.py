@@ -15,11 +15,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from broker.bridge.changes_client import Answer, ChangesClient, ChangesUnreadable
 from changebroker import auth, http
+from changebroker.broker.bridge.changes_client import Answer, ChangesClient, ChangesUnreadable
+from changebroker.changeserver import changes
 from changebroker.stack.processes import free_port
 from changebroker.stack.run import serve_in_thread
-from changeserver import changes
 from tests.support.credentials import self_signed_ca
 
 

@@ -10,10 +10,14 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from broker.bridge.commits import Commits
-from broker.bridge.transactions import Transactions, ensure_positions_topic, load_position
-from broker.publishing.producer import Message
 from changebroker import kafka
+from changebroker.broker.bridge.commits import Commits
+from changebroker.broker.bridge.transactions import (
+    Transactions,
+    ensure_positions_topic,
+    load_position,
+)
+from changebroker.broker.publishing.producer import Message
 
 
 def events_topic(bootstrap: str, name: str) -> str:

@@ -16,11 +16,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from changebroker.changeserver.server import ChangeServer
+from changebroker.changeserver.server import Settings as ChangeServerSettings
 from changebroker.chaos.faults import drop_slot_behind
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
-from changeserver.server import ChangeServer
-from changeserver.server import Settings as ChangeServerSettings
 from tests.bridge.test_snapshot import s_events
 from tests.support.bridge_stack import Stack, rebuilding, snapshot_of
 

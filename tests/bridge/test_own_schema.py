@@ -6,19 +6,19 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from broker.bridge import tables, values
-from broker.bridge.bridge import eid
-from broker.bridge.event_types import (
+from changebroker import kafka
+from changebroker.broker.bridge import tables, values
+from changebroker.broker.bridge.bridge import eid
+from changebroker.broker.bridge.event_types import (
     CLEANUP_POLICY,
     COMPATIBILITY_MODE,
     OwnSchema,
     Published,
 )
-from broker.event_types import effective_schema
-from broker.event_types.effective_schema import EventValidator
-from broker.event_types.store import Revision
-from broker.publishing.api import Target
-from changebroker import kafka
+from changebroker.broker.event_types import effective_schema
+from changebroker.broker.event_types.effective_schema import EventValidator
+from changebroker.broker.event_types.store import Revision
+from changebroker.broker.publishing.api import Target
 
 TABLE = tables.Table(
     "public.orders",

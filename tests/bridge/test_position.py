@@ -4,9 +4,9 @@ the units it touches, not every unit the bridge ever published (dropped tables i
 
 from __future__ import annotations
 
-from broker.bridge.bridge import Position, Progress
-from broker.bridge.snapshots import Run
-from changeserver.sequence import Sequence
+from changebroker.broker.bridge.bridge import Position, Progress
+from changebroker.broker.bridge.snapshots import Run
+from changebroker.changeserver.sequence import Sequence
 
 
 def _position(units: int) -> Position:

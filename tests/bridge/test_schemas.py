@@ -8,7 +8,7 @@ import json
 
 import httpx
 
-from broker.event_types.store import SUBJECT_NAMESPACE, SUBJECT_TENANT
+from changebroker.broker.event_types.store import SUBJECT_NAMESPACE, SUBJECT_TENANT
 from changebroker.stack.processes import wait_until
 from tests.support.bridge_stack import Rebuilt, Stack
 

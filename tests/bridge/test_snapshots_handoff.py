@@ -12,10 +12,10 @@ import httpx
 import psycopg
 import pytest
 
+from changebroker.changeserver.sequence import Sequence
+from changebroker.changeserver.snapshots import SEQUENCE_HEADER
+from changebroker.replay.job import run_replay
 from changebroker.stack.processes import wait_until
-from changeserver.sequence import Sequence
-from changeserver.snapshots import SEQUENCE_HEADER
-from replay.job import run_replay
 from tests.support.bridge_stack import Stack
 
 pytestmark = pytest.mark.spark

@@ -6,8 +6,8 @@ import base64
 
 import pytest
 
-from broker.bridge import values
-from broker.bridge.values import (
+from changebroker.broker.bridge import values
+from changebroker.broker.bridge.values import (
     BOOL,
     BYTEA,
     FLOAT8,
@@ -17,7 +17,7 @@ from broker.bridge.values import (
     TIMESTAMP,
     TIMESTAMPTZ,
 )
-from broker.event_types.effective_schema import EventValidator
+from changebroker.broker.event_types.effective_schema import EventValidator
 
 CASES = [
     (BOOL, "true", True),

@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from broker.app import create_app
-from broker.settings import Settings
 from changebroker import pg
 from changebroker.auth import AuthSettings
+from changebroker.broker.app import create_app
+from changebroker.broker.settings import Settings
 from changebroker.stack.run import serve_in_thread
 from tests.support.brokers import broker_client
 from tests.support.credentials import tokens_file

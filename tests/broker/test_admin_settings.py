@@ -10,11 +10,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from broker.admin_settings import REFRESH
-from broker.app import create_app
-from broker.settings import Settings
 from changebroker import pg
 from changebroker.auth import AuthSettings, add_options
+from changebroker.broker.admin_settings import REFRESH
+from changebroker.broker.app import create_app
+from changebroker.broker.settings import Settings
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
 from tests.support.credentials import tokens_file

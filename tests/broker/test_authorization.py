@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from broker.app import create_app
-from broker.settings import Settings
 from changebroker.auth import AuthSettings
+from changebroker.broker.app import create_app
+from changebroker.broker.settings import Settings
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
 from tests.broker.subscription_support import Stream, commit

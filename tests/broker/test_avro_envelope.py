@@ -7,8 +7,8 @@ import io
 import fastavro
 import pytest
 
-from broker.avro import envelope, metadata
-from broker.avro.envelope import EnvelopeError, Record
+from changebroker.broker.avro import envelope, metadata
+from changebroker.broker.avro.envelope import EnvelopeError, Record
 
 # The CRC-64-AVRO fingerprints (little-endian, as single-object encoding writes them) of
 # Nakadi's schemas, as Apache Avro's Java SchemaNormalization.parsingFingerprint64 computes

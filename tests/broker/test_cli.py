@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from broker import main
-from broker.settings import Settings
 from changebroker import config
+from changebroker.broker import main
+from changebroker.broker.settings import Settings
 from changebroker.stack.run import broker_process
 from tests.broker.kafka_read import read_all, topic_of
 from tests.support.event_types import business_event_type

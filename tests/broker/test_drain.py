@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from broker.publishing.producer import KafkaProducer, Message
 from changebroker import kafka
+from changebroker.broker.publishing.producer import KafkaProducer, Message
 from changebroker.stack.processes import free_port, wait_until
 from changebroker.stack.run import broker_process
 from tests.broker.subscription_support import create

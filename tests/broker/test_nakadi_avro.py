@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from broker.authorization import Scopes
-from broker.avro import envelope
-from broker.avro.envelope import Record
-from broker.avro.payloads import compile_schema
+from changebroker.broker.authorization import Scopes
+from changebroker.broker.avro import envelope
+from changebroker.broker.avro.envelope import Record
+from changebroker.broker.avro.payloads import compile_schema
 from changebroker.stack.processes import wait_until
 from tests.broker.stream_support import stream_lines
 from tests.broker.subscription_support import Stream, commit, create, owners

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from broker.streams.cursors import format_offset
+from changebroker.broker.streams.cursors import format_offset
 from tests.broker.stream_support import order, read
 from tests.broker.subscription_support import Stream, create
 from tests.broker.swagger import assert_problem

@@ -11,7 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from broker.subscriptions.dead_letters import MAX_EVENT_SEND_COUNT, UNPROCESSABLE_EVENT_POLICY
+from changebroker.broker.subscriptions.dead_letters import (
+    MAX_EVENT_SEND_COUNT,
+    UNPROCESSABLE_EVENT_POLICY,
+)
 from tests.broker.stream_support import order, publish
 from tests.broker.subscription_support import Stream, commit, create
 from tests.broker.swagger import assert_problem

@@ -14,11 +14,11 @@ import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from broker import main
-from broker.app import create_app
-from broker.settings import Settings
 from changebroker import config, kafka
 from changebroker.auth import AuthSettings
+from changebroker.broker import main
+from changebroker.broker.app import create_app
+from changebroker.broker.settings import Settings
 from changebroker.stack.run import serve_in_thread
 from tests.broker.subscription_support import create
 from tests.broker.swagger import assert_problem, validate

@@ -13,13 +13,13 @@ from typing import Any
 import httpx
 import pytest
 
-from broker import main
-from broker.avro import envelope
-from broker.avro.payloads import compile_schema
-from broker.own_events import definitions
-from broker.settings import Settings
-from broker.streams.cursors import format_offset
-from broker.subscriptions.dead_letters import (
+from changebroker.broker import main
+from changebroker.broker.avro import envelope
+from changebroker.broker.avro.payloads import compile_schema
+from changebroker.broker.own_events import definitions
+from changebroker.broker.settings import Settings
+from changebroker.broker.streams.cursors import format_offset
+from changebroker.broker.subscriptions.dead_letters import (
     MAX_EVENT_SEND_COUNT,
     QUEUE_EVENT_TYPE,
     UNPROCESSABLE_EVENT_POLICY,

@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import httpx
 
-from broker.app import create_app
-from broker.settings import Settings
+from changebroker.broker.app import create_app
+from changebroker.broker.settings import Settings
 from changebroker.stack.run import serve_in_thread
 from tests.broker.stream_support import order, publish
 from tests.broker.subscription_support import create

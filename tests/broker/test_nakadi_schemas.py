@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from broker.authorization import Scopes
+from changebroker.broker.authorization import Scopes
 from tests.broker.swagger import assert_problem, validate
 from tests.support.event_types import business_event_type
 

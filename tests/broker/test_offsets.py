@@ -6,7 +6,12 @@ import re
 
 import pytest
 
-from broker.streams.cursors import Offset, OffsetFormatError, format_offset, parse_offset
+from changebroker.broker.streams.cursors import (
+    Offset,
+    OffsetFormatError,
+    format_offset,
+    parse_offset,
+)
 from tests.broker.stream_support import OFFSET_PATTERN
 
 

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import httpx
 
-from broker.app import create_app
-from broker.settings import Settings
+from changebroker.broker.app import create_app
+from changebroker.broker.settings import Settings
 from changebroker.stack.run import serve_in_thread
 from tests.broker.stream_support import order, publish, two_partition_type
 from tests.broker.swagger import assert_problem, validate

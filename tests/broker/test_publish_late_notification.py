@@ -16,17 +16,17 @@ import pytest
 from starlette.requests import Request
 from starlette.types import Message as AsgiMessage
 
-from broker.access import Access
-from broker.admin_settings import AdminSettings, initial_admins
-from broker.avro.schemas import AvroSchemas
-from broker.errors import EventTypeNotFound
-from broker.event_types.store import Revision, Store
-from broker.own_events.collector import OwnEvents
-from broker.publishing.api import Publisher
-from broker.timelines.clusters import Clusters
-from broker.timelines.writers import Writer
 from changebroker import kafka
 from changebroker.auth import ANONYMOUS
+from changebroker.broker.access import Access
+from changebroker.broker.admin_settings import AdminSettings, initial_admins
+from changebroker.broker.avro.schemas import AvroSchemas
+from changebroker.broker.errors import EventTypeNotFound
+from changebroker.broker.event_types.store import Revision, Store
+from changebroker.broker.own_events.collector import OwnEvents
+from changebroker.broker.publishing.api import Publisher
+from changebroker.broker.timelines.clusters import Clusters
+from changebroker.broker.timelines.writers import Writer
 from tests.broker.kafka_read import read_all, topic_of
 from tests.support.event_types import business_event_type
 

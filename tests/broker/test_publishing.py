@@ -13,9 +13,9 @@ import psycopg
 import pytest
 import zstandard
 
-from broker.app import create_app
-from broker.publishing.partitioning import java_string_hash
-from broker.settings import Settings
+from changebroker.broker.app import create_app
+from changebroker.broker.publishing.partitioning import java_string_hash
+from changebroker.broker.settings import Settings
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
 from tests.broker.kafka_read import read_all, topic_of

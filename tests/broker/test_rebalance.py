@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from broker.subscriptions.rebalance import Slot, assign
+from changebroker.broker.subscriptions.rebalance import Slot, assign
 
 KEYS = [("a", 0), ("a", 1), ("b", 0), ("b", 1), ("b", 2), ("b", 3)]
 

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 from confluent_kafka.admin import AdminClient
 
-from broker.publishing.partitioning import java_string_hash
 from changebroker import kafka
+from changebroker.broker.publishing.partitioning import java_string_hash
 from changebroker.stack.processes import wait_until
 from tests.broker.delivery_check import (
     Consumer,

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import httpx
 
-from broker.app import create_app
-from broker.bridge.event_types import EventTypes
-from broker.event_types.store import Store
-from broker.settings import Settings
 from changebroker import kafka
+from changebroker.broker.app import create_app
+from changebroker.broker.bridge.event_types import EventTypes
+from changebroker.broker.event_types.store import Store
+from changebroker.broker.settings import Settings
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import broker_process, serve_in_thread
 from tests.broker.kafka_read import read_all, topic_of

@@ -18,14 +18,14 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from broker.app import create_app
-from broker.event_types.store import subject_key
-from broker.settings import Settings
 from changebroker import pg
+from changebroker.broker.app import create_app
+from changebroker.broker.event_types.store import subject_key
+from changebroker.broker.settings import Settings
+from changebroker.registry.app import create_app as create_registry_app
+from changebroker.registry.store import register_in
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
-from registry.app import create_app as create_registry_app
-from registry.store import register_in
 from tests.support.event_types import business_event_type
 
 TENANT = {"tenant": "changebroker", "namespace": "event-types"}

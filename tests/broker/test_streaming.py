@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from broker.streams import event_stream
+from changebroker.broker.streams import event_stream
 from changebroker.stack.processes import wait_until
 from tests.broker.stream_support import (
     OFFSET_PATTERN,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.streams.event_stream import LimitError, StreamLimits, parse_limits
+from changebroker.broker.streams.event_stream import LimitError, StreamLimits, parse_limits
 
 
 def test_defaults_are_nakadis() -> None:

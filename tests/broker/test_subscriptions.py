@@ -18,7 +18,7 @@ import httpx
 import psycopg
 import pytest
 
-from broker.settings import Settings
+from changebroker.broker.settings import Settings
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import broker_process
 from tests.broker.stream_support import order, partitioned_type, publish

@@ -13,8 +13,8 @@ import httpx
 import psycopg
 from confluent_kafka.admin import AdminClient
 
-from broker.streams.cursors import format_offset
 from changebroker import kafka
+from changebroker.broker.streams.cursors import format_offset
 from changebroker.stack.processes import wait_until
 from tests.broker.stream_support import order, publish, read, stream_lines
 from tests.broker.subscription_support import Stream, commit, create, reopened

@@ -13,8 +13,8 @@ import httpx
 import psycopg
 from confluent_kafka import Producer
 
-from broker.streams.cursors import format_offset
 from changebroker import kafka
+from changebroker.broker.streams.cursors import format_offset
 from tests.broker.subscription_support import Stream, commit, create, stats
 
 

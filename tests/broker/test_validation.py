@@ -17,8 +17,8 @@ from fastjsonschema import JsonSchemaValueException
 from jsonschema import FormatChecker
 from jsonschema.validators import Draft4Validator
 
-from broker.event_types import effective_schema
-from broker.event_types.effective_schema import (
+from changebroker.broker.event_types import effective_schema
+from changebroker.broker.event_types.effective_schema import (
     EventValidator,
     is_calendar_date_time,
     is_date_time,

@@ -14,9 +14,9 @@ import httpx
 import psycopg
 import pytest
 
-from broker.event_types.store import Store
-from broker.settings import Settings
-from broker.timelines.writers import Writer
+from changebroker.broker.event_types.store import Store
+from changebroker.broker.settings import Settings
+from changebroker.broker.timelines.writers import Writer
 from changebroker.stack.processes import wait_until
 from tests.broker.test_admin_settings import problem
 from tests.broker.test_timelines import existing_topics, orders, read_offsets

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from changeserver import changelog, pgoutput
-from changeserver.changelog import ChangeLog, LogReader
-from changeserver.pgoutput import Relation
-from changeserver.sequence import Sequence
+from changebroker.changeserver import changelog, pgoutput
+from changebroker.changeserver.changelog import ChangeLog, LogReader
+from changebroker.changeserver.pgoutput import Relation
+from changebroker.changeserver.sequence import Sequence
 from tests.support import pgoutput_messages
 
 _FORMAT_0 = """

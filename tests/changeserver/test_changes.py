@@ -6,9 +6,9 @@ import json
 
 import httpx
 
-from changeserver import changes
-from changeserver.changelog import LogReader
-from changeserver.sequence import ZERO
+from changebroker.changeserver import changes
+from changebroker.changeserver.changelog import LogReader
+from changebroker.changeserver.sequence import ZERO
 from tests.support.changeserver import Harness, MakeServer, conforms
 
 

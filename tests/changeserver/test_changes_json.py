@@ -11,10 +11,10 @@ import json
 import random
 from typing import Any
 
-from changeserver import api, changelog, changes, pgoutput
-from changeserver.pgoutput import NO_SELECTOR, Relation
-from changeserver.query import COMPACT, JSON, Query
-from changeserver.sequence import Sequence
+from changebroker.changeserver import api, changelog, changes, pgoutput
+from changebroker.changeserver.pgoutput import NO_SELECTOR, Relation
+from changebroker.changeserver.query import COMPACT, JSON, Query
+from changebroker.changeserver.sequence import Sequence
 from tests.support import pgoutput_messages
 
 _BOOL = 16

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from changeserver.ddl import CREATE, DROP, REDEFINE, TableEvent, table_events
+from changebroker.changeserver.ddl import CREATE, DROP, REDEFINE, TableEvent, table_events
 
 INSERT, UPDATE, DELETE = 1, 2, 3
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import psycopg
 
+from changebroker.changeserver.server import ChangeServer, Settings
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
-from changeserver.server import ChangeServer, Settings
 from tests.support.changeserver import TABLE
 
 

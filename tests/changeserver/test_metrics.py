@@ -9,8 +9,8 @@ from pathlib import Path
 
 import httpx
 
+from changebroker.changeserver.sequence import Sequence
 from changebroker.stack.processes import wait_until
-from changeserver.sequence import Sequence
 from tests.support.changeserver import MakeServer
 from tests.support.metrics import scrape
 from tests.support.snapshots import write_snapshot

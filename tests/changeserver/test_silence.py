@@ -12,10 +12,10 @@ import httpx
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from changebroker.changeserver.server import ChangeServer, Settings
 from changebroker.chaos.proxy import BLACKHOLE, PASS, Link, Proxies
 from changebroker.stack.processes import free_port, wait_until
 from changebroker.stack.run import serve_in_thread
-from changeserver.server import ChangeServer, Settings
 from tests.support.changeserver import TABLE
 
 

@@ -10,11 +10,11 @@ import httpx
 import psycopg
 import pytest
 
+from changebroker.changeserver.replication import SlotLost, ensure_slot
+from changebroker.changeserver.server import ChangeServer, Settings
 from changebroker.chaos.faults import drop_slot_behind
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
-from changeserver.replication import SlotLost, ensure_slot
-from changeserver.server import ChangeServer, Settings
 from tests.support.changeserver import Harness, MakeServer
 
 

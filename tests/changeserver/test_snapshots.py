@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 
 from changebroker import transicator_pb2 as pb
-from changeserver import changes
-from changeserver.query import PROTOBUF
-from changeserver.snapshots import ID_HEADER, SEQUENCE_HEADER
+from changebroker.changeserver import changes
+from changebroker.changeserver.query import PROTOBUF
+from changebroker.changeserver.snapshots import ID_HEADER, SEQUENCE_HEADER
 from tests.support.changeserver import Harness, MakeServer
 from tests.support.snapshots import write_snapshot
 

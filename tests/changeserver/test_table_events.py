@@ -9,8 +9,8 @@ from typing import Any
 
 import psycopg
 
+from changebroker.changeserver.ddl import CREATE, DROP, REDEFINE, TRUNCATE
 from changebroker.stack.processes import wait_until
-from changeserver.ddl import CREATE, DROP, REDEFINE, TRUNCATE
 from tests.support.changeserver import Harness
 
 INSERT, UPDATE = 1, 2

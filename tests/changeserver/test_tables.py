@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import threading
 
-from changeserver import changes
-from changeserver.ddl import CREATE
-from changeserver.sequence import Sequence
+from changebroker.changeserver import changes
+from changebroker.changeserver.ddl import CREATE
+from changebroker.changeserver.sequence import Sequence
 from tests.support.changeserver import Harness
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
+from changebroker.changeserver.sequence import Sequence
 from changebroker.stack.processes import wait_until
-from changeserver.sequence import Sequence
 from tests.support.changeserver import Harness, conforms
 
 

@@ -26,10 +26,10 @@ import pytest
 from confluent_kafka.admin import ConfigResource
 from pyspark.sql import SparkSession
 
-from broker.bridge.transactions import POSITIONS_TOPIC
 from changebroker import kafka
+from changebroker.broker.bridge.transactions import POSITIONS_TOPIC
+from changebroker.replay import run_replay
 from changebroker.stack.processes import wait_until
-from replay import run_replay
 from tests.broker.kafka_read import read_all, topic_of
 from tests.broker.subscription_support import create
 from tests.support.bank import TABLES as SCHEMA

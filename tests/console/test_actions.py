@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 from playwright.sync_api import Page, expect
 
+from changebroker.console.sampler import total_unconsumed
 from changebroker.stack.processes import wait_until
-from console.sampler import total_unconsumed
 from tests.broker.subscription_support import Stream
 from tests.support.bridge_stack import Rebuilt, Stack
 from tests.support.console import people_read_by_a_subscription, published_people, screenshot

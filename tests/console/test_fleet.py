@@ -10,10 +10,10 @@ import httpx
 import psycopg
 from playwright.sync_api import Page, expect
 
+from changebroker.console.app import create_app
+from changebroker.console.upstream import Endpoints
 from changebroker.stack.processes import free_port, wait_until
 from changebroker.stack.run import serve_in_thread
-from console.app import create_app
-from console.upstream import Endpoints
 from tests.support.console import screenshot
 from tests.support.fleet import TABLE, changeserver_fleet
 

@@ -9,9 +9,9 @@ import uuid
 import httpx
 from playwright.sync_api import Page, expect
 
-from broker.event_types.store import SUBJECT_NAMESPACE, SUBJECT_TENANT
+from changebroker.broker.event_types.store import SUBJECT_NAMESPACE, SUBJECT_TENANT
+from changebroker.console.sampler import total_unconsumed
 from changebroker.stack.processes import wait_until
-from console.sampler import total_unconsumed
 from tests.support.bridge_stack import Rebuilt, Stack
 from tests.support.console import people_read_by_a_subscription, screenshot
 from tests.support.event_types import business_event_type

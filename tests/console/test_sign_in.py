@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from changebroker.auth import AuthSettings
-from console.login import COOKIE, DEFAULT_ADMIN_SCOPE, DEFAULT_READ_SCOPE
+from changebroker.console.login import COOKIE, DEFAULT_ADMIN_SCOPE, DEFAULT_READ_SCOPE
 from tests.console.test_unreachable import ACTIONS, PAGES, unreachable_console
 from tests.support.console import screenshot
 from tests.support.credentials import tokens_file

@@ -9,10 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
+from changebroker.console.app import create_app
+from changebroker.console.upstream import Endpoints
 from changebroker.stack.processes import free_port
 from changebroker.stack.run import serve_in_thread
-from console.app import create_app
-from console.upstream import Endpoints
 
 PAGES = [
     "/",

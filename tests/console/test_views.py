@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from console import diff
-from console.bridge_pages import unit_of
-from console.context import templates
-from console.history import Series, compact, svg_chart
+from changebroker.console import diff
+from changebroker.console.bridge_pages import unit_of
+from changebroker.console.context import templates
+from changebroker.console.history import Series, compact, svg_chart
 
 V1 = {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}}
 V2 = {

@@ -20,13 +20,13 @@ import httpx
 import psycopg
 import pytest
 
-from broker.app import create_app as broker_app
-from broker.settings import Settings as BrokerSettings
 from changebroker import pg
+from changebroker.broker.app import create_app as broker_app
+from changebroker.broker.settings import Settings as BrokerSettings
+from changebroker.registry.app import create_app as registry_app
 from changebroker.stack.loadbalancer import CHECK_INTERVAL
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
-from registry.app import create_app as registry_app
 from tests.support.bridge_stack import Stack, rebuilding
 from tests.support.fleet import (
     SELECTOR,

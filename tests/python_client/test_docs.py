@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from changebroker.stack.processes import wait_until
-from changebroker.state import REPO_ROOT
+from tests.support import REPO_ROOT
 from tests.support.change_feeds import FULL_OLD_ROWS, WANTED, fence, selector_rows, write
 from tests.support.changeserver import MakeServer
 from tests.support.snapshots import write_snapshot

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from broker.event_types.examples import order_received
+from changebroker.broker.event_types.examples import order_received
 from changebroker.client import (
     AsyncSubscription,
     EventBatch,

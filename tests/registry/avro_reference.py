@@ -2,7 +2,7 @@
 
 ``reference_verdicts`` compiles avro_reference/AvroVerdicts.java against the jars Maven
 resolves for avro_reference/pom.xml (cached in .state/cache) and runs it once over all
-pairs; ``registry_verdicts`` asks ``registry.compat`` the same questions. Given the
+pairs; ``registry_verdicts`` asks ``changebroker.registry.compat`` the same questions. Given the
 registry's examples (``registry_examples``), the same run decodes each with Avro's own
 decoder.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from changebroker import maven
-from registry.compat import SchemaError, avro_violations
-from registry.compat.avro import parse
+from changebroker.registry.compat import SchemaError, avro_violations
+from changebroker.registry.compat.avro import parse
 from tests.registry.avro_corpus import Pair
 from tests.support.services import CACHE
 

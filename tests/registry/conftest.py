@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from changebroker import pg
+from changebroker.registry.app import create_app
 from changebroker.stack.run import serve_in_thread
-from registry.app import create_app
 
 
 @pytest.fixture(scope="module")

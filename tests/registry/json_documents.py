@@ -15,7 +15,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from registry.compat.json_schema import validator_class
+from changebroker.registry.compat.json_schema import validator_class
 
 _STRINGS = ["", "a", "ab", "abc", "abcdef", "x", "xyz", "123", "0", "2024-01-01", "A-1", "é"]
 _NUMBERS = [0, 1, -1, 2, 3, 4, 5, 6, 7, 10, 42, 100, 101, -10, -11, 0.5, 1.5, 2.5, -0.5, 7.5, 1e6]

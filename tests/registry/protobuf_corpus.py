@@ -16,8 +16,12 @@ from dataclasses import dataclass
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 
-from registry.compat.model import SchemaError
-from registry.compat.protobuf_source import encoded_descriptor, file_descriptor, proto_definition
+from changebroker.registry.compat.model import SchemaError
+from changebroker.registry.compat.protobuf_source import (
+    encoded_descriptor,
+    file_descriptor,
+    proto_definition,
+)
 
 
 @dataclass(frozen=True)

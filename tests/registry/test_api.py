@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from changebroker.auth import AuthSettings
+from changebroker.registry.app import create_app
 from changebroker.stack.run import serve_in_thread
-from registry.app import create_app
 from tests.support.credentials import tokens_file
 
 OPENSCHEMA = "application/vnd.openschema.v1+json"

@@ -12,9 +12,9 @@ import pytest
 from psycopg.rows import dict_row
 
 from changebroker import pg
-from registry import errors
-from registry.errors import RegistryError
-from registry.store import (
+from changebroker.registry import errors
+from changebroker.registry.errors import RegistryError
+from changebroker.registry.store import (
     NewVersion,
     Registered,
     Store,

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from google.protobuf.message import DecodeError
 
-from registry.compat.protobuf import Category
+from changebroker.registry.compat.protobuf import Category
 from tests.registry.buf_reference import buf_rules, package
 from tests.registry.protobuf_corpus import Pair, corpus, message_class
 

@@ -9,9 +9,9 @@ import httpx
 import psycopg
 import pytest
 
+from changebroker.registry.app import create_app
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
-from registry.app import create_app
 from tests.support.metrics import scrape
 
 SCHEMA = {"type": "object", "properties": {"id": {"type": "string"}}}

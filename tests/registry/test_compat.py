@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from registry.compat import (
+from changebroker.registry.compat import (
     Evolution,
     Level,
     Mode,

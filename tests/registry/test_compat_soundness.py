@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from registry.compat import json_schema_violations
-from registry.compat.json_schema import validator_class
+from changebroker.registry.compat import json_schema_violations
+from changebroker.registry.compat.json_schema import validator_class
 from tests.registry.compat_cases import JSON_CASES
 
 SCALARS: list[Any] = [None, True, False, 0, 1, -1, 3, 5, 7, 10, 42, 100, 150, 1.5, 0.25, -0.5]

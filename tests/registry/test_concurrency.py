@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
+from changebroker.registry.app import create_app
 from changebroker.stack.run import serve_in_thread
-from registry.app import create_app
 
 CLIENTS = 12
 DEFINITIONS = 30  # each sent twice, by different clients

@@ -14,8 +14,8 @@ import json
 
 import pytest
 
-from registry.compat import Violation, json_schema_violations
-from registry.compat.json_schema import validator_class
+from changebroker.registry.compat import Violation, json_schema_violations
+from changebroker.registry.compat.json_schema import validator_class
 from tests.registry.json_corpus import Pair, corpus
 
 GOAL = 0.95  # of incompatible verdicts, those with a proven example

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from registry.compat import json_schema_violations
-from registry.compat.json_schema import validator_class
+from changebroker.registry.compat import json_schema_violations
+from changebroker.registry.compat.json_schema import validator_class
 from tests.registry.json_corpus import Pair, corpus
 from tests.registry.json_documents import documents, property_names
 

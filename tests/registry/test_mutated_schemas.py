@@ -12,11 +12,11 @@ from typing import Any
 import jsonschema
 import pytest
 
-from registry.compat import Mode, check
-from registry.compat.json_schema import validator_class
-from registry.compat.modes import Format
-from registry.definitions import _metaschema_accepts, parse_definition
-from registry.errors import RegistryError
+from changebroker.registry.compat import Mode, check
+from changebroker.registry.compat.json_schema import validator_class
+from changebroker.registry.compat.modes import Format
+from changebroker.registry.definitions import _metaschema_accepts, parse_definition
+from changebroker.registry.errors import RegistryError
 from tests.registry import avro_corpus, json_corpus
 
 ODD_VALUES: list[Any] = [

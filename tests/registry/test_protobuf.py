@@ -12,9 +12,9 @@ import httpx
 import pytest
 from google.protobuf.message import DecodeError, EncodeError
 
-from registry.compat.model import Mode
-from registry.compat.protobuf import protobuf_check
-from registry.compat.protobuf_source import proto_definition
+from changebroker.registry.compat.model import Mode
+from changebroker.registry.compat.protobuf import protobuf_check
+from changebroker.registry.compat.protobuf_source import proto_definition
 from tests.registry.protobuf_corpus import PROTO2, PROTO3, corpus, message_class
 
 ORDER = PROTO3.replace("{package}", "shop")

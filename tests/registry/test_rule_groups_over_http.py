@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from registry.compat.json_schema import validator_class
+from changebroker.registry.compat.json_schema import validator_class
 from tests.registry.rule_groups_corpus import CHANGES, D2020, Change
 
 # (change, first registered, then sent, whether the second must register)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from changebroker.state import REPO_ROOT
-from registry.compat import RULES, Rule
+from changebroker.registry.compat import RULES, Rule
+from tests.support import REPO_ROOT
 
 ROW = re.compile(r"^\| `([A-Za-z_-]+)` \| ([^|]+) \| (.+) \|$")
 

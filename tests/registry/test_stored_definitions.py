@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from changebroker import pg
+from changebroker.registry.app import create_app
 from changebroker.stack.run import serve_in_thread
-from registry.app import create_app
 
 # The specification's way to write four zero bytes as a fixed default.
 ZEROS: dict[str, Any] = {

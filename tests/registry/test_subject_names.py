@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from changebroker.auth import AuthSettings
+from changebroker.registry.app import MAX_NAME_LENGTH, create_app
 from changebroker.stack.run import serve_in_thread
-from registry.app import MAX_NAME_LENGTH, create_app
 from tests.support.credentials import tokens_file
 
 SCHEMA = {"serialization": "json", "schemaDefinition": {"type": "object"}}

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from changebroker.state import REPO_ROOT
-from replay.class_archive import ensure
-from replay.spark import class_archive
+from changebroker.replay.class_archive import ensure
+from changebroker.replay.spark import class_archive
+from tests.support import REPO_ROOT
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def test_the_install_made_the_archive_and_the_driver_maps_it(spark: SparkSession) -> None:
     archive = class_archive()
     assert archive.is_file(), (
-        "scripts/install.sh makes it (.venv/bin/python -m replay.class_archive)"
+        "scripts/install.sh makes it (.venv/bin/python -m changebroker.replay.class_archive)"
     )
     driver = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
     # Mapped into the driver JVM's memory: the JVM accepted it (else it maps nothing).
@@ -29,7 +29,7 @@ def test_the_install_made_the_archive_and_the_driver_maps_it(spark: SparkSession
 
 _ONE_RUN_DRIVER = """
 from pathlib import Path
-from replay.spark import spark_session
+from changebroker.replay.spark import spark_session
 spark = spark_session("local[1]", one_run=True)
 driver = spark.sparkContext._gateway.proc.pid
 print(Path(f"/proc/{driver}/cmdline").read_bytes().replace(b"\\0", b" ").decode())
@@ -56,7 +56,7 @@ def test_an_existing_archive_is_kept() -> None:
     made = archive.stat().st_mtime_ns
     assert ensure() == archive
     shown = subprocess.run(
-        [sys.executable, "-m", "replay.class_archive"],
+        [sys.executable, "-m", "changebroker.replay.class_archive"],
         capture_output=True,
         text=True,
         check=True,
@@ -68,7 +68,7 @@ def test_an_existing_archive_is_kept() -> None:
 
 
 _KAFKA_CLIENT_CLASS = """
-from replay.spark import spark_session
+from changebroker.replay.spark import spark_session
 spark = spark_session("local[1]", one_run=True)
 spark.sparkContext._jvm.java.lang.Class.forName("org.apache.kafka.clients.consumer.KafkaConsumer")
 spark.stop()

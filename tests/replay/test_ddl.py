@@ -28,12 +28,12 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
+from changebroker.changeserver.sequence import Sequence
+from changebroker.changeserver.snapshots import SEQUENCE_HEADER
 from changebroker.client.sync import create_snapshot_subscription
+from changebroker.replay import run_replay
+from changebroker.replay.snapshots import Manifest
 from changebroker.stack.processes import wait_until
-from changeserver.sequence import Sequence
-from changeserver.snapshots import SEQUENCE_HEADER
-from replay import run_replay
-from replay.snapshots import Manifest
 from tests.broker.subscription_support import Stream, commit
 from tests.support.bridge_stack import Rebuilt, Stack, rebuilding, table_rows
 from tests.support.replay_snapshots import Rows, snapshot_tables

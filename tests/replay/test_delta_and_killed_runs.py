@@ -15,8 +15,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from changebroker.chaos.faults import family
+from changebroker.replay import run_replay, snapshots, writing
 from changebroker.stack.processes import wait_until
-from replay import run_replay, snapshots, writing
 from tests.support.bridge_stack import Rebuilt, Stack, rebuilding, table_rows
 from tests.support.replay_snapshots import snapshot_tables
 

@@ -12,12 +12,12 @@ import httpx
 import pytest
 from pyspark.sql import SparkSession
 
-from broker.bridge.event_types import data_event_type
-from broker.bridge.tables import Table
 from changebroker import cli
+from changebroker.broker.bridge.event_types import data_event_type
+from changebroker.broker.bridge.tables import Table
+from changebroker.replay import run_replay
+from changebroker.replay.columns import NoPrimaryKey
 from changebroker.stack.processes import wait_until
-from replay import run_replay
-from replay.columns import NoPrimaryKey
 from tests.support.bridge_stack import Stack, rebuilding
 from tests.support.replay_snapshots import snapshot_tables
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from pyspark.sql import SparkSession
 
-from replay import run_replay
+from changebroker.replay import run_replay
 from tests.broker.test_storages import storage
 from tests.broker.test_timelines import switch
 from tests.replay.test_keyed import EXPECTED_FIRST, EXPECTED_SECOND, FIRST, SECOND, produce

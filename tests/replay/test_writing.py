@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from replay import writing
-from replay.snapshots import MANIFEST
+from changebroker.replay import writing
+from changebroker.replay.snapshots import MANIFEST
 
 
 def _sweep_elsewhere(out: Path) -> list[str]:
     """``sweep`` from another process, as the next run does (a process never conflicts with
     its own POSIX locks)."""
     code = (
-        "import sys; from pathlib import Path; from replay.writing import sweep;"
+        "import sys; from pathlib import Path; from changebroker.replay.writing import sweep;"
         " print('\\n'.join(p.name for p in sweep(Path(sys.argv[1]))))"
     )
     done = subprocess.run(

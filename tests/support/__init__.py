@@ -12,5 +12,7 @@ command as a child process.
 
 from pathlib import Path
 
+# The checkout the tests run from.
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # The API contracts responses are checked against (docs/specs/README.md).
-SPECS = Path(__file__).resolve().parents[2] / "docs" / "specs"
+SPECS = REPO_ROOT / "docs" / "specs"

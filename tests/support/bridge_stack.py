@@ -21,18 +21,18 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from broker.app import create_app as broker_app
-from broker.bridge import values
-from broker.bridge.bridge import Bridge, Settings
-from broker.bridge.main import create_app as bridge_app
-from broker.settings import Settings as BrokerSettings
 from changebroker import kafka, pg
+from changebroker.broker.app import create_app as broker_app
+from changebroker.broker.bridge import values
+from changebroker.broker.bridge.bridge import Bridge, Settings
+from changebroker.broker.bridge.main import create_app as bridge_app
+from changebroker.broker.settings import Settings as BrokerSettings
+from changebroker.changeserver.server import ChangeServer
+from changebroker.changeserver.server import Settings as ChangeServerSettings
+from changebroker.registry.app import create_app as registry_app
+from changebroker.replay.job import ReplayOptions
 from changebroker.stack.processes import free_port, wait_until
 from changebroker.stack.run import CliProcess, serve_in_thread
-from changeserver.server import ChangeServer
-from changeserver.server import Settings as ChangeServerSettings
-from registry.app import create_app as registry_app
-from replay.job import ReplayOptions
 
 
 @dataclass

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import httpx
 
-from broker.app import create_app
-from broker.settings import Settings
 from changebroker import pg
+from changebroker.broker.app import create_app
+from changebroker.broker.settings import Settings
 from changebroker.stack.run import serve_in_thread
 
 

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from changebroker.auth import Authenticator
+from changebroker.changeserver.server import ChangeServer, Settings
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
-from changeserver.server import ChangeServer, Settings
 from tests.support import SPECS
 
 TABLE = "CREATE TABLE items (id int PRIMARY KEY, name text, _change_selector text)"

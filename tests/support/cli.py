@@ -7,12 +7,12 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from changebroker.stack.processes import free_port
-from changebroker.state import REPO_ROOT
+from tests.support import REPO_ROOT
 
 # The ports `up` takes from CHANGEBROKER_<name> variables: our services', then Postgres' and
 # Kafka's (unless the stack is pointed at others).
@@ -37,15 +37,24 @@ def stack_env(state: Path, ports: Iterable[str] = STACK_PORTS) -> dict[str, str]
     return env
 
 
+# This checkout's changebroker; an installed one is its console script (``[path]``).
+CHECKOUT_PROGRAM = (sys.executable, "-m", "changebroker.cli")
+
+
 def changebroker(
-    env: dict[str, str], *args: str, timeout: float = 600
+    env: dict[str, str],
+    *args: str,
+    timeout: float = 600,
+    program: Sequence[str] = CHECKOUT_PROGRAM,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "changebroker.cli", *args],
+        [*program, *args],
         env=env,
         capture_output=True,
         text=True,
         timeout=timeout,
+        cwd=cwd,
     )
 
 
@@ -57,10 +66,12 @@ def status(env: dict[str, str], timeout: float = 600) -> dict[str, Any]:
     return found
 
 
-def up_demo(env: dict[str, str]) -> None:
+def up_demo(
+    env: dict[str, str], program: Sequence[str] = CHECKOUT_PROGRAM, cwd: Path | None = None
+) -> None:
     """``up --demo``, which must start the stack and run the whole tour: the replay's
     snapshot served, every step done."""
-    up = changebroker(env, "up", "--demo")
+    up = changebroker(env, "up", "--demo", program=program, cwd=cwd)
     assert up.returncode == 0, up.stdout + up.stderr
     assert "demo failed" not in up.stdout and "== Done." in up.stdout, up.stdout
     assert "GET /snapshots?selector=bridge: 2 demo_orders rows" in up.stdout, up.stdout

@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from changebroker import kafka, pg
+from changebroker.changeserver.server import ChangeServer
+from changebroker.changeserver.server import Settings as ChangeServerSettings
+from changebroker.registry.app import create_app as registry_app
 from changebroker.stack.kafka import LocalKafkaCluster
 from changebroker.stack.loadbalancer import LoadBalancer
 from changebroker.stack.local import LocalStack, Ports
 from changebroker.stack.processes import free_port, free_port_run, pid_alive, wait_until
 from changebroker.stack.run import CliProcess, broker_process, serve_in_thread
 from changebroker.state import StateDir
-from changeserver.server import ChangeServer
-from changeserver.server import Settings as ChangeServerSettings
-from registry.app import create_app as registry_app
 from tests.support.bridge_stack import Stack
 from tests.support.services import CACHE
 

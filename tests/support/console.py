@@ -18,12 +18,12 @@ import httpx
 import pytest
 from playwright.sync_api import BrowserContext, Page, sync_playwright
 
+from changebroker.console.app import create_app
+from changebroker.console.upstream import Endpoints
 from changebroker.stack.processes import wait_until
 from changebroker.stack.run import serve_in_thread
-from changebroker.state import REPO_ROOT
-from console.app import create_app
-from console.upstream import Endpoints
 from tests.broker.subscription_support import Stream, commit
+from tests.support import REPO_ROOT
 from tests.support.bridge_stack import Rebuilt, Stack, snapshot_of
 
 CHROMIUM = "/usr/bin/chromium"

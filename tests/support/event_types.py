@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from broker.event_types.examples import order_received
+from changebroker.broker.event_types.examples import order_received
 
 
 def business_event_type(name: str, **overrides: Any) -> dict[str, Any]:

@@ -17,11 +17,11 @@ from typing import Any
 import httpx
 import psycopg
 
+from changebroker.changeserver.sequence import Sequence
 from changebroker.stack.loadbalancer import LoadBalancer
 from changebroker.stack.processes import free_port, wait_until
 from changebroker.stack.run import CliProcess, changeserver_process
 from changebroker.state import StateDir
-from changeserver.sequence import Sequence
 
 SELECTOR = "fleet"
 TABLE = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from changeserver import pgoutput
+from changebroker.changeserver import pgoutput
 
 
 def message(operation: int, new: pgoutput.Row | None, old: pgoutput.Row | None) -> bytes:

@@ -11,8 +11,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from replay.columns import Column
-from replay.snapshots import Manifest
+from changebroker.replay.columns import Column
+from changebroker.replay.snapshots import Manifest
 
 Rows = dict[tuple[Any, ...], dict[str, Any]]
 

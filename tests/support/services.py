@@ -19,7 +19,8 @@ from pathlib import Path
 
 from changebroker.stack.local import LocalStack, Ports
 from changebroker.stack.processes import free_port, pid_alive
-from changebroker.state import REPO_ROOT, StateDir
+from changebroker.state import StateDir
+from tests.support import REPO_ROOT
 
 
 @dataclass(frozen=True)
