@@ -193,6 +193,13 @@ class Position:
             dict(self.snapshots),
         )
 
+    def forget(self, unit: str) -> None:
+        """The unit's progress, hold and run gone (a dropped table): a table of the name
+        later in the same batch starts from nothing, its Progress made anew by :meth:`own`."""
+        for kept in (self.progress, self.held, self.snapshots):
+            kept.pop(unit, None)
+        self._own.discard(unit)
+
     def own(self, unit: str) -> Progress:
         """The unit's progress (and run, if it has one) to change: copied on first use."""
         if unit not in self._own:
@@ -989,6 +996,12 @@ class Bridge:
         self._chunks.discard(table)
         self._snapshot_requests.pop(table, None)
         self._gone.discard(table)
+        if operation in (CREATE, DROP) and self._discovery is not None:
+            # The catalog the pending discovery read may have shown the table this drops (a
+            # run for it would read the next table of the name, whose CREATE comes through
+            # the stream), or the one this creates: either way the stream tells the rest.
+            with contextlib.suppress(ValueError):
+                self._discovery[1].remove(table)
         log.info(
             "table event",
             extra=logs.fields(table=table, operation=operation, detail=change.get("detail", "")),
@@ -1094,8 +1107,7 @@ class Bridge:
     def _end_unit(self, table: str, position: Position) -> None:
         """A dropped table is no unit any more: nothing of it stays in the position record,
         ``/status`` or memory (a table of the same name later is a new unit)."""
-        for kept in (position.progress, position.held, position.snapshots):
-            kept.pop(table, None)
+        position.forget(table)
         for state in (
             self.stopped,
             self.refused,

@@ -52,3 +52,16 @@ def test_an_unchanged_copy_equals_its_original() -> None:
     touched = committed.copy()
     touched.own("public.t2")  # owned, not changed: still the same position
     assert touched == committed
+
+
+def test_a_unit_dropped_and_created_again_in_one_batch_starts_from_nothing() -> None:
+    """DROP TABLE then CREATE and INSERT under the same name, all in one batch: the new
+    table's first change owns a fresh Progress (it failed the session over and over with a
+    KeyError while the dropped unit stayed marked as owned)."""
+    committed = _position(2)
+    batch = committed.copy()
+    batch.own("public.t1").events += 1
+    batch.forget("public.t1")
+    assert "public.t1" not in batch.progress and "public.t1" not in batch.snapshots
+    assert batch.own("public.t1") == Progress()
+    assert committed.progress["public.t1"].events == 5  # the committed one as it was
