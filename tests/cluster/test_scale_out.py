@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import ConfigResource
 from pyspark.sql import SparkSession
 
@@ -198,13 +199,28 @@ def _event_type(client: httpx.Client, name: str, partitions: int) -> None:
 
 
 def _replication(bootstrap: str, topic: str) -> tuple[set[int], str]:
-    """The replica counts of the topic's partitions, and its min.insync.replicas."""
+    """The replica counts of the topic's partitions, and its min.insync.replicas, once the
+    node asked knows the topic (a new topic reaches each node's metadata in its time)."""
     admin = kafka.admin(bootstrap)
-    metadata = admin.list_topics(topic, timeout=10).topics[topic]
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    configs = admin.describe_configs([resource])[resource].result(timeout=10)
-    replicas = {len(p.replicas) for p in metadata.partitions.values()}
-    return replicas, configs["min.insync.replicas"].value
+    found: list[tuple[set[int], str]] = []
+
+    def described() -> bool:
+        try:
+            metadata = admin.list_topics(topic, timeout=10).topics[topic]
+            resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+            configs = admin.describe_configs([resource])[resource].result(timeout=10)
+        except KafkaException as error:
+            if error.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
+            return False
+        if metadata.error is not None:
+            return False
+        replicas = {len(p.replicas) for p in metadata.partitions.values()}
+        found.append((replicas, configs["min.insync.replicas"].value))
+        return True
+
+    wait_until(described, timeout=30, what=f"the cluster to describe {topic}")
+    return found[0]
 
 
 def test_a_kafka_node_killed_twice_under_load_loses_nothing(
