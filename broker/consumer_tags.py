@@ -8,11 +8,10 @@ events tagged for another subscription; a low-level stream skips every tagged ev
 
 from __future__ import annotations
 
-import uuid
-
 from confluent_kafka import Message
 
 from changebroker.broker.errors import Unprocessable
+from changebroker.broker.subscriptions.ids import valid_id
 
 HEADER = "X-CONSUMER-TAG"
 SUBSCRIPTION_TAG = "CONSUMER_SUBSCRIPTION_ID"
@@ -51,10 +50,8 @@ def parse(value: str | None) -> KafkaHeaders | None:
             raise InvalidConsumerTag(f"duplicate header tag: {tag}")
         if tag != SUBSCRIPTION_TAG:
             raise InvalidConsumerTag(f"header tag unsupported: {pair[0]}")
-        try:
-            uuid.UUID(tagged)
-        except ValueError:
-            raise InvalidConsumerTag(f"header tag value: {tagged} is not an UUID") from None
+        if not valid_id(tagged):
+            raise InvalidConsumerTag(f"header tag value: {tagged} is not an UUID")
         tags[tag] = tagged
     return [(tag, tagged.encode()) for tag, tagged in tags.items()]
 

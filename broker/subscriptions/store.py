@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from changebroker.broker.event_types.store import Store, _utc
 from changebroker.broker.streams.cursors import Cursor, CursorError, parse_cursor, position
 from changebroker.broker.subscriptions import coordination, dead_letters, rebalance
 from changebroker.broker.subscriptions.coordination import notify_sql
+from changebroker.broker.subscriptions.ids import valid_id
 from changebroker.broker.timelines.clusters import Clusters
 from changebroker.broker.timelines.model import Timelines
 from changebroker.broker.timelines.store import TimelineStore
@@ -136,16 +136,6 @@ def storable(value: object) -> bool:
     if isinstance(value, list):
         return all(storable(v) for v in value)
     return True
-
-
-# A UUID as Postgres reads one: hyphenated or not, either case. Python's uuid.UUID also takes
-# forms Postgres refuses ("urn:uuid:...", braces, hyphens anywhere), which would fail there.
-_UUID = re.compile(r"[0-9a-f]{8}(-?)[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{12}", re.I)
-
-
-def valid_id(text: str) -> bool:
-    """Whether ``text`` can name a subscription or a stream (both are UUIDs)."""
-    return _UUID.fullmatch(text) is not None
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from changebroker.broker.streams.event_stream import STREAM_CONSUMER_SETTINGS, S
 from changebroker.broker.streams.transcode import AVRO_MEDIA_TYPE, Transcoder, wants_avro
 from changebroker.broker.streams.watermarks import consumer_config
 from changebroker.broker.subscriptions.coordination import Coordinator
+from changebroker.broker.subscriptions.ids import valid_id
 from changebroker.broker.subscriptions.session import DeadLetterSink, Session, parse_params
 from changebroker.broker.subscriptions.store import (
     PartitionKey,
@@ -51,7 +52,6 @@ from changebroker.broker.subscriptions.store import (
     SubscriptionError,
     Subscriptions,
     unknown_session,
-    valid_id,
 )
 from changebroker.broker.timelines.clusters import Clusters
 from changebroker.broker.timelines.model import PositionError, Timelines
