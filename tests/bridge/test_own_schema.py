@@ -18,16 +18,16 @@ from broker.event_types import effective_schema
 from broker.event_types.effective_schema import EventValidator
 from broker.event_types.store import Revision
 from broker.publishing.api import Target
-from changebroker import kafka
+from changebroker import kafka, pg_types
 
 TABLE = tables.Table(
     "public.orders",
     (
-        tables.Column("id", values.INT8, "bigint", False),
+        tables.Column("id", pg_types.INT8.oid, "bigint", False),
         tables.Column("name", 25, "text", False),
-        tables.Column("amount", values.NUMERIC, "numeric", True),
-        tables.Column("doc", values.JSONB, "jsonb", True),
-        tables.Column("paid", values.BOOL, "boolean", True),
+        tables.Column("amount", pg_types.NUMERIC.oid, "numeric", True),
+        tables.Column("doc", pg_types.JSONB.oid, "jsonb", True),
+        tables.Column("paid", pg_types.BOOL.oid, "boolean", True),
     ),
     ("id",),
 )
