@@ -1,12 +1,13 @@
 """A table's columns from its event type's schema versions, and each column's Parquet type.
 
 The bridge (broker/bridge/tables.py, values.py) declares each column as a property whose
-``description`` starts with the Postgres type (``format_type``: ``bigint``,
-``numeric(12,2)``, ``timestamp with time zone``; ``type <oid>`` when the change's type was
-not the catalog's) and whose ``type`` admits ``null`` when the column is nullable; the
-primary key is ``required`` of a row. Every version is read, oldest first: columns are the
-union, a later version's declaration of a column wins (a retype the mode allowed), and a
-column the newest declaration marks dropped is no column of the snapshot.
+``x-pg-type`` is the Postgres type (``format_type``: ``bigint``, ``numeric(12,2)``,
+``timestamp with time zone``; ``type <oid>`` when the change's type was not the catalog's;
+event types from before the keyword start the ``description`` with it) and whose ``type``
+admits ``null`` when the column is nullable; the primary key is ``required`` of a row. Every
+version is read, oldest first: columns are the union, a later version's declaration of a
+column wins (a retype the mode allowed), and a column the newest declaration marks dropped
+is no column of the snapshot.
 
 What each Postgres type becomes (README "Snapshot format"): the value keeps its Postgres
 meaning. Integers stay integers of their width, ``real`` a 32-bit float (its value is the
@@ -23,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from broker.bridge.values import DROPPED
+from broker.bridge.values import DROPPED, PG_TYPE
 from changebroker import pg_types
 
 _TYPMOD = re.compile(r"\(\d+(?:,\d+)?\)")
@@ -59,9 +60,15 @@ class Column:
         return cls(item["name"], item["pg_type"], item["type_oid"], item["nullable"])
 
 
-def pg_type_of(description: str) -> tuple[str, int | None]:
-    """``"numeric(12,2), as a string, every digit kept"`` -> ``("numeric(12,2)", 1700)``."""
-    name = description.split(", ", 1)[0].strip()
+def pg_type_of(prop: Mapping[str, Any]) -> tuple[str, int | None]:
+    """The Postgres type a property declares, and its OID: ``x-pg-type`` (``numeric(12,2)``
+    -> ``("numeric(12,2)", 1700)``), or in an event type from before the keyword, the start
+    of the description (``"numeric(12,2), as a string, every digit kept"``)."""
+    declared = prop.get(PG_TYPE)
+    if isinstance(declared, str):
+        name = declared
+    else:
+        name = str(prop.get("description", "text")).split(", ", 1)[0].strip()
     only_oid = _OID_ONLY.match(name)
     if only_oid:
         return name, int(only_oid.group(1))
@@ -70,7 +77,7 @@ def pg_type_of(description: str) -> tuple[str, int | None]:
 
 
 def column_of(name: str, prop: Mapping[str, Any], required: Iterable[str]) -> Column:
-    pg_type, oid = pg_type_of(str(prop.get("description", "text")))
+    pg_type, oid = pg_type_of(prop)
     json_type = prop.get("type")
     types = json_type if isinstance(json_type, list) else [json_type]
     # A json/jsonb property has no "type" at all: any JSON value, null included.

@@ -78,6 +78,9 @@ def to_json(text: str | None, oid: int) -> Any:
 # or renamed away): the property stays declared, as forward compatibility wants, and the
 # replay leaves the column out.
 DROPPED = "dropped: "
+# The annotation keyword naming a property's Postgres type (``format_type``, or ``type <oid>``
+# when the change's type was not the catalog's): what the replay reads it by.
+PG_TYPE = "x-pg-type"
 
 
 def dropped(schema: dict[str, Any]) -> dict[str, Any]:
@@ -89,11 +92,12 @@ def dropped(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def column_schema(oid: int, type_name: str, nullable: bool) -> dict[str, Any]:
-    """A column's property schema; the description names the Postgres type (a retype that
-    keeps the JSON type is then a PATCH version, visible in the schema history)."""
+    """A column's property schema: the Postgres type in ``PG_TYPE``, and for people in the
+    description (a retype that keeps the JSON type is then a PATCH version, visible in the
+    schema history)."""
     pg_type = pg_types.of(oid)
     description = f"{type_name}, {pg_type.note}" if pg_type.note else type_name
-    schema: dict[str, Any] = {"description": description}
+    schema: dict[str, Any] = {"description": description, PG_TYPE: type_name}
     types = pg_type.schema
     if types is not None:
         schema["type"] = (
