@@ -61,9 +61,9 @@ class Column:
 
 
 def pg_type_of(prop: Mapping[str, Any]) -> tuple[str, int | None]:
-    """The Postgres type a property declares, and its OID: ``x-pg-type`` (``numeric(12,2)``
-    -> ``("numeric(12,2)", 1700)``), or in an event type from before the keyword, the start
-    of the description (``"numeric(12,2), as a string, every digit kept"``)."""
+    """The Postgres type a property declares (``x-pg-type``, e.g. ``numeric(12,2)``; in an
+    event type from before the keyword, the start of the description: ``"numeric(12,2), as
+    a string, every digit kept"``), and its OID in ``pg_types`` (None: not a built-in)."""
     declared = prop.get(PG_TYPE)
     if isinstance(declared, str):
         name = declared
