@@ -17,15 +17,17 @@ from collections.abc import Callable
 from json.encoder import encode_basestring_ascii as _string  # json.dumps's, ensure_ascii
 from typing import Any
 
+from changebroker import pg_types
 from changebroker import transicator_pb2 as pb
 from changebroker.changeserver import pgoutput, sequence
 from changebroker.changeserver.pgoutput import Relation, Row
 from changebroker.changeserver.sequence import Sequence
 
 # Postgres type OIDs that transicator's protobuf carries typed; everything else is a string.
-_BOOL, _BYTEA, _INT8, _INT2, _INT4, _OID, _FLOAT4, _FLOAT8 = 16, 17, 20, 21, 23, 26, 700, 701
-_INTS = {_INT2, _INT4, _INT8, _OID}
-_FLOATS = {_FLOAT4, _FLOAT8}
+_INTS = pg_types.typed_as("int")
+_FLOATS = pg_types.typed_as("double")
+_BOOLS = pg_types.typed_as("bool")
+_BYTES = pg_types.typed_as("bytes")
 _PG_EPOCH_UNIX_US = 946_684_800_000_000  # 2000-01-01 in Unix microseconds
 
 # The change log's relation for an id a body names.
@@ -52,7 +54,7 @@ _JSON_BOOL = {"t": "true", "f": "false"}
 def _json_value(value: str | None, oid: int) -> str:
     if value is None:
         return "null"
-    if oid == _BOOL:
+    if oid in _BOOLS:
         value = _JSON_BOOL.get(value, value)
     return _string(value)
 
@@ -110,9 +112,9 @@ def typed_value(text: str, oid: int) -> pb.ValuePb:
             return pb.ValuePb(int=int(text))
         if oid in _FLOATS:
             return pb.ValuePb(double=float(text))
-        if oid == _BOOL:
+        if oid in _BOOLS:
             return pb.ValuePb(bool=text == "t")
-        if oid == _BYTEA and text.startswith("\\x"):
+        if oid in _BYTES and text.startswith("\\x"):
             return pb.ValuePb(bytes=bytes.fromhex(text[2:]))
     except ValueError:
         pass
@@ -245,7 +247,7 @@ def from_compact(data: bytes) -> dict[str, Any]:
 def _mapping_row(row: Row) -> dict[str, dict[str, Any]]:
     return {
         name: {
-            "value": value if oid != _BOOL or value is None else _JSON_BOOL.get(value, value),
+            "value": value if oid not in _BOOLS or value is None else _JSON_BOOL.get(value, value),
             "type": oid,
         }
         for name, value, oid in row

@@ -40,6 +40,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from changebroker import pg_types
 from changebroker import transicator_pb2 as pb
 from changebroker.changeserver import changes, errors
 from changebroker.changeserver.management import State, base
@@ -52,7 +53,10 @@ ID_HEADER = "X-Snapshot-Id"
 BATCH_ROWS = 2048  # rows read, rendered and sent at a time
 
 # Postgres type OIDs whose text output is derived from a typed Parquet value.
-_BOOL, _TEXT, _FLOAT4, _FLOAT8, _TIMESTAMPTZ = 16, 25, 700, 701, 1184
+_BOOL, _TEXT, _FLOAT4, _FLOAT8, _TIMESTAMPTZ = (
+    t.oid
+    for t in (pg_types.BOOL, pg_types.TEXT, pg_types.FLOAT4, pg_types.FLOAT8, pg_types.TIMESTAMPTZ)
+)
 _FLT_DIG, _DBL_DIG = 6, 15  # Postgres's shortest float output goes exponential from here
 
 

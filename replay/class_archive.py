@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from py4j.protocol import Py4JJavaError
 
+from changebroker import pg_types
 from changebroker.replay import compaction
 from changebroker.replay.catalog import SpecTimeline, TableSpec
 from changebroker.replay.columns import Column
@@ -52,15 +53,15 @@ _SPEC = TableSpec(
     partitions=2,
     key=("id",),
     columns=(
-        Column("id", "bigint", 20, False),
-        Column("name", "text", 25, True),
-        Column("amount", "numeric(12,2)", 1700, True),
-        Column("ratio", "double precision", 701, True),
-        Column("flag", "boolean", 16, True),
-        Column("at", "timestamp with time zone", 1184, True),
-        Column("local", "timestamp without time zone", 1114, True),
-        Column("raw", "bytea", 17, True),
-        Column("doc", "jsonb", 3802, True),
+        Column("id", "bigint", pg_types.INT8.oid, False),
+        Column("name", "text", pg_types.TEXT.oid, True),
+        Column("amount", "numeric(12,2)", pg_types.NUMERIC.oid, True),
+        Column("ratio", "double precision", pg_types.FLOAT8.oid, True),
+        Column("flag", "boolean", pg_types.BOOL.oid, True),
+        Column("at", "timestamp with time zone", pg_types.TIMESTAMPTZ.oid, True),
+        Column("local", "timestamp without time zone", pg_types.TIMESTAMP.oid, True),
+        Column("raw", "bytea", pg_types.BYTEA.oid, True),
+        Column("doc", "jsonb", pg_types.JSONB.oid, True),
     ),
     schema_versions=("1.0.0",),
 )

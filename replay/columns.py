@@ -1,12 +1,13 @@
 """A table's columns from its event type's schema versions, and each column's Parquet type.
 
 The bridge (broker/bridge/tables.py, values.py) declares each column as a property whose
-``description`` starts with the Postgres type (``format_type``: ``bigint``,
-``numeric(12,2)``, ``timestamp with time zone``; ``type <oid>`` when the change's type was
-not the catalog's) and whose ``type`` admits ``null`` when the column is nullable; the
-primary key is ``required`` of a row. Every version is read, oldest first: columns are the
-union, a later version's declaration of a column wins (a retype the mode allowed), and a
-column the newest declaration marks dropped is no column of the snapshot.
+``x-pg-type`` is the Postgres type (``format_type``: ``bigint``, ``numeric(12,2)``,
+``timestamp with time zone``; ``type <oid>`` when the change's type was not the catalog's;
+event types from before the keyword start the ``description`` with it) and whose ``type``
+admits ``null`` when the column is nullable; the primary key is ``required`` of a row. Every
+version is read, oldest first: columns are the union, a later version's declaration of a
+column wins (a retype the mode allowed), and a column the newest declaration marks dropped
+is no column of the snapshot.
 
 What each Postgres type becomes (README "Snapshot format"): the value keeps its Postgres
 meaning. Integers stay integers of their width, ``real`` a 32-bit float (its value is the
@@ -23,84 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from changebroker.broker.bridge.values import DROPPED
-
-# Spark SQL type names (DDL spelling) by the replay's kind of column.
-SPARK_TYPES = {
-    "bool": "boolean",
-    "int2": "smallint",
-    "int4": "int",
-    "int8": "bigint",
-    "oid": "bigint",
-    "float4": "float",
-    "float8": "double",
-    "timestamptz": "timestamp",
-    "timestamp": "string",
-    "bytea": "binary",
-    "json": "string",
-    "text": "string",
-}
-
-# format_type() names of the built-in types a snapshot reader may want the OID of (the
-# transicator JSON of a row names each column's type OID).
-_OIDS = {
-    "boolean": 16,
-    "bytea": 17,
-    '"char"': 18,
-    "name": 19,
-    "bigint": 20,
-    "smallint": 21,
-    "integer": 23,
-    "text": 25,
-    "oid": 26,
-    "json": 114,
-    "xml": 142,
-    "point": 600,
-    "cidr": 650,
-    "real": 700,
-    "double precision": 701,
-    "money": 790,
-    "macaddr": 829,
-    "inet": 869,
-    "boolean[]": 1000,
-    "smallint[]": 1005,
-    "integer[]": 1007,
-    "text[]": 1009,
-    "character varying[]": 1015,
-    "bigint[]": 1016,
-    "real[]": 1021,
-    "double precision[]": 1022,
-    "character": 1042,
-    "character varying": 1043,
-    "date": 1082,
-    "time without time zone": 1083,
-    "timestamp without time zone": 1114,
-    "timestamp with time zone": 1184,
-    "interval": 1186,
-    "time with time zone": 1266,
-    "bit": 1560,
-    "bit varying": 1562,
-    "numeric": 1700,
-    "uuid": 2950,
-    "tsvector": 3614,
-    "jsonb": 3802,
-}
-
-# The replay's kind of each OID it treats specially (the rest is text output).
-_KINDS = {
-    16: "bool",
-    17: "bytea",
-    20: "int8",
-    21: "int2",
-    23: "int4",
-    26: "oid",
-    114: "json",
-    700: "float4",
-    701: "float8",
-    1114: "timestamp",
-    1184: "timestamptz",
-    3802: "json",
-}
+from changebroker import pg_types
+from changebroker.broker.bridge.values import DROPPED, PG_TYPE
 
 _TYPMOD = re.compile(r"\(\d+(?:,\d+)?\)")
 _OID_ONLY = re.compile(r"^type (\d+)$")
@@ -121,11 +46,11 @@ class Column:
     def kind(self) -> str:
         """``bool``, ``int2`` .. ``timestamptz``, ``timestamp``, ``bytea``, ``json`` or
         ``text``."""
-        return _KINDS.get(self.type_oid or 0, "text")
+        return pg_types.of(self.type_oid or 0).kind
 
     @property
     def spark_type(self) -> str:
-        return SPARK_TYPES[self.kind]
+        return pg_types.of(self.type_oid or 0).spark
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -135,18 +60,24 @@ class Column:
         return cls(item["name"], item["pg_type"], item["type_oid"], item["nullable"])
 
 
-def pg_type_of(description: str) -> tuple[str, int | None]:
-    """``"numeric(12,2), as a string, every digit kept"`` -> ``("numeric(12,2)", 1700)``."""
-    name = description.split(", ", 1)[0].strip()
+def pg_type_of(prop: Mapping[str, Any]) -> tuple[str, int | None]:
+    """The Postgres type a property declares (``x-pg-type``, e.g. ``numeric(12,2)``; in an
+    event type from before the keyword, the start of the description: ``"numeric(12,2), as
+    a string, every digit kept"``), and its OID in ``pg_types`` (None: not a built-in)."""
+    declared = prop.get(PG_TYPE)
+    if isinstance(declared, str):
+        name = declared
+    else:
+        name = str(prop.get("description", "text")).split(", ", 1)[0].strip()
     only_oid = _OID_ONLY.match(name)
     if only_oid:
         return name, int(only_oid.group(1))
-    bare = _TYPMOD.sub("", name)
-    return name, _OIDS.get(bare)
+    found = pg_types.BY_NAME.get(_TYPMOD.sub("", name))
+    return name, None if found is None else found.oid
 
 
 def column_of(name: str, prop: Mapping[str, Any], required: Iterable[str]) -> Column:
-    pg_type, oid = pg_type_of(str(prop.get("description", "text")))
+    pg_type, oid = pg_type_of(prop)
     json_type = prop.get("type")
     types = json_type if isinstance(json_type, list) else [json_type]
     # A json/jsonb property has no "type" at all: any JSON value, null included.

@@ -27,9 +27,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-BOOL, BYTEA, INT8, INT2, INT4, OID = 16, 17, 20, 21, 23, 26
-JSON, FLOAT4, FLOAT8, MONEY = 114, 700, 701, 790
-TIMESTAMP, TIMESTAMPTZ, NUMERIC, JSONB = 1114, 1184, 1700, 3802
+from changebroker import pg_types
 
 _NON_FINITE = frozenset({"NaN", "Infinity", "-Infinity"})
 _SHORT_OFFSET = re.compile(r"[+-]\d\d$")
@@ -55,57 +53,34 @@ def _bool(text: str) -> bool:
     return text in ("true", "t")
 
 
-_CONVERT: dict[int, Callable[[str], Any]] = {
-    BOOL: _bool,
-    INT2: int,
-    INT4: int,
-    INT8: int,
-    OID: int,
-    FLOAT4: _float,
-    FLOAT8: _float,
-    TIMESTAMPTZ: _timestamptz,
-    TIMESTAMP: lambda text: text.replace(" ", "T", 1),
-    BYTEA: _bytea,
-    JSON: json.loads,
-    JSONB: json.loads,
+_CONVERT: dict[pg_types.JsonValue, Callable[[str], Any]] = {
+    "bool": _bool,
+    "int": int,
+    "float": _float,
+    "timestamptz": _timestamptz,
+    "timestamp": lambda text: text.replace(" ", "T", 1),
+    "base64": _bytea,
+    "json": json.loads,
 }
+# Per OID: the text of every other type is its JSON value.
+_BY_OID = {t.oid: _CONVERT[t.json] for t in pg_types.TYPES if t.json in _CONVERT}
 
 
 def to_json(text: str | None, oid: int) -> Any:
     """The JSON value of a column the changeserver sent as ``{"value": text, "type": oid}``."""
     if text is None:
         return None
-    convert = _CONVERT.get(oid)
+    convert = _BY_OID.get(oid)
     return text if convert is None else convert(text)
-
-
-def _json_type(oid: int) -> str | list[str] | None:
-    if oid == BOOL:
-        return "boolean"
-    if oid in (INT2, INT4, INT8, OID):
-        return "integer"
-    if oid in (FLOAT4, FLOAT8):
-        return ["number", "string"]
-    if oid in (JSON, JSONB):
-        return None  # any JSON value
-    return "string"
-
-
-_NOTES = {
-    NUMERIC: "as a string, every digit kept",
-    MONEY: "as Postgres prints it",
-    BYTEA: "base64",
-    FLOAT4: "NaN and infinities as strings",
-    FLOAT8: "NaN and infinities as strings",
-    TIMESTAMPTZ: "RFC 3339 with offset",
-    TIMESTAMP: "RFC 3339 without offset",
-}
 
 
 # How a property's description starts once its column is no longer the table's (dropped,
 # or renamed away): the property stays declared, as forward compatibility wants, and the
 # replay leaves the column out.
 DROPPED = "dropped: "
+# The annotation keyword naming a property's Postgres type (``format_type``, or ``type <oid>``
+# when the change's type was not the catalog's): what the replay reads it by.
+PG_TYPE = "x-pg-type"
 
 
 def dropped(schema: dict[str, Any]) -> dict[str, Any]:
@@ -117,12 +92,15 @@ def dropped(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def column_schema(oid: int, type_name: str, nullable: bool) -> dict[str, Any]:
-    """A column's property schema; the description names the Postgres type (a retype that
-    keeps the JSON type is then a PATCH version, visible in the schema history)."""
-    note = _NOTES.get(oid)
-    schema: dict[str, Any] = {"description": f"{type_name}, {note}" if note else type_name}
-    json_type = _json_type(oid)
-    if json_type is not None:
-        types = [json_type] if isinstance(json_type, str) else list(json_type)
-        schema["type"] = [*types, "null"] if nullable else (types[0] if len(types) == 1 else types)
+    """A column's property schema: the Postgres type in ``PG_TYPE``, and for people in the
+    description (a retype that keeps the JSON type is then a PATCH version, visible in the
+    schema history)."""
+    pg_type = pg_types.of(oid)
+    description = f"{type_name}, {pg_type.note}" if pg_type.note else type_name
+    schema: dict[str, Any] = {"description": description, PG_TYPE: type_name}
+    types = pg_type.schema
+    if types is not None:
+        schema["type"] = (
+            [*types, "null"] if nullable else (types[0] if len(types) == 1 else list(types))
+        )
     return schema

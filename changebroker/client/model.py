@@ -17,11 +17,11 @@ from datetime import UTC, datetime, timedelta
 from enum import IntEnum
 from typing import Any
 
+from changebroker import pg_types
 from changebroker import transicator_pb2 as pb
 
 Value = str | int | float | bool | bytes | datetime | None
 
-_BOOL, _BYTEA, _INT8, _INT2, _INT4, _OID, _FLOAT4, _FLOAT8 = 16, 17, 20, 21, 23, 26, 700, 701
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
@@ -94,14 +94,16 @@ def _bytea(text: str) -> bytes:
     return bytes.fromhex(text[2:])
 
 
-# Text (the JSON format's values) to a typed value, per OID; text that does not parse as the
-# type says stays text, as the server's own protobuf rendering keeps it.
-_FROM_TEXT: dict[int, Callable[[str], Value]] = {
-    _BOOL: lambda text: text in ("true", "t"),
-    _BYTEA: _bytea,
-    **dict.fromkeys((_INT2, _INT4, _INT8, _OID), int),
-    **dict.fromkeys((_FLOAT4, _FLOAT8), float),
+# Text (the JSON format's values) to a typed value, per OID, as the protobuf format types it;
+# text that does not parse as the type says stays text, as the server's own protobuf rendering
+# keeps it.
+_TYPED: dict[pg_types.Protobuf, Callable[[str], Value]] = {
+    "bool": lambda text: text in ("true", "t"),
+    "bytes": _bytea,
+    "int": int,
+    "double": float,
 }
+_FROM_TEXT = {t.oid: _TYPED[t.protobuf] for t in pg_types.TYPES if t.protobuf in _TYPED}
 
 
 def from_text(text: str | None, oid: int) -> Value:

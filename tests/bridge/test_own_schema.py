@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from changebroker import kafka
+from changebroker import kafka, pg_types
 from changebroker.broker.bridge import tables, values
 from changebroker.broker.bridge.bridge import eid
 from changebroker.broker.bridge.event_types import (
@@ -23,11 +23,11 @@ from changebroker.broker.publishing.api import Target
 TABLE = tables.Table(
     "public.orders",
     (
-        tables.Column("id", values.INT8, "bigint", False),
+        tables.Column("id", pg_types.INT8.oid, "bigint", False),
         tables.Column("name", 25, "text", False),
-        tables.Column("amount", values.NUMERIC, "numeric", True),
-        tables.Column("doc", values.JSONB, "jsonb", True),
-        tables.Column("paid", values.BOOL, "boolean", True),
+        tables.Column("amount", pg_types.NUMERIC.oid, "numeric", True),
+        tables.Column("doc", pg_types.JSONB.oid, "jsonb", True),
+        tables.Column("paid", pg_types.BOOL.oid, "boolean", True),
     ),
     ("id",),
 )

@@ -7,40 +7,31 @@ import base64
 import pytest
 
 from changebroker.broker.bridge import values
-from changebroker.broker.bridge.values import (
-    BOOL,
-    BYTEA,
-    FLOAT8,
-    INT8,
-    JSONB,
-    NUMERIC,
-    TIMESTAMP,
-    TIMESTAMPTZ,
-)
 from changebroker.broker.event_types.effective_schema import EventValidator
+from changebroker.pg_types import BOOL, BYTEA, FLOAT8, INT8, JSONB, NUMERIC, TIMESTAMP, TIMESTAMPTZ
 
 CASES = [
-    (BOOL, "true", True),
-    (BOOL, "false", False),
-    (BOOL, "t", True),
-    (BOOL, "f", False),
-    (INT8, "-9223372036854775808", -9223372036854775808),
+    (BOOL.oid, "true", True),
+    (BOOL.oid, "false", False),
+    (BOOL.oid, "t", True),
+    (BOOL.oid, "f", False),
+    (INT8.oid, "-9223372036854775808", -9223372036854775808),
     (
         NUMERIC,
         "123456789012345678901234567890.000000001",
         "123456789012345678901234567890.000000001",
     ),
-    (NUMERIC, "NaN", "NaN"),
-    (FLOAT8, "0.30000000000000004", 0.30000000000000004),
-    (FLOAT8, "-Infinity", "-Infinity"),
-    (TIMESTAMPTZ, "2026-11-23 02:37:49.123456+00", "2026-11-23T02:37:49.123456+00:00"),
-    (TIMESTAMPTZ, "2026-11-23 08:07:49+05:30", "2026-11-23T08:07:49+05:30"),
-    (TIMESTAMPTZ, "infinity", "infinity"),
-    (TIMESTAMP, "2026-11-23 02:37:49", "2026-11-23T02:37:49"),
-    (BYTEA, "\\x", ""),
-    (BYTEA, "\\xdeadbeef", base64.b64encode(bytes.fromhex("deadbeef")).decode()),
-    (JSONB, '{"a": [1, "x", null, {"b": 1.5}]}', {"a": [1, "x", None, {"b": 1.5}]}),
-    (JSONB, "null", None),
+    (NUMERIC.oid, "NaN", "NaN"),
+    (FLOAT8.oid, "0.30000000000000004", 0.30000000000000004),
+    (FLOAT8.oid, "-Infinity", "-Infinity"),
+    (TIMESTAMPTZ.oid, "2026-11-23 02:37:49.123456+00", "2026-11-23T02:37:49.123456+00:00"),
+    (TIMESTAMPTZ.oid, "2026-11-23 08:07:49+05:30", "2026-11-23T08:07:49+05:30"),
+    (TIMESTAMPTZ.oid, "infinity", "infinity"),
+    (TIMESTAMP.oid, "2026-11-23 02:37:49", "2026-11-23T02:37:49"),
+    (BYTEA.oid, "\\x", ""),
+    (BYTEA.oid, "\\xdeadbeef", base64.b64encode(bytes.fromhex("deadbeef")).decode()),
+    (JSONB.oid, '{"a": [1, "x", null, {"b": 1.5}]}', {"a": [1, "x", None, {"b": 1.5}]}),
+    (JSONB.oid, "null", None),
     (25, "plain text", "plain text"),
 ]
 
@@ -56,8 +47,14 @@ def test_values_keep_their_meaning_and_fit_their_schema(
 
 
 def test_null_is_null_and_only_nullable_columns_admit_it() -> None:
-    assert values.to_json(None, INT8) is None
-    nullable = {"type": "object", "properties": {"v": values.column_schema(INT8, "bigint", True)}}
-    required = {"type": "object", "properties": {"v": values.column_schema(INT8, "bigint", False)}}
+    assert values.to_json(None, INT8.oid) is None
+    nullable = {
+        "type": "object",
+        "properties": {"v": values.column_schema(INT8.oid, "bigint", True)},
+    }
+    required = {
+        "type": "object",
+        "properties": {"v": values.column_schema(INT8.oid, "bigint", False)},
+    }
     assert EventValidator(nullable).first_error({"v": None}) is None
     assert EventValidator(required).first_error({"v": None}) is not None

@@ -25,6 +25,11 @@ CHANGES: dict[str, dict[str, Any]] = {
         **BASE,
         "properties": {**BASE["properties"], "note": {"type": "string", "description": "text"}},
     },
+    # The annotation keyword the bridge names a column's Postgres type in.
+    "x-pg-type": {
+        **BASE,
+        "properties": {**BASE["properties"], "note": {"type": "string", "x-pg-type": "text"}},
+    },
     "add optional": {**BASE, "properties": WITH_AMOUNT},
     "add required": {**BASE, "properties": WITH_AMOUNT, "required": ["order_number", "amount"]},
     "mark required": {**BASE, "required": ["order_number", "note"]},
@@ -39,11 +44,13 @@ CHANGES: dict[str, dict[str, Any]] = {
 }
 
 # (mode, change) -> the new version, or the (JSON path, rule) the 422 names. The manual:
-# PATCH for title/description, MINOR for added properties (forward: also required ones and
-# marking required), MAJOR otherwise; compatible and forward refuse MAJOR, none takes it.
+# PATCH for title/description (and the bridge's x-pg-type annotation), MINOR for added
+# properties (forward: also required ones and marking required), MAJOR otherwise; compatible
+# and forward refuse MAJOR, none takes it.
 MATRIX: list[tuple[str, str, str | tuple[str, str]]] = [
     ("forward", "title", "1.0.1"),
     ("forward", "description", "1.0.1"),
+    ("forward", "x-pg-type", "1.0.1"),
     ("forward", "add optional", "1.1.0"),
     ("forward", "add required", "1.1.0"),
     ("forward", "mark required", "1.1.0"),
@@ -51,12 +58,14 @@ MATRIX: list[tuple[str, str, str | tuple[str, str]]] = [
     ("forward", "change type", ("#/properties/order_number/type", "type-narrowed")),
     ("compatible", "title", "1.0.1"),
     ("compatible", "description", "1.0.1"),
+    ("compatible", "x-pg-type", "1.0.1"),
     ("compatible", "add optional", "1.1.0"),
     ("compatible", "add required", ("#/required", "required-added")),
     ("compatible", "mark required", ("#/required", "required-added")),
     ("compatible", "remove optional", ("#/properties/note", "property-rejected")),
     ("compatible", "change type", ("#/properties/order_number/type", "type-narrowed")),
     ("none", "title", "1.0.1"),
+    ("none", "x-pg-type", "1.0.1"),
     ("none", "add optional", "1.1.0"),
     ("none", "add required", "2.0.0"),
     ("none", "remove optional", "2.0.0"),

@@ -20,6 +20,7 @@ from changebroker.registry.compat import (
     next_version,
     share_subtrees,
 )
+from changebroker.registry.compat.nakadi import NakadiMode
 from tests.registry.compat_cases import AVRO_CASES, JSON_CASES, Case, f, obj, record
 
 _BACKWARD = {Mode.BACKWARD, Mode.BACKWARD_TRANSITIVE, Mode.FULL, Mode.FULL_TRANSITIVE}
@@ -322,6 +323,53 @@ def test_nakadi_levels(
     if rejected:
         assert {v.rule for v in evolution.violations} <= rules
         assert {v.rule for v in evolution.violations} & rules
+
+
+def _bridge_schema(*pg_types: str, added: bool = False) -> dict[str, Any]:
+    """A row schema as the bridge writes one, each column's Postgres type in the annotation
+    keyword ``x-pg-type`` (broker/bridge/values.py); ``()``: as written before the keyword.
+    ``added``: with a column more (typed ``text`` when the others are)."""
+    columns: dict[str, Any] = {
+        "id": {"type": "integer", "description": "the key"},
+        "total": {"type": ["string", "null"]},
+        "doc": {},
+    }
+    if added:
+        columns["note"] = {"type": ["string", "null"]}
+    if pg_types:
+        for (name, column), pg_type in zip(columns.items(), [*pg_types, "text"], strict=False):
+            columns[name] = {**column, "x-pg-type": pg_type}
+    return obj(columns, ["id"])
+
+
+NAKADI_MODES: tuple[NakadiMode, ...] = ("compatible", "forward", "none")
+PG_TYPES = ("integer", "numeric(12,2)", "jsonb")
+
+
+@pytest.mark.parametrize(
+    ("old_types", "new_types", "added", "level"),
+    [
+        ((), PG_TYPES, False, Level.PATCH),
+        (PG_TYPES, ("bigint", "numeric(14,4)", "json"), False, Level.PATCH),
+        (PG_TYPES, (), False, Level.PATCH),
+        (PG_TYPES, PG_TYPES, True, Level.MINOR),
+    ],
+    ids=["added", "retyped", "removed", "beside a new column"],
+)
+def test_the_postgres_type_keyword_is_an_annotation(
+    old_types: tuple[str, ...], new_types: tuple[str, ...], added: bool, level: Level
+) -> None:
+    """A change of ``x-pg-type`` alone is a PATCH, as a description's is, and its presence
+    changes no verdict: every mode judges the schemas as it judges them without it."""
+    old, new = _bridge_schema(*old_types), _bridge_schema(*new_types, added=added)
+    for nakadi_mode in NAKADI_MODES:
+        assert nakadi_evolution(nakadi_mode, old, new) == Evolution(level, [])
+    for mode in Mode:
+        found = verdict(check(mode, new, [old], "JSON"))
+        assert found == verdict(
+            check(mode, _bridge_schema(added=added), [_bridge_schema()], "JSON")
+        )
+        assert found == set() or added
 
 
 def test_nakadi_compatible_mode_names_the_unsupported_keyword() -> None:
