@@ -122,6 +122,7 @@ class Settings:
     partitions: int = 4
     limit: int = 10_000
     block: int = 5
+    commit_interval_ms: int = 100  # at most one Kafka transaction this often (commits.py)
     # Of the positions topic; None: what the cluster allows (event types: the broker's).
     replication_factor: int | None = None
     min_insync_replicas: int | None = None
@@ -210,6 +211,14 @@ class Position:
             if run is not None:
                 self.snapshots[unit] = dataclasses.replace(run)
         return self.progress[unit]
+
+
+async def _read_after(
+    after: asyncio.Future[None] | None, changes: ChangesClient, params: list[tuple[str, str]]
+) -> Answer:
+    if after is not None:
+        await asyncio.wait([after])  # its failure is the commits' to raise, not the read's
+    return await changes.get(params)
 
 
 def _code(answer: Answer) -> str | None:
@@ -396,7 +405,7 @@ class Bridge:
         )
         producer = await asyncio.to_thread(Transactions, s.kafka_bootstrap, s.name)
         # The next batches are read and turned into events while a transaction is under way.
-        commits = Commits(producer, self._on_committed, s.limit)
+        commits = Commits(producer, self._on_committed, s.limit, s.commit_interval_ms / 1000)
         store = Store(s.meta_dsn, pool_size=2)
         # The bridge takes part in timeline switches as a writer (broker/timelines/writers.py).
         writer = Writer(
@@ -702,8 +711,11 @@ class Bridge:
         self._read_all = False
         body = answer.changes()
         last = Sequence.parse(body["lastSequence"])
-        if body["changes"]:
-            # Read on while this batch is turned into events and committed.
+        # More than one read's limit waits upstream: read on while this batch is turned into
+        # events and committed. Caught up, the next read waits for this batch's transaction
+        # (below).
+        behind = len(body["changes"]) >= self.settings.limit
+        if behind:
             self._prefetch = (last, self._poll(changes, last))
         self.changeserver_last = max(self.changeserver_last, last)
         position = self.position.copy()
@@ -751,6 +763,12 @@ class Bridge:
                 del position.held[unit]
         if position != self.position:  # the fields' equality: as the records would compare
             await self._commit(commits, messages, position)
+        if body["changes"] and not behind:
+            # Transactions start at most once a commit interval (commits.py): a read sent
+            # before this batch's turn ends would only wait for the next turn. Read once it
+            # ends, and the next batch holds what came meanwhile: a read, its answer and a
+            # transaction for many of the database's small transactions, not each.
+            self._prefetch = (last, self._poll(changes, last, after=commits.under_way()))
 
     async def _pause(self, commits: Commits[Position]) -> None:
         """A timeline switch asks every writer to pause: what was prepared is committed first,
@@ -821,8 +839,14 @@ class Bridge:
             if self._renames.get(unit) == name:
                 del self._renames[unit]
 
-    def _poll(self, changes: ChangesClient, since: Sequence) -> asyncio.Future[Answer]:
-        """The read of changes after ``since``: the one prefetched if it starts there."""
+    def _poll(
+        self,
+        changes: ChangesClient,
+        since: Sequence,
+        after: asyncio.Future[None] | None = None,
+    ) -> asyncio.Future[Answer]:
+        """The read of changes after ``since``: the one prefetched if it starts there. A new
+        read is sent once ``after`` has ended (whatever its outcome)."""
         prefetched, self._prefetch = self._prefetch, None
         if prefetched is not None:
             if prefetched[0] == since:
@@ -837,7 +861,7 @@ class Bridge:
             ("limit", str(s.limit)),
             ("block", str(s.block)),
         ]
-        return asyncio.ensure_future(changes.get(params))
+        return asyncio.ensure_future(_read_after(after, changes, params))
 
     async def _publish(
         self, change: Mapping[str, Any], position: Position, rewound: bool, received_at: str

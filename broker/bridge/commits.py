@@ -5,12 +5,20 @@ position record, the commit itself: about 8 ms on the development machine). A ba
 handed over while one is under way waits, with every batch handed over after it, and they
 all go in the next transaction the moment the one under way ends. Committing each batch
 on its own after the one before it made a change wait for two transactions or more.
+
+Transactions also start at most one per ``interval``, as Kafka Streams' exactly-once
+``commit.interval.ms`` (100 ms) paces its own. Each costs Kafka far more than its
+records: the coordinator's log entries and a commit marker in every partition it wrote.
+Under many small database transactions (pgbench's) back-to-back Kafka transactions of a
+few events each made Kafka the busiest process of the pipeline, taking the CPU the
+database's writers needed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -26,13 +34,16 @@ class Commits(Generic[Tag]):
         producer: Transactions,
         committed: Callable[[Tag], None],
         max_waiting: int,
+        interval: float = 0.0,
     ) -> None:
         """``committed(tag)`` runs once a transaction has committed, with the ``tag`` of the
         position record it committed (the last handed over to it). Past ``max_waiting``
-        waiting messages, handing over more waits for the transaction under way."""
+        waiting messages, handing over more waits for the transaction under way. The next
+        transaction starts ``interval`` seconds after the one before started, or later."""
         self._producer = producer
         self._committed = committed
         self._max_waiting = max_waiting
+        self._interval = interval
         self._running: asyncio.Future[None] | None = None
         self._waiting: tuple[list[Message], dict[str, Any], Tag] | None = None
 
@@ -56,6 +67,10 @@ class Commits(Generic[Tag]):
         way; when it ends, call :meth:`advance`."""
         return self._running if self._waiting is not None else None
 
+    def under_way(self) -> asyncio.Future[None] | None:
+        """The transaction under way (its interval included), if one is."""
+        return self._running if self._running is not None and not self._running.done() else None
+
     async def advance(self) -> None:
         """Once the transaction under way has ended (raising its failure), start the next
         with what waits."""
@@ -66,14 +81,16 @@ class Commits(Generic[Tag]):
             return
         messages, record, tag = self._waiting
         self._waiting = None
-        running = asyncio.ensure_future(asyncio.to_thread(self._producer.commit, messages, record))
+        self._running = asyncio.ensure_future(self._transaction(messages, record, tag))
 
-        def done(future: asyncio.Future[None]) -> None:
-            if not future.cancelled() and future.exception() is None:
-                self._committed(tag)
-
-        running.add_done_callback(done)
-        self._running = running
+    async def _transaction(self, messages: list[Message], record: dict[str, Any], tag: Tag) -> None:
+        """One transaction, then the rest of its ``interval``: the turn of the next."""
+        started = time.monotonic()
+        await asyncio.to_thread(self._producer.commit, messages, record)
+        self._committed(tag)
+        rest = self._interval - (time.monotonic() - started)
+        if rest > 0:
+            await asyncio.sleep(rest)
 
     async def drain(self) -> None:
         """Wait until everything handed over is committed; raises a transaction's failure."""

@@ -109,6 +109,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     option("--partitions", type=int, default=4, help="partitions of a new table's event type")
     option("--limit", type=int, default=10_000, help="changes read (and committed) at most at once")
+    option(
+        "--commit-interval-ms",
+        type=int,
+        default=100,
+        help="a Kafka transaction starts at most this often; the changes read meanwhile go"
+        " in the next (0: as soon as the one before ended)",
+    )
     config.add_replication_options(parser)
     auth.add_options(parser)
     auth.add_client_options(parser)

@@ -86,3 +86,43 @@ def test_batches_handed_over_during_a_transaction_go_together_in_the_next(
     assert position is not None
     assert position["since"] == "3"
     assert position["offsets"] == {topic: {"0": last_offset}}
+
+
+@pytest.mark.parametrize(("interval", "transactions"), [(0.0, [1, 2, 3]), (5.0, [1, 3])])
+def test_a_transaction_starts_at_most_once_an_interval(
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    interval: float,
+    transactions: list[int],
+) -> None:
+    """Batches handed over after a transaction committed, within its interval, wait for the
+    next turn together; with no interval the first of them starts one at once."""
+    name = unique_name("interval")
+    topic = events_topic(kafka_bootstrap, name)
+    ensure_positions_topic(kafka_bootstrap, None, None)
+    producer = Transactions(kafka_bootstrap, name)
+    tags: list[int] = []
+
+    async def hand_over() -> None:
+        first_committed = asyncio.Event()
+
+        def committed(tag: int) -> None:
+            tags.append(tag)
+            first_committed.set()
+
+        commits = Commits(producer, committed, 100, interval)
+        await commits.add([Message(topic, 0, None, b"event 1")], {"since": "1"}, 1)
+        await first_committed.wait()
+        for n in (2, 3):
+            await commits.add(
+                [Message(topic, 0, None, f"event {n}".encode())], {"since": str(n)}, n
+            )
+        await commits.drain()
+
+    try:
+        asyncio.run(hand_over())
+    finally:
+        producer.close()
+
+    assert tags == transactions
+    assert committed_values(kafka_bootstrap, topic, 3) == [b"event 1", b"event 2", b"event 3"]
