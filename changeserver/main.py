@@ -64,6 +64,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="retention: drop changes older than this (e.g. 24h); default keep all",
     )
     option(
+        "--group-commit-ms",
+        type=int,
+        default=10,
+        help="a change log write waits up to this long after the one before for more"
+        " transactions to share its fsync (0: each write as soon as the stream pauses)",
+    )
+    option(
         "--selector-column",
         default="_change_selector",
         help="column whose value is a change's selector",

@@ -164,8 +164,10 @@ class Replicator(threading.Thread):
         max_age: float | None = None,
         tables: tuple[str, ...] = (),
         on_slot_loss: str = "fail",
+        group_commit: float = 0.0,
     ) -> None:
         super().__init__(name="replication", daemon=True)
+        self.group_commit = group_commit  # seconds a flush may wait after the one before
         self.tables = tables
         self.on_slot_loss = on_slot_loss  # "fail": stop and say so; "recreate": new slot, gap
         self.slot_losses = 0
@@ -323,6 +325,7 @@ class _Stream:
         self.commits: list[Commit] = []
         self.last_status = 0.0
         self.last_heard = time.monotonic()  # any message from Postgres, keepalives included
+        self.flush_after = 0.0
 
     def pump(self) -> None:
         pgconn = self.pgconn
@@ -341,7 +344,15 @@ class _Stream:
                 continue
             if size < 0:  # -1: the server ended the stream; -2: an error
                 raise RuntimeError(pgconn.get_error_message() or "stream ended")
-            # Nothing more has arrived: make the batch durable, then wait.
+            # Nothing more has arrived: make the batch durable, then wait. Group commit: a
+            # flush soon after the last one first waits out the rest of ``group_commit`` for
+            # more transactions to share its fsync (many small ones, each its own flush,
+            # made the change log's fsyncs and SQLite commits the server's main cost).
+            wait = self.flush_after - time.monotonic()
+            if self.commits and wait > 0:
+                select.select([pgconn.socket], [], [], wait)
+                pgconn.consume_input()
+                continue
             self._flush()
             self._purge_when_due()
             if time.monotonic() - self.last_status > _STATUS_INTERVAL:
@@ -398,6 +409,7 @@ class _Stream:
         metrics.bytes_ingested.inc(sum(len(record[4]) for record in self.records))
         selectors = {record[0] for record in self.records}
         self.records, self.commits = [], []
+        self.flush_after = time.monotonic() + self.owner.group_commit
         self.owner.on_durable(selectors)
         self._send_status()
 

@@ -39,6 +39,7 @@ class Settings:
     tables: tuple[str, ...] = ()  # for a publication we create; none: FOR ALL TABLES
     selector_column: str = "_change_selector"
     max_age: float | None = None
+    group_commit_ms: int = 10  # a change log flush waits this long after the last, at most
     prefix: str = ""
     snapshots_dir: Path | None = None  # where replay snapshots are; none: no /snapshots
     on_slot_loss: str = "fail"  # or "recreate": a new slot, readers told SNAPSHOT_TOO_OLD
@@ -79,6 +80,7 @@ class ChangeServer:
             max_age=settings.max_age,
             tables=settings.tables,
             on_slot_loss=settings.on_slot_loss,
+            group_commit=settings.group_commit_ms / 1000,
         )
         replicator = self.replicator
         self.state = State(streaming=replicator.streaming, failure=lambda: replicator.failure)
