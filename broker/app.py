@@ -34,6 +34,7 @@ from changebroker import metrics as service_metrics
 from changebroker.broker import bodies
 from changebroker.broker.access import Access
 from changebroker.broker.admin_settings import AdminSettings, initial_admins
+from changebroker.broker.authorization import OPEN_PATHS
 from changebroker.broker.avro import api as avro_api
 from changebroker.broker.avro.schemas import AvroSchemas
 from changebroker.broker.errors import BrokerError
@@ -191,8 +192,7 @@ def create_app(settings: Settings) -> ASGIApp:
         bodies.EncodedOnlyOnPost(app),
         settings.auth.authenticator(),
         _refused,
-        # Load balancers probe /health without credentials.
-        open_paths=frozenset({"/health"}),
+        open_paths=OPEN_PATHS,
         scopes=settings.scopes.table(),
     )
     # Outside authentication: a refused request is one of nakadi.access.log too.

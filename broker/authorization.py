@@ -24,6 +24,9 @@ from typing import Any, Literal
 from changebroker.auth import Forbidden, Principal, ScopeTable, audit, rule
 from changebroker.broker.errors import BadRequest
 
+# Served to every caller, credentials or none: load balancers probe /health without them.
+OPEN_PATHS = frozenset({"/health"})
+
 Operation = Literal["admin", "read", "write"]
 LISTS: dict[Operation, str] = {"admin": "admins", "read": "readers", "write": "writers"}
 
@@ -39,8 +42,11 @@ class Scopes:
 
     def table(self) -> ScopeTable:
         """The scope each route needs, as the API's ``security`` sections say (None: any
-        authenticated caller; the settings' own administrators decide there). Any other
-        method or path needs ``config_write``, the strictest."""
+        authenticated caller; the settings' own administrators decide there). Every route the
+        broker serves has its rule here, or is one of ``OPEN_PATHS``
+        (tests/broker/test_route_scopes.py walks them); any other method or path needs
+        ``config_write``, the strictest: Nakadi's scope for deleting event types and its
+        configuration, the one no reader or writer holds."""
         name = r"/event-types/[^/]+"
         subscription = r"/subscriptions/[^/]+"
         read, write = self.event_stream_read, self.event_stream_write
