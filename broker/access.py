@@ -1,96 +1,78 @@
-"""Per-resource authorization against what is stored: may this caller publish to, read from
-or administer this event type or subscription, now?
+"""The broker's one gate: may this caller do this to this resource, now? Every route and
+stream asks here, and only here is a request refused (``Forbidden``: a 403 Problem in
+Nakadi's words) and the refusal audited.
+
+The gate fetches what the answer needs from the stores, which only answer questions (the
+sections of event types and subscriptions, ``changebroker.broker.sections``; the broker's
+administration, ``changebroker.broker.admin_settings``), and asks the policy, which answers
+from that plain data (``changebroker.broker.authorization``). The scope a route needs is asked
+before any route runs, by ``AuthMiddleware`` with the policy's ``Scopes.table``.
 
 Open streams ask again before each batch they send (``guarded``): a reader removed from an
 event type's or subscription's ``readers`` gets no further batch and its stream ends. A blocked
 application or event type ends a stream within the settings' refresh, whoever reads it: the
-streams ask ``consumption_blocked_check`` between their polls, batches or none. An event
-type's ``authorization`` is read at most once a ``AUTHORIZATION_TTL`` per process (and at once
-after this process changed it), so a change made through another broker process reaches open
-streams within that time.
+streams ask ``consumption_blocked_check`` between their polls, batches or none.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
+from starlette.requests import Request
 
-from changebroker.auth import Principal, audit
-from changebroker.broker import authorization
-from changebroker.broker.admin_settings import EVENT_TYPE_BLOCKED, AdminSettings
-from changebroker.broker.authorization import Operation
-
-AUTHORIZATION_TTL = 1.0
+from changebroker.auth import Principal, audit, principal_of
+from changebroker.broker import authorization as policy
+from changebroker.broker.admin_settings import AdminSettings, Feature
+from changebroker.broker.authorization import EVENT_TYPE_BLOCKED, Operation, Refusal
+from changebroker.broker.errors import Forbidden
+from changebroker.broker.sections import Section, Sections
 
 
 class Access:
     def __init__(self, pool: AsyncConnectionPool, admin: AdminSettings) -> None:
-        self.pool = pool
         self.admin = admin
-        self._event_types: dict[str, tuple[float, dict[str, Any] | None]] = {}
-        self._subscriptions: dict[str, tuple[float, dict[str, Any] | None]] = {}
+        self.sections = Sections(pool)
 
-    async def event_type_authorization(self, name: str) -> dict[str, Any] | None:
-        query = "SELECT body->'authorization' FROM broker_event_types WHERE name = %s"
-        return await self._section(self._event_types, query, name)
-
-    async def subscription_authorization(self, subscription_id: str) -> dict[str, Any] | None:
-        query = "SELECT authz FROM broker_subscriptions WHERE id = %s"
-        return await self._section(self._subscriptions, query, subscription_id)
-
-    async def _section(
-        self, cache: dict[str, tuple[float, dict[str, Any] | None]], query: str, key: str
-    ) -> dict[str, Any] | None:
-        cached = cache.get(key)
-        if cached is not None and time.monotonic() - cached[0] < AUTHORIZATION_TTL:
-            return cached[1]
-        async with self.pool.connection() as conn:
-            row = await (await conn.execute(query, (key,))).fetchone()
-        found = row[0] if row else None
-        cache[key] = (time.monotonic(), found)
-        return found
-
-    def forget(self, name: str) -> None:
-        """This process changed the event type: its streams see the change at once."""
-        self._event_types.pop(name, None)
-
-    def forget_subscription(self, subscription_id: str) -> None:
-        """This process changed the subscription's authorization: the same for its streams."""
-        self._subscriptions.pop(subscription_id, None)
+    @staticmethod
+    def refuse(principal: Principal, refusal: Refusal | None) -> None:
+        """The one refusal: an audit line naming who, what and why, and a 403 (nothing when
+        the policy said no refusal)."""
+        if refusal is None:
+            return
+        audit("refused", principal, refusal.action, status=403, reason=refusal.reason)
+        raise Forbidden(refusal.detail)
 
     async def require(
         self,
         principal: Principal,
-        authorization_section: Mapping[str, Any] | None,
+        section: Mapping[str, Any] | None,
         operation: Operation,
         resource: str,
     ) -> None:
-        """403 unless ``principal`` may do ``operation`` on the resource (administrators may)."""
-        if principal.unrestricted or authorization.allowed(
-            principal, authorization_section, operation
-        ):
-            return
-        admin = await self.admin.is_admin(principal, "read" if operation == "read" else "admin")
-        authorization.require(principal, authorization_section, operation, resource, admin=admin)
+        """403 unless ``principal`` may do ``operation`` on the resource with this
+        ``authorization`` section (administrators may)."""
+        administration = await self.admin.current()
+        self.refuse(
+            principal,
+            policy.resource_refusal(principal, section, operation, resource, administration),
+        )
 
     async def require_event_type(
         self, principal: Principal, name: str, operation: Operation
     ) -> None:
         if principal.unrestricted:
             return
-        section = await self.event_type_authorization(name)
+        section = await self.sections.event_type(name)
         await self.require(principal, section, operation, f"event type {name}")
 
     async def require_publish(
         self, principal: Principal, name: str, section: Mapping[str, Any] | None
     ) -> None:
         """Writers of the event type, not blocked from producing."""
-        await self.admin.check_producer(principal, name)
-        if not principal.unrestricted:
-            await self.require(principal, section, "write", f"event type {name}")
+        administration = await self.admin.current()
+        self.refuse(principal, policy.publish_refusal(principal, name, section, administration))
 
     async def require_consume(
         self,
@@ -103,32 +85,49 @@ class Access:
     ) -> None:
         """Readers of every event type (and of the subscription), not blocked from consuming
         (else 403 saying ``blocked_detail``)."""
-        await self.admin.check_consumer(principal, list(event_types), blocked_detail)
-        if principal.unrestricted:
-            return
-        if subscription_id is not None:
-            await self.require(principal, subscription, "read", f"subscription {subscription_id}")
-        for name in event_types:
-            await self.require_event_type(principal, name, "read")
+        administration = await self.admin.current()
+        sections = await self._event_type_sections(principal, event_types)
+        subscribed = None if subscription_id is None else (subscription_id, subscription)
+        refusal = policy.consume_refusal(
+            principal, sections, administration, subscribed, words=blocked_detail
+        )
+        self.refuse(principal, refusal)
 
-    async def _lost_access(
-        self,
-        principal: Principal,
-        event_types: Sequence[str],
-        subscription_id: str | None,
-    ) -> str | None:
-        """Why ``principal`` may no longer read, or None."""
-        if await self.admin.is_admin(principal, "read"):
-            return None
-        if subscription_id is not None:
-            section = await self.subscription_authorization(subscription_id)
-            if not authorization.allowed(principal, section, "read"):
-                return "no longer one of the subscription's readers"
-        for name in event_types:
-            section = await self.event_type_authorization(name)
-            if not authorization.allowed(principal, section, "read"):
-                return f"no longer one of the readers of {name}"
-        return None
+    async def require_unblocked_consumer(
+        self, principal: Principal, event_types: Sequence[str], detail: str
+    ) -> None:
+        """403 saying ``detail`` when the application or an event type is blocked from
+        consuming."""
+        administration = await self.admin.current()
+        refusal = policy.consumer_block_refusal(principal, event_types, administration, detail)
+        self.refuse(principal, refusal)
+
+    async def require_admin(self, request: Request, operation: Operation) -> Principal:
+        """The caller, when the administrators' list for ``operation`` names it; else 403."""
+        principal = principal_of(request)
+        action = f"{request.method} {request.url.path}"
+        administration = await self.admin.current()
+        self.refuse(principal, policy.admin_refusal(principal, administration, operation, action))
+        return principal
+
+    async def require_deletable(self, principal: Principal, name: str) -> None:
+        """While ``disable_event_type_deletion`` is on, the broker's administrators alone
+        delete event types."""
+        administration = await self.admin.current()
+        disabled = administration.features.get(Feature.DISABLE_EVENT_TYPE_DELETION, False)
+        refusal = policy.deletion_refusal(principal, name, administration, disabled=disabled)
+        self.refuse(principal, refusal)
+
+    async def _event_type_sections(
+        self, principal: Principal, event_types: Sequence[str]
+    ) -> dict[str, Section]:
+        """Each event type's section; none read for an unrestricted caller, whom none
+        refuses."""
+        if principal.unrestricted:
+            return dict.fromkeys(event_types)
+        return {name: await self.sections.event_type(name) for name in event_types}
+
+    # -- open streams ----------------------------------------------------------------------
 
     def consumption_blocked_check(
         self, principal: Principal, event_types: Sequence[str]
@@ -138,7 +137,8 @@ class Access:
         names = list(event_types)
 
         async def blocked() -> bool:
-            if not await self.admin.consumer_blocked(principal, names):
+            administration = await self.admin.current()
+            if not policy.consumer_blocked(principal, names, administration):
                 return False
             audit("stream closed", principal, ",".join(names), status=403, reason="blocked")
             return True
@@ -160,7 +160,7 @@ class Access:
         async def checked() -> AsyncIterator[bytes]:
             try:
                 async for chunk in chunks:
-                    reason = await self._lost_access(principal, event_types, subscription_id)
+                    reason = await self._lost_read(principal, event_types, subscription_id)
                     if reason is not None:
                         audit(
                             "stream closed",
@@ -177,3 +177,13 @@ class Access:
                     await close()
 
         return checked()
+
+    async def _lost_read(
+        self, principal: Principal, event_types: Sequence[str], subscription_id: str | None
+    ) -> str | None:
+        administration = await self.admin.current()
+        subscription = (
+            None if subscription_id is None else await self.sections.subscription(subscription_id)
+        )
+        sections = await self._event_type_sections(principal, event_types)
+        return policy.lost_read(principal, sections, administration, subscription)

@@ -34,6 +34,7 @@ from changebroker import metrics as service_metrics
 from changebroker.broker import bodies
 from changebroker.broker.access import Access
 from changebroker.broker.admin_settings import AdminSettings, initial_admins
+from changebroker.broker.authorization import OPEN_PATHS
 from changebroker.broker.avro import api as avro_api
 from changebroker.broker.avro.schemas import AvroSchemas
 from changebroker.broker.errors import BrokerError
@@ -48,6 +49,7 @@ from changebroker.broker.problems import problem, render
 from changebroker.broker.publishing.api import Publisher
 from changebroker.broker.publishing.partitioning import STRATEGIES
 from changebroker.broker.settings import Settings
+from changebroker.broker.settings_api import SettingsApi
 from changebroker.broker.status import Status
 from changebroker.broker.streams import api as streams
 from changebroker.broker.subscriptions.lag import SubscriptionLag
@@ -170,7 +172,7 @@ def create_app(settings: Settings) -> ASGIApp:
         *timeline_api.routes(),
         # Subscriptions, their streams, commits and stats: broker/subscriptions/.
         *subscriptions.routes(),
-        *admin.routes(),
+        *SettingsApi(admin, access).routes(),
     ]
     for route in routes:
         if isinstance(route, Route) and route.path in STREAMS and route.methods:
@@ -182,7 +184,6 @@ def create_app(settings: Settings) -> ASGIApp:
             BrokerError: render,
             HTTPException: _http_problem,
             ClientDisconnect: _client_left,
-            auth.Forbidden: _forbidden,
             Exception: _internal_problem,
         },
     )
@@ -191,8 +192,7 @@ def create_app(settings: Settings) -> ASGIApp:
         bodies.EncodedOnlyOnPost(app),
         settings.auth.authenticator(),
         _refused,
-        # Load balancers probe /health without credentials.
-        open_paths=frozenset({"/health"}),
+        open_paths=OPEN_PATHS,
         scopes=settings.scopes.table(),
     )
     # Outside authentication: a refused request is one of nakadi.access.log too.
@@ -211,10 +211,6 @@ def _refused(status: int, detail: str) -> Response:
 async def _client_left(request: Request, exc: Exception) -> Response:
     """Its client left before the body was read: nothing failed, and nobody reads an answer."""
     return Response(status_code=http.CLIENT_LEFT)
-
-
-async def _forbidden(request: Request, exc: Exception) -> Response:
-    return problem(403, str(exc))
 
 
 async def _http_problem(request: Request, exc: Exception) -> Response:

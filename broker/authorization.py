@@ -1,18 +1,24 @@
-"""Who may do what on the broker, as Nakadi decides it.
+"""The broker's access policy: who may do what, as Nakadi decides it, from plain data.
 
-Three layers, each answering 403 (after authentication answered 401):
+Every function here answers from what it is given (the caller, an ``authorization`` section,
+the broker's :class:`Administration`) and does no I/O: ``changebroker.broker.access`` (the
+gate) fetches that data from the stores and refuses, with an audit line, what a ``*_refusal``
+function here names. Three layers, each answering 403 (after authentication answered 401):
 
 - OAuth2 scopes per endpoint (``Scopes.table``), as the Nakadi API's ``security`` sections list
-  them; the scope names are configurable.
+  them; the scope names are configurable. ``AuthMiddleware`` asks the table before any route
+  runs. A route the table does not name needs ``config_write``, the strictest scope: a route
+  added without its rule is closed, never open. ``OPEN_PATHS`` need no credentials at all.
 - Per-resource authorization: an event type's ``authorization`` has ``admins`` (update,
   delete), ``readers`` (streams, cursors) and ``writers`` (publishing); a subscription's has
   ``admins`` and ``readers``. Each is a list of attributes ``{"data_type", "value"}``; a caller
   matches one when the data type is its type (or ``*``) and the value its subject (or ``*``).
   A resource without an ``authorization`` section is open to every authenticated caller.
-- The broker's administrators (``/settings/admins``, see ``changebroker.broker.admin_settings``),
-  who pass every per-resource check.
+- The broker's administration (``/settings``, kept by ``changebroker.broker.admin_settings``):
+  its administrators pass every per-resource check; its blacklist blocks applications and
+  event types from publishing or consuming, whoever asks.
 
-With authentication off every caller is unrestricted and nothing here refuses.
+With authentication off every caller is unrestricted and only an event type's block refuses.
 """
 
 from __future__ import annotations
@@ -21,8 +27,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from changebroker.auth import Forbidden, Principal, ScopeTable, audit, rule
+from changebroker.auth import Principal, ScopeTable, rule
 from changebroker.broker.errors import BadRequest
+
+# Served to every caller, credentials or none: load balancers probe /health without them.
+OPEN_PATHS = frozenset({"/health"})
+
+# Nakadi's answers to a blocked consumer or producer (403).
+EVENT_TYPE_BLOCKED = "Application or event type is blocked"
+SUBSCRIPTION_BLOCKED = "Application or subscription is blocked"
 
 Operation = Literal["admin", "read", "write"]
 LISTS: dict[Operation, str] = {"admin": "admins", "read": "readers", "write": "writers"}
@@ -39,8 +52,11 @@ class Scopes:
 
     def table(self) -> ScopeTable:
         """The scope each route needs, as the API's ``security`` sections say (None: any
-        authenticated caller; the settings' own administrators decide there). Any other
-        method or path needs ``config_write``, the strictest."""
+        authenticated caller; the settings' own administrators decide there). Every route the
+        broker serves has its rule here, or is one of ``OPEN_PATHS``
+        (tests/broker/test_route_scopes.py walks them); any other method or path needs
+        ``config_write``, the strictest: Nakadi's scope for deleting event types and its
+        configuration, the one no reader or writer holds."""
         name = r"/event-types/[^/]+"
         subscription = r"/subscriptions/[^/]+"
         read, write = self.event_stream_read, self.event_stream_write
@@ -127,34 +143,179 @@ def listed(principal: Principal, attributes: Sequence[Mapping[str, Any]] | None)
 
 
 def allowed(
-    principal: Principal,
-    authorization: Mapping[str, Any] | None,
-    operation: Operation,
-    *,
-    admin: bool = False,
+    principal: Principal, authorization: Mapping[str, Any] | None, operation: Operation
 ) -> bool:
-    """May ``principal`` do ``operation`` on a resource with this ``authorization`` section?
-    ``admin``: the caller is one of the broker's administrators."""
-    if principal.unrestricted or admin or not authorization:
+    """May ``principal`` do ``operation`` on a resource with this ``authorization`` section
+    (the broker's administrators aside)?"""
+    if principal.unrestricted or not authorization:
         return True
     return listed(principal, authorization.get(LISTS[operation]))
 
 
-def require(
+# -- the broker's administration, and what it decides ------------------------------------
+
+
+@dataclass(frozen=True)
+class Administration:
+    """What ``/settings`` holds: the administrators (an ``authorization`` section whose
+    ``readers`` read the settings, ``writers`` change the blacklist and features, ``admins``
+    the administrators), the blacklist as (type, name) pairs and the features switched."""
+
+    admins: Mapping[str, Any]
+    blacklist: frozenset[tuple[str, str]]
+    features: Mapping[str, bool]
+
+    def blocked(self, kind: str, name: str) -> bool:
+        return (kind, name) in self.blacklist
+
+
+def is_admin(principal: Principal, administration: Administration, operation: Operation) -> bool:
+    """Does the administrators' list for ``operation`` name ``principal``?"""
+    if principal.unrestricted:
+        return True
+    return listed(principal, administration.admins.get(LISTS[operation]))
+
+
+def _blocked(
     principal: Principal,
-    authorization: Mapping[str, Any] | None,
+    event_types: Sequence[str],
+    administration: Administration,
+    app_kind: str,
+    et_kind: str,
+) -> bool:
+    """An event type's block holds for every caller, authenticated or not; an application's for
+    the application a token names (with authentication off none does)."""
+    if any(administration.blocked(et_kind, name) for name in event_types):
+        return True
+    return not principal.unrestricted and administration.blocked(app_kind, principal.sub)
+
+
+def consumer_blocked(
+    principal: Principal, event_types: Sequence[str], administration: Administration
+) -> bool:
+    return _blocked(principal, event_types, administration, "CONSUMER_APP", "CONSUMER_ET")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request is refused: the ``action`` and ``reason`` the audit line names, and the
+    Problem's ``detail`` (Nakadi's own words where it has them)."""
+
+    action: str
+    reason: str
+    words: str | None = None
+
+    @property
+    def detail(self) -> str:
+        return self.words or f"Access on {self.action} denied: {self.reason}"
+
+
+def resource_refusal(
+    principal: Principal,
+    section: Mapping[str, Any] | None,
     operation: Operation,
     resource: str,
+    administration: Administration,
+) -> Refusal | None:
+    """Unless ``section`` lets ``principal`` do ``operation`` on ``resource`` (or the caller is
+    one of the broker's administrators: its readers for reading, its admins otherwise)."""
+    if allowed(principal, section, operation):
+        return None
+    if is_admin(principal, administration, "read" if operation == "read" else "admin"):
+        return None
+    return Refusal(f"{operation} {resource}", f"not one of the {LISTS[operation]}")
+
+
+def admin_refusal(
+    principal: Principal, administration: Administration, operation: Operation, action: str
+) -> Refusal | None:
+    """Unless the administrators' list for ``operation`` names ``principal``."""
+    if is_admin(principal, administration, operation):
+        return None
+    return Refusal(action, f"not one of the broker's administrators ({LISTS[operation]})")
+
+
+def publish_refusal(
+    principal: Principal,
+    event_type: str,
+    section: Mapping[str, Any] | None,
+    administration: Administration,
+) -> Refusal | None:
+    """Unless ``principal`` is one of the event type's writers, and neither it nor the event
+    type is blocked from producing."""
+    if _blocked(principal, [event_type], administration, "PRODUCER_APP", "PRODUCER_ET"):
+        return Refusal(f"publish to {event_type}", "blocked", EVENT_TYPE_BLOCKED)
+    return resource_refusal(principal, section, "write", f"event type {event_type}", administration)
+
+
+def consumer_block_refusal(
+    principal: Principal,
+    event_types: Sequence[str],
+    administration: Administration,
+    words: str = EVENT_TYPE_BLOCKED,
+) -> Refusal | None:
+    """When the application or one of the event types is blocked from consuming (the Problem
+    saying ``words``)."""
+    if consumer_blocked(principal, event_types, administration):
+        return Refusal(f"consume {','.join(event_types)}", "blocked", words)
+    return None
+
+
+def consume_refusal(
+    principal: Principal,
+    sections: Mapping[str, Mapping[str, Any] | None],
+    administration: Administration,
+    subscription: tuple[str, Mapping[str, Any] | None] | None = None,
     *,
-    admin: bool = False,
-) -> None:
-    """``Forbidden`` (403), with an audit line, unless ``allowed``."""
-    if not allowed(principal, authorization, operation, admin=admin):
-        refuse(principal, f"{operation} {resource}", f"not one of the {LISTS[operation]}")
+    words: str = EVENT_TYPE_BLOCKED,
+) -> Refusal | None:
+    """Unless ``principal`` reads every event type (``sections``: each one's ``authorization``
+    by name) and the ``subscription`` (its id and section) when it reads one, neither blocked
+    from consuming; a block says ``words``."""
+    blocked = consumer_block_refusal(principal, list(sections), administration, words)
+    if blocked is not None:
+        return blocked
+    if subscription is not None:
+        subscription_id, section = subscription
+        refused = resource_refusal(
+            principal, section, "read", f"subscription {subscription_id}", administration
+        )
+        if refused is not None:
+            return refused
+    for name, section in sections.items():
+        refused = resource_refusal(principal, section, "read", f"event type {name}", administration)
+        if refused is not None:
+            return refused
+    return None
 
 
-def refuse(principal: Principal, action: str, reason: str, *, detail: str | None = None) -> None:
-    """Refuse ``action`` with a 403 and an audit line naming who, what and why; ``detail``:
-    what the Problem says, when Nakadi has its own words for it."""
-    audit("refused", principal, action, status=403, reason=reason)
-    raise Forbidden(detail or f"Access on {action} denied: {reason}")
+def deletion_refusal(
+    principal: Principal, event_type: str, administration: Administration, *, disabled: bool
+) -> Refusal | None:
+    """While event type deletion is ``disabled``, only the broker's administrators delete."""
+    if disabled and not is_admin(principal, administration, "admin"):
+        return Refusal(
+            f"delete event type {event_type}",
+            "deletion is disabled",
+            "Event Type deletion is disabled",
+        )
+    return None
+
+
+def lost_read(
+    principal: Principal,
+    sections: Mapping[str, Mapping[str, Any] | None],
+    administration: Administration,
+    subscription: Mapping[str, Any] | None = None,
+) -> str | None:
+    """Why ``principal``, streaming the event types of ``sections`` (and a subscription with
+    the section ``subscription``, when it streams one's), may no longer read; None while it
+    may."""
+    if is_admin(principal, administration, "read"):
+        return None
+    if not allowed(principal, subscription, "read"):
+        return "no longer one of the subscription's readers"
+    for name, section in sections.items():
+        if not allowed(principal, section, "read"):
+            return f"no longer one of the readers of {name}"
+    return None

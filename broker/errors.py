@@ -39,6 +39,10 @@ class BrokerError(Exception):
 class BadRequest(BrokerError, status=400): ...
 
 
+class Forbidden(BrokerError, status=403):
+    """A known caller not allowed to do this: refused by the gate (broker/access.py) alone."""
+
+
 class NotFound(BrokerError, status=404): ...
 
 

@@ -82,10 +82,6 @@ class Unauthenticated(Exception):
     """No credentials, or credentials we cannot accept: HTTP 401."""
 
 
-class Forbidden(Exception):
-    """A known caller not allowed to do this: HTTP 403."""
-
-
 class Authenticator(Protocol):
     mode: str
 

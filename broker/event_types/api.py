@@ -221,7 +221,7 @@ class EventTypeApi:
         except TopicError as exc:
             raise Unavailable(f"{exc}; nothing was changed, try again") from None
         # Streams of readers this change removed end at their next batch.
-        self.access.forget(name)
+        self.access.sections.forget(name)
         log.info(
             "event type updated",
             extra=logs.fields(event_type=name, schema_version=new_version or "unchanged"),
@@ -244,15 +244,7 @@ class EventTypeApi:
                     "admin",
                     f"event type {name}",
                 )
-                if await admin.feature(
-                    Feature.DISABLE_EVENT_TYPE_DELETION
-                ) and not await admin.is_admin(principal):
-                    authorization.refuse(
-                        principal,
-                        f"delete event type {name}",
-                        "deletion is disabled",
-                        detail="Event Type deletion is disabled",
-                    )
+                await self.access.require_deletable(principal, name)
                 readers = await locked.subscriptions()
                 if not (
                     await admin.feature(Feature.DELETE_EVENT_TYPE_WITH_SUBSCRIPTIONS)
@@ -268,7 +260,7 @@ class EventTypeApi:
                     await self.clusters.topics(timeline.cluster).delete(timeline.topic)
         except TopicError as exc:
             raise Unavailable(f"{exc}; nothing was deleted, try again") from None
-        self.access.forget(name)
+        self.access.sections.forget(name)
         log.info("event type deleted", extra=logs.fields(event_type=name))
         audit("event type deleted", principal, name)
         self.own.event_type_log(locked.current.body, "deleted")

@@ -147,7 +147,7 @@ class SubscriptionApi:
         if not await self._subscriptions.update(subscription_id, body):
             raise SubscriptionNotFound(subscription_id)
         # Streams of readers this change removed end at their next batch.
-        self._access.forget_subscription(subscription_id)
+        self._access.sections.forget_subscription(subscription_id)
         audit("subscription changed", principal_of(request), subscription_id)
         return Response(status_code=204)
 

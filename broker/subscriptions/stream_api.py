@@ -32,7 +32,7 @@ from changebroker import kafka, logs
 from changebroker.auth import audit, principal_of
 from changebroker.broker import bodies, metrics
 from changebroker.broker.access import Access
-from changebroker.broker.admin_settings import SUBSCRIPTION_BLOCKED
+from changebroker.broker.authorization import SUBSCRIPTION_BLOCKED
 from changebroker.broker.avro.schemas import AvroSchemas
 from changebroker.broker.errors import BadRequest, SubscriptionNotFound
 from changebroker.broker.event_types.store import Store
@@ -244,7 +244,7 @@ class SubscriptionStreams:
 
     async def cursors(self, request: Request) -> Response:
         subscription = await self._subscription(request)
-        await self.access.admin.check_consumer(
+        await self.access.require_unblocked_consumer(
             principal_of(request), subscription.event_types, SUBSCRIPTION_BLOCKED
         )
         rows = await self.subscriptions.committed(subscription.id)
@@ -268,7 +268,7 @@ class SubscriptionStreams:
         """PATCH cursors: streams are closed, offsets set, new streams get 409 until they ended."""
         subscription = await self._subscription(request)
         principal = principal_of(request)
-        await self.access.admin.check_consumer(
+        await self.access.require_unblocked_consumer(
             principal, subscription.event_types, SUBSCRIPTION_BLOCKED
         )
         await self.access.require(

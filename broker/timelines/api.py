@@ -73,12 +73,12 @@ class TimelineApi:
         ]
 
     async def list_storages(self, request: Request) -> Response:
-        await self.access.admin.require_admin(request, "read")
+        await self.access.require_admin(request, "read")
         own = self.clusters.own
         return JSONResponse([storage.view(own) for storage in await self.storages.all()])
 
     async def get_storage(self, request: Request) -> Response:
-        await self.access.admin.require_admin(request, "read")
+        await self.access.require_admin(request, "read")
         storage_id = request.path_params["id"]
         found = await self.storages.get(storage_id)
         if found is None:
@@ -86,7 +86,7 @@ class TimelineApi:
         return JSONResponse(found.view(self.clusters.own))
 
     async def create_storage(self, request: Request) -> Response:
-        principal = await self.access.admin.require_admin(request, "write")
+        principal = await self.access.require_admin(request, "write")
         await self.access.admin.check_writable()
         storage = parse(await json_body(request))
         await self.storages.create(storage)
@@ -95,7 +95,7 @@ class TimelineApi:
         return JSONResponse(storage.view(self.clusters.own), status_code=201)
 
     async def delete_storage(self, request: Request) -> Response:
-        principal = await self.access.admin.require_admin(request, "write")
+        principal = await self.access.require_admin(request, "write")
         await self.access.admin.check_writable()
         storage_id = request.path_params["id"]
         await self.storages.delete(storage_id)
@@ -103,14 +103,14 @@ class TimelineApi:
         return Response(status_code=204)
 
     async def set_default(self, request: Request) -> Response:
-        principal = await self.access.admin.require_admin(request, "write")
+        principal = await self.access.require_admin(request, "write")
         await self.access.admin.check_writable()
         storage = await self.storages.set_default(request.path_params["id"])
         audit("default storage set", principal, storage.id)
         return JSONResponse(storage.view(self.clusters.own))
 
     async def list_timelines(self, request: Request) -> Response:
-        await self.access.admin.require_admin(request, "read")
+        await self.access.require_admin(request, "read")
         name = request.path_params["name"]
         found = await self.timelines.of(name, fresh=True)
         if found is None:
@@ -122,7 +122,7 @@ class TimelineApi:
         stored = await self.store.get(name)
         if stored is None:
             raise NotFound(f'EventType "{name}" does not exist')
-        principal = await self.access.admin.require_admin(request, "write")
+        principal = await self.access.require_admin(request, "write")
         await self.access.admin.check_writable()
         body = await json_body(request)
         if stored.body["cleanup_policy"] != "delete":
@@ -145,7 +145,7 @@ class TimelineApi:
         name = request.path_params["name"]
         if await self.store.revision(name, fresh=True) is None:
             raise NotFound(f'EventType "{name}" does not exist')
-        principal = await self.access.admin.require_admin(request, "write")
+        principal = await self.access.require_admin(request, "write")
         await self.access.admin.check_writable()
         body = await json_body(request)
         count = body.get("partition_count") if isinstance(body, dict) else None
