@@ -14,7 +14,7 @@ from tests.support import REPO_ROOT
 
 # The services' folders; changebroker/<folder> links to each, so its modules are
 # changebroker.<folder>.
-FOLDERS = ("changeserver", "broker", "registry", "replay", "console")
+FOLDERS = ("changeserver", "broker", "bridge", "registry", "replay", "console")
 SERVICES = tuple(f"changebroker.{folder}" for folder in FOLDERS)
 # The command and the local stack: they start, drive and break the services, so they sit
 # above them.

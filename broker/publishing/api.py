@@ -562,7 +562,7 @@ def prepare(
     """One event validated, partitioned, enriched and encoded: the pipeline without Kafka
     (the bridge sends the result in its own Kafka transactions). ``valid``: the caller built
     the event to the event type's schema and checked what could still differ
-    (``changebroker.broker.bridge.event_types.OwnSchema``), so it is not validated again."""
+    (``changebroker.bridge.event_types.OwnSchema``), so it is not validated again."""
     if size > MAX_EVENT_BYTES:
         raise ItemFailure(
             "validating",

@@ -7,9 +7,9 @@ import itertools
 from typing import Any
 
 from changebroker import kafka, pg_types
-from changebroker.broker.bridge import tables, values
-from changebroker.broker.bridge.bridge import eid
-from changebroker.broker.bridge.event_types import (
+from changebroker.bridge import tables, values
+from changebroker.bridge.bridge import eid
+from changebroker.bridge.event_types import (
     CLEANUP_POLICY,
     COMPATIBILITY_MODE,
     OwnSchema,

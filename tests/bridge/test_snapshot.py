@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from changebroker import cli
-from changebroker.broker.bridge import bridge as bridge_module
+from changebroker.bridge import bridge as bridge_module
 from changebroker.stack.processes import wait_until
 from tests.broker.subscription_support import commit, create
 from tests.support.bridge_stack import Rebuilt, Stack, rebuilding, snapshot_of

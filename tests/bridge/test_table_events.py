@@ -14,8 +14,8 @@ import httpx
 import psycopg
 import pytest
 
-from changebroker.broker.bridge import bridge as bridge_module
-from changebroker.broker.bridge.table_events import TABLE_EVENT_KEY
+from changebroker.bridge import bridge as bridge_module
+from changebroker.bridge.table_events import TABLE_EVENT_KEY
 from changebroker.stack.processes import wait_until
 from tests.support.bridge_stack import Rebuilt, Stack, rebuilding
 

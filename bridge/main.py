@@ -25,8 +25,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from changebroker import auth, config, http, logs, metrics, tasks
-from changebroker.broker.bridge.bridge import Bridge, Settings
-from changebroker.broker.bridge.metrics import BridgeCollector
+from changebroker.bridge.bridge import Bridge, Settings
+from changebroker.bridge.metrics import BridgeCollector
 
 log = logging.getLogger(__name__)
 

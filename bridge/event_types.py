@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from changebroker import kafka
-from changebroker.broker.bridge.tables import Table, canonical
+from changebroker.bridge.tables import Table, canonical
 from changebroker.broker.event_types import effective_schema
 from changebroker.broker.event_types.store import Store
 from changebroker.broker.publishing.api import Target

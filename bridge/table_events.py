@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from changebroker.broker.bridge.event_types import Published
+from changebroker.bridge.event_types import Published
 from changebroker.broker.publishing.api import prepare
 from changebroker.broker.publishing.producer import Message
 

@@ -39,18 +39,18 @@ import psycopg
 from psycopg import sql as psql
 
 from changebroker import auth, kafka, logs, pg
-from changebroker.broker.bridge import tables, values
-from changebroker.broker.bridge.changes_client import Answer, ChangesClient, ChangesUnreadable
-from changebroker.broker.bridge.commits import Commits
-from changebroker.broker.bridge.event_types import (
+from changebroker.bridge import tables, values
+from changebroker.bridge.changes_client import Answer, ChangesClient, ChangesUnreadable
+from changebroker.bridge.commits import Commits
+from changebroker.bridge.event_types import (
     EventTypes,
     Published,
     SchemaRefused,
     event_type_name,
 )
-from changebroker.broker.bridge.snapshots import IN_FLIGHT, WATERMARKS, Chunk, Chunks, Run
-from changebroker.broker.bridge.table_events import ended_rows
-from changebroker.broker.bridge.transactions import (
+from changebroker.bridge.snapshots import IN_FLIGHT, WATERMARKS, Chunk, Chunks, Run
+from changebroker.bridge.table_events import ended_rows
+from changebroker.bridge.transactions import (
     Transactions,
     ensure_positions_topic,
     load_position,

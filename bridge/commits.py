@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from changebroker.broker.bridge.transactions import Transactions
+from changebroker.bridge.transactions import Transactions
 from changebroker.broker.publishing.producer import Message
 
 Tag = TypeVar("Tag")
