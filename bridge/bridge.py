@@ -56,8 +56,8 @@ from changebroker.bridge.transactions import (
     load_position,
 )
 from changebroker.broker.event_types.store import Store
-from changebroker.broker.publishing.api import ItemFailure, Target, prepare, received_now
 from changebroker.broker.publishing.partitioning import java_string_hash
+from changebroker.broker.publishing.pipeline import ItemFailure, Target, prepare, received_now
 from changebroker.broker.publishing.producer import Message
 from changebroker.broker.settings import TIMELINE_WAIT_TIMEOUT
 from changebroker.broker.timelines.writers import Writer

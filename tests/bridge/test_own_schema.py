@@ -18,7 +18,7 @@ from changebroker.bridge.event_types import (
 from changebroker.broker.event_types import effective_schema
 from changebroker.broker.event_types.effective_schema import EventValidator
 from changebroker.broker.event_types.store import Revision
-from changebroker.broker.publishing.api import Target
+from changebroker.broker.publishing.pipeline import Target
 
 TABLE = tables.Table(
     "public.orders",
