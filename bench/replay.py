@@ -37,7 +37,7 @@ from confluent_kafka import Producer
 from bench.report import Figure, report
 from bench.services import kafka_bootstrap, pg_server_dsn
 from changebroker import kafka, pg
-from changebroker.bridge.bridge import record_key
+from changebroker.bridge.data_events import record_key
 from changebroker.bridge.event_types import data_event_type
 from changebroker.bridge.tables import Table
 from changebroker.replay import ReplayOptions, run_replay

@@ -25,8 +25,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from changebroker import auth, config, http, logs, metrics, tasks
-from changebroker.bridge.bridge import Bridge, Settings
+from changebroker.bridge.bridge import Bridge
 from changebroker.bridge.metrics import BridgeCollector
+from changebroker.bridge.settings import Settings
 
 log = logging.getLogger(__name__)
 

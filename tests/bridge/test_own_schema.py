@@ -8,7 +8,7 @@ from typing import Any
 
 from changebroker import kafka, pg_types
 from changebroker.bridge import tables, values
-from changebroker.bridge.bridge import eid
+from changebroker.bridge.data_events import eid
 from changebroker.bridge.event_types import (
     CLEANUP_POLICY,
     COMPATIBILITY_MODE,

@@ -4,7 +4,7 @@ the units it touches, not every unit the bridge ever published (dropped tables i
 
 from __future__ import annotations
 
-from changebroker.bridge.bridge import Position, Progress
+from changebroker.bridge.position import Position, Progress
 from changebroker.bridge.snapshots import Run
 from changebroker.changeserver.sequence import Sequence
 

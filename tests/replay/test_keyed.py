@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from changebroker import kafka
-from changebroker.bridge.bridge import record_key
+from changebroker.bridge.data_events import record_key
 from changebroker.bridge.event_types import data_event_type
 from changebroker.bridge.tables import Table
 from changebroker.replay import run_replay
