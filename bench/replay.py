@@ -37,9 +37,9 @@ from confluent_kafka import Producer
 from bench.report import Figure, report
 from bench.services import kafka_bootstrap, pg_server_dsn
 from changebroker import kafka, pg
-from changebroker.broker.bridge.bridge import record_key
-from changebroker.broker.bridge.event_types import data_event_type
-from changebroker.broker.bridge.tables import Table
+from changebroker.bridge.data_events import record_key
+from changebroker.bridge.event_types import data_event_type
+from changebroker.bridge.tables import Table
 from changebroker.replay import ReplayOptions, run_replay
 from changebroker.stack.processes import answers, free_port, wait_until
 

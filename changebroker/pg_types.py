@@ -6,7 +6,7 @@ A value leaves Postgres as its text output with its type OID (changeserver/READM
 * ``protobuf``: the ``ValuePb`` field transicator's output plugin types it as (``/changes``,
   ``/snapshots`` and the Python client read the JSON format's text the same way); a JSON
   answer spells a value typed ``bool`` ``true``/``false``, as transicator prints it;
-* ``json``: the bridge's event value (broker/bridge/values.py), ``schema`` its JSON Schema
+* ``json``: the bridge's event value (bridge/values.py), ``schema`` its JSON Schema
   types and ``note`` what the property's description says of it;
 * ``kind``: the replay's column kind (replay/columns.py), ``spark`` the snapshot's column type.
 

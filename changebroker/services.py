@@ -10,7 +10,7 @@ SERVICE_MODULES: dict[str, tuple[str, str]] = {
     "registry": ("changebroker.registry.main", "the OpenSchema schema registry"),
     "broker": ("changebroker.broker.main", "the Nakadi-compatible event broker on Kafka"),
     "bridge": (
-        "changebroker.broker.bridge.main",
+        "changebroker.bridge.main",
         "publish every row change from /changes as data events",
     ),
     "console": (

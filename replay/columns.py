@@ -1,6 +1,6 @@
 """A table's columns from its event type's schema versions, and each column's Parquet type.
 
-The bridge (broker/bridge/tables.py, values.py) declares each column as a property whose
+The bridge (bridge/tables.py, values.py) declares each column as a property whose
 ``x-pg-type`` is the Postgres type (``format_type``: ``bigint``, ``numeric(12,2)``,
 ``timestamp with time zone``; ``type <oid>`` when the change's type was not the catalog's;
 event types from before the keyword start the ``description`` with it) and whose ``type``
@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from changebroker import pg_types
-from changebroker.broker.bridge.values import DROPPED, PG_TYPE
+from changebroker.bridge.values import DROPPED, PG_TYPE
 
 _TYPMOD = re.compile(r"\(\d+(?:,\d+)?\)")
 _OID_ONLY = re.compile(r"^type (\d+)$")

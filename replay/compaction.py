@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from changebroker.broker.bridge.table_events import TABLE_EVENT_KEY
+from changebroker.bridge.table_events import TABLE_EVENT_KEY
 from changebroker.replay.catalog import TableSpec
 from changebroker.replay.columns import Column
 from changebroker.replay.offsets import PartitionRange

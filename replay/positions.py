@@ -1,7 +1,7 @@
 """Where the bridge's committed events end, exactly, and which ``/changes`` sequence that is.
 
 The bridge commits each batch of events together with its position record (one Kafka
-transaction, broker/bridge/transactions.py). The record carries ``since`` (the sequence it
+transaction, bridge/transactions.py). The record carries ``since`` (the sequence it
 has read through), ``held`` (tables stopped before a change) and ``offsets``: per topic and
 partition, the offset of the last event it ever wrote there. So the newest committed record
 is a consistent cut: events up to those offsets are exactly the changes up to ``since``
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from changebroker import kafka
-from changebroker.broker.bridge.transactions import POSITIONS_TOPIC, load_position
+from changebroker.bridge.transactions import POSITIONS_TOPIC, load_position
 from changebroker.changeserver.sequence import Sequence
 
 

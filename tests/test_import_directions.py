@@ -1,10 +1,12 @@
 """Imports run one way (docs/architecture.md, "Which part imports which"): the shared library
 imports no service and no tool, a service imports no tool, and no two modules import each other.
-Every module's imports are read from its source, so a new module is held to the same rule."""
+Every module's imports are read from its source, so a new module is held to the same rule; and
+no module outside the broker names the broker's tables."""
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from tests.support import REPO_ROOT
 
 # The services' folders; changebroker/<folder> links to each, so its modules are
 # changebroker.<folder>.
-FOLDERS = ("changeserver", "broker", "registry", "replay", "console")
+FOLDERS = ("changeserver", "broker", "bridge", "registry", "replay", "console")
 SERVICES = tuple(f"changebroker.{folder}" for folder in FOLDERS)
 # The command and the local stack: they start, drive and break the services, so they sit
 # above them.
@@ -126,3 +128,31 @@ def test_no_two_modules_import_each_other() -> None:
         if module < name and module in RUN_IMPORTS[name] and not name.startswith(f"{module}.")
     )
     assert circles == []
+
+
+# The broker's tables, as sql/broker/ creates them.
+BROKER_TABLES = sorted(
+    set(
+        re.findall(
+            r"CREATE TABLE (?:IF NOT EXISTS )?(broker_\w+)",
+            "".join(path.read_text() for path in (REPO_ROOT / "sql" / "broker").glob("*.sql")),
+        )
+    )
+)
+
+
+def test_only_the_broker_names_its_tables() -> None:
+    """A part reads the broker's metadata through the broker's modules (the publishing
+    pipeline, the event type store), never by SQL of its own: a change to those tables is
+    then the broker's alone."""
+    assert "broker_event_types" in BROKER_TABLES
+    naming = re.compile(rf"\b({'|'.join(BROKER_TABLES)})\b")
+    broker = REPO_ROOT / "broker"
+    wrong = sorted(
+        f"{module} names {found.group(1)}"
+        for module, path in MODULES.items()
+        if not path.resolve().is_relative_to(broker)
+        for found in [naming.search(path.read_text())]
+        if found is not None
+    )
+    assert wrong == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 from changebroker import pg
-from changebroker.broker.bridge.bridge import own_tables
+from changebroker.bridge.bridge import own_tables
 
 
 def test_concurrent_migrations_of_a_fresh_database_all_succeed(pg_server_dsn: str) -> None:

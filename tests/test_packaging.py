@@ -1,5 +1,5 @@
 """An installed changebroker is one import package, ``changebroker``, and works without the
-checkout: the parts (changeserver/, broker/, registry/, replay/, console/, sql/) are its
+checkout: the parts (changeserver/, broker/, bridge/, registry/, replay/, console/, sql/) are its
 subpackages, linked from changebroker/, and every import names them so.
 
 The wheel test builds the sdist and the wheel from it out of a copy of the checkout's files,
@@ -25,7 +25,7 @@ import pytest
 from tests.support import REPO_ROOT, cli
 
 PACKAGE = "changebroker"
-PARTS = ("changeserver", "broker", "registry", "replay", "console", "sql")
+PARTS = ("changeserver", "broker", "bridge", "registry", "replay", "console", "sql")
 LOCK = REPO_ROOT / "requirements" / "constraints.txt"
 # The stranger: a distribution of another project that owns the top-level name ``registry``.
 STRANGER_MARK = "a registry that is not changebroker's"

@@ -11,11 +11,11 @@ import pytest
 from tests.support import REPO_ROOT
 
 # Package folder -> its sub-packages with a README of their own (listed as a row, not per file).
-PACKAGES = {
+PACKAGES: dict[str, tuple[str, ...]] = {
     "changebroker": (),
     "changeserver": (),
-    "broker": ("bridge",),
-    "broker/bridge": (),
+    "broker": (),
+    "bridge": (),
     "registry": (),
     "replay": (),
     "console": (),

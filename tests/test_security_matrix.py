@@ -26,12 +26,12 @@ from starlette.types import ASGIApp
 
 from changebroker import kafka, pg
 from changebroker.auth import AuthMiddleware, AuthSettings
+from changebroker.bridge.bridge import Bridge
+from changebroker.bridge.main import create_app as bridge_app
+from changebroker.bridge.settings import Settings as BridgeSettings
 from changebroker.broker.app import STREAMS
 from changebroker.broker.app import create_app as broker_app
 from changebroker.broker.authorization import Scopes
-from changebroker.broker.bridge.bridge import Bridge
-from changebroker.broker.bridge.bridge import Settings as BridgeSettings
-from changebroker.broker.bridge.main import create_app as bridge_app
 from changebroker.broker.settings import Settings as BrokerSettings
 from changebroker.changeserver.server import ChangeServer
 from changebroker.changeserver.server import Settings as ChangeServerSettings

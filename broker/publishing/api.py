@@ -1,5 +1,7 @@
 """``POST /event-types/{name}/events``: validate, partition, enrich, write to Kafka.
 
+Each event goes through the publishing pipeline (``pipeline.py``), as the bridge's do.
+
 As Nakadi: the first event that fails validation, partitioning or enrichment
 fails the batch and nothing is written (422; that item ``failed`` with its
 step, the others ``aborted``); when Kafka refuses some events the answer is
@@ -9,147 +11,46 @@ step, the others ``aborted``); when Kafka refuses some events the answer is
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import functools
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from changebroker import kafka, logs
+from changebroker import logs
 from changebroker.auth import principal_of
 from changebroker.broker import bodies, consumer_tags, metrics
 from changebroker.broker.access import Access
-from changebroker.broker.avro.payloads import PayloadSchema
 from changebroker.broker.avro.schemas import AvroSchemas
 from changebroker.broker.bodies import BadBody
 from changebroker.broker.errors import EventTypeNotFound, Unavailable, Unprocessable
-from changebroker.broker.event_types import effective_schema
-from changebroker.broker.event_types.rules import AVRO_SCHEMA
-from changebroker.broker.event_types.store import Revision, Store, StoredEventType
+from changebroker.broker.event_types.store import Store
 from changebroker.broker.own_events.collector import OwnEvents
 from changebroker.broker.publishing import binary
-from changebroker.broker.publishing.enrichment import EnrichmentError, enrich
-from changebroker.broker.publishing.partitioning import (
-    Partitioner,
-    PartitioningError,
-    metadata_partitioner,
-    partitioner,
+from changebroker.broker.publishing.partitioning import PartitioningError
+from changebroker.broker.publishing.pipeline import (
+    MAX_EVENT_BYTES,
+    ItemFailure,
+    Prepared,
+    Target,
+    Targets,
+    prepare_batch,
+    received_now,
 )
 from changebroker.broker.publishing.producer import Delivery, Message
 from changebroker.broker.timelines.clusters import Clusters
-from changebroker.broker.timelines.storages import cluster_of
 from changebroker.broker.timelines.writers import Writer
 from changebroker.http import OneWriteResponse
 from changebroker.metrics import labelled
-from changebroker.timestamps import utc_second
 
 log = logging.getLogger(__name__)
-
-# "The maximum size per Event is 999,000 bytes" (docs/specs/nakadi-event-bus-api-0.10.1.yaml),
-# measured as sent.
-MAX_EVENT_BYTES = 999_000
-
-
-@dataclass(frozen=True)
-class Target:
-    """What publishing needs of one event type revision, the validator compiled once."""
-
-    name: str
-    revision: Revision
-    topic: str  # the active timeline's, on ``cluster``
-    cluster: kafka.Cluster
-    partitions: int
-    category: str
-    partition_strategy: str
-    key_fields: tuple[str, ...]
-    enriched: bool
-    compacted: bool
-    version: str  # of the json_schema JSON events are validated against
-    validator: effective_schema.EventValidator | NoJsonSchema
-    # The event type's authorization section (its writers publish), None when it has none.
-    authorization: Mapping[str, Any] | None = None
-    # Its avro_schema versions, which Avro events name.
-    avro: Mapping[str, PayloadSchema] = dataclasses.field(default_factory=dict)
-
-    @functools.cached_property
-    def partition(self) -> Partitioner:
-        """Derived, not a field: ``dataclasses.replace`` of the strategy gets a new one."""
-        return partitioner(self.partition_strategy, self.key_fields, self.category, self.partitions)
-
-    @functools.cached_property
-    def metadata_partition(self) -> Partitioner:
-        """The partition of an Avro event, by its metadata record."""
-        return metadata_partitioner(self.partition_strategy, self.partitions)
-
-    @classmethod
-    def of(
-        cls,
-        stored: StoredEventType,
-        own: kafka.Cluster,
-        avro: Mapping[str, PayloadSchema] | None = None,
-    ) -> Target:
-        """``own``: the cluster of this process's ``--kafka-bootstrap`` (the storage
-        ``default``). JSON events are validated against the newest json_schema version, as
-        Nakadi does once an event type moved to Avro; without one, every JSON event is
-        refused."""
-        body = stored.body
-        validator: effective_schema.EventValidator | NoJsonSchema = NoJsonSchema(stored.name)
-        version = stored.schema_version
-        if stored.json_schema is not None:
-            schema = effective_schema.build(
-                body["category"],
-                json.loads(stored.json_schema["schema"]),
-                body["compatibility_mode"],
-                body["cleanup_policy"],
-            )
-            validator = effective_schema.EventValidator(schema)
-            version = stored.json_schema["version"]
-        return cls(
-            name=stored.name,
-            revision=stored.stamp,
-            topic=stored.topic,
-            cluster=cluster_of(stored.kafka_configuration, own),
-            partitions=stored.partitions,
-            category=body["category"],
-            partition_strategy=body["partition_strategy"],
-            key_fields=tuple(body.get("partition_key_fields") or ()),
-            enriched="metadata_enrichment" in body["enrichment_strategies"],
-            compacted=effective_schema.compacted(body["cleanup_policy"]),
-            version=version,
-            validator=validator,
-            authorization=body.get("authorization"),
-            avro=avro or {},
-        )
-
-
-class NoJsonSchema:
-    """The validator of an event type that has only Avro schemas: JSON events do not fit."""
-
-    def __init__(self, name: str) -> None:
-        self.detail = f"No json_schema found for event type: {name}"
-        self.schema: Mapping[str, Any] | None = None
-
-    def first_error(self, event: Any) -> str | None:
-        return self.detail
 
 
 class InternalPublishError(Exception):
     """Events the broker publishes itself were not stored; the message says why."""
-
-
-class ItemFailure(Exception):
-    def __init__(self, step: str, detail: str) -> None:
-        super().__init__(detail)
-        self.step = step
-        self.detail = detail
 
 
 def split_batch(data: bytes) -> list[tuple[Any, int]]:
@@ -210,9 +111,6 @@ def _item(event: Any, status: str, step: str, detail: str | None = None) -> dict
     return item
 
 
-# What preparing a batch for one revision of its event type gives: the messages, or the first
-# event refused (its index and why).
-Prepared = tuple[list[Message], tuple[int, "ItemFailure"] | None]
 # Nakadi's words for deleting from a type whose cleanup_policy is delete.
 NOT_COMPACTED = "It is not allowed to delete events from non compacted event type"
 
@@ -233,14 +131,12 @@ class Publisher:
         self.access = access
         self.avro = avro
         self.own = own
-        # Per process; a revision check per request keeps it right across processes (and
-        # across a delete and re-create: the revision holds the new topic).
-        self._targets: dict[str, Target] = {}
+        self.targets = Targets(store, clusters.own, avro, self._learn)
 
     async def _current(self, name: str, kept: Target) -> Target:
         """The event type as the database has it now (``kept`` when unchanged); else
         EventTypeNotFound."""
-        current = await self.target(name, fresh=True)
+        current = await self.targets.get(name, fresh=True)
         if current is None:
             raise EventTypeNotFound(name)
         return kept if current.revision == kept.revision else current
@@ -251,31 +147,9 @@ class Publisher:
             Route("/event-types/{name}/deleted-events", self.delete, methods=["POST"]),
         ]
 
-    async def target(self, name: str, *, fresh: bool = False) -> Target | None:
-        revision = await self.store.revision(name, fresh=fresh)
-        if revision is None:
-            self._targets.pop(name, None)
-            return None
-        cached = self._targets.get(name)
-        if cached is not None and cached.revision == revision:
-            return cached
-        stored = await self.store.get(name)
-        if stored is None:
-            return None
-        avro = None
-        if stored.body["schema"]["type"] == AVRO_SCHEMA:
-            schemas = await self.avro.of(name, fresh=fresh)
-            avro = schemas.versions if schemas is not None else None
-        target = Target.of(stored, self.clusters.own, avro)
-        if (
-            cached is not None
-            and cached.topic == target.topic
-            and target.partitions > cached.partitions
-        ):
-            # Repartitioned: the producer must know the new partitions before it writes.
-            await self.clusters.producer(target.cluster).learn(target.topic)
-        self._targets[name] = target
-        return target
+    async def _learn(self, target: Target) -> None:
+        """Repartitioned: the producer must know the new partitions before it writes."""
+        await self.clusters.producer(target.cluster).learn(target.topic)
 
     @contextlib.asynccontextmanager
     async def _writing(self, name: str) -> AsyncIterator[Target | None]:
@@ -284,7 +158,7 @@ class Publisher:
         left once Kafka answered for every event."""
         waited = await self.writer.enter(name)
         try:
-            yield await self.target(name, fresh=waited)
+            yield await self.targets.get(name, fresh=waited)
         finally:
             self.writer.leave(name)
 
@@ -293,7 +167,9 @@ class Publisher:
         and enriched like any, without authorization; InternalPublishError unless all are
         stored."""
         async with self._internal(name) as target:
-            messages, refused = _prepared(target, [(event, 0) for event in events], received_now())
+            messages, refused = prepare_batch(
+                target, [(event, 0) for event in events], received_now()
+            )
             if refused is not None:
                 raise InternalPublishError(f"{refused[1].step}: {refused[1].detail}")
             await self._send_internal(target, messages)
@@ -358,7 +234,7 @@ class Publisher:
         batch = split_batch(body)
         received_at = received_now()
         target, messages, refused, delivery = await self._deliver(
-            request, name, target, lambda t: _prepared(t, batch, received_at), tags
+            request, name, target, lambda t: prepare_batch(t, batch, received_at), tags
         )
         if refused is not None:
             index, failure = refused
@@ -543,62 +419,6 @@ def _tombstones(target: Target, batch: list[tuple[Any, int]]) -> Prepared:
     return messages, None
 
 
-def _prepared(
-    target: Target, batch: list[tuple[Any, int]], received_at: str
-) -> tuple[list[Message], tuple[int, ItemFailure] | None]:
-    """Every event of ``batch`` prepared, or the first refused one (its index and why)."""
-    messages: list[Message] = []
-    for index, (event, size) in enumerate(batch):
-        try:
-            messages.append(prepare(target, event, size, received_at))
-        except ItemFailure as failure:
-            return messages, (index, failure)
-    return messages, None
-
-
-def prepare(
-    target: Target, event: Any, size: int, received_at: str, valid: bool = False
-) -> Message:
-    """One event validated, partitioned, enriched and encoded: the pipeline without Kafka
-    (the bridge sends the result in its own Kafka transactions). ``valid``: the caller built
-    the event to the event type's schema and checked what could still differ
-    (``changebroker.broker.bridge.event_types.OwnSchema``), so it is not validated again."""
-    if size > MAX_EVENT_BYTES:
-        raise ItemFailure(
-            "validating",
-            f"Event too large: {size} bytes, the limit is {MAX_EVENT_BYTES} bytes as sent",
-        )
-    if not isinstance(event, dict):
-        raise ItemFailure("validating", "an event must be a JSON object")
-    error = None if valid else target.validator.first_error(event)
-    if error is not None:
-        raise ItemFailure("validating", error)
-    try:
-        partition = target.partition(event)
-    except PartitioningError as exc:
-        raise ItemFailure("partitioning", str(exc)) from None
-    if target.enriched:
-        try:
-            enrich(
-                event,
-                event_type=target.name,
-                partition=partition,
-                version=target.version,
-                flow_id=logs.flow_id.get(),
-                received_at=received_at,
-            )
-        except EnrichmentError as exc:
-            raise ItemFailure("enriching", str(exc)) from None
-    key = event["metadata"]["partition_compaction_key"].encode() if target.compacted else None
-    try:
-        # ~25x json.dumps on 1 KB events; compact, UTF-8 unescaped: the same JSON to readers.
-        value = orjson.dumps(event)
-    except orjson.JSONEncodeError:
-        # Integers past 64 bits and lone surrogates, which JSON parsing accepts.
-        value = json.dumps(event, separators=(",", ":")).encode()
-    return Message(target.topic, partition, key, value)
-
-
 def _partly_stored(batch: list[tuple[Any, int]], errors: list[str | None]) -> list[Any]:
     """Nakadi's 207 body: each item ``failed`` with Kafka's error, or ``submitted``."""
     return [
@@ -621,10 +441,3 @@ def _rejected(batch: list[tuple[Any, int]], failed: int, failure: ItemFailure) -
         else:
             items.append(_item(event, "aborted", "none", f"event {failed} of the batch failed"))
     return items
-
-
-def received_now() -> str:
-    """Now in UTC, to the millisecond, as Nakadi writes ``received_at``."""
-    now = time.time()
-    second = int(now)
-    return f"{utc_second(second)}.{int((now - second) * 1000):03d}Z"

@@ -13,17 +13,15 @@ binary endpoint answers (its JSON one answers 422).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from changebroker.broker.avro import envelope
 from changebroker.broker.avro.envelope import EnvelopeError, Record
 from changebroker.broker.avro.payloads import PayloadError, PayloadSchema
 from changebroker.broker.bodies import BadBody
 from changebroker.broker.publishing.partitioning import PartitioningError
+from changebroker.broker.publishing.pipeline import Target
 from changebroker.broker.publishing.producer import Message
-
-if TYPE_CHECKING:
-    from changebroker.broker.publishing.api import Target
 
 MEDIA_TYPE = "application/avro-binary"
 # An Avro event is measured as its payload: Nakadi's limit for an event.

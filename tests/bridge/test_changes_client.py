@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from changebroker import auth, http
-from changebroker.broker.bridge.changes_client import Answer, ChangesClient, ChangesUnreadable
+from changebroker.bridge.changes_client import Answer, ChangesClient, ChangesUnreadable
 from changebroker.changeserver import changes
 from changebroker.stack.processes import free_port
 from changebroker.stack.run import serve_in_thread

@@ -11,8 +11,8 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from changebroker import kafka
-from changebroker.broker.bridge.commits import Commits
-from changebroker.broker.bridge.transactions import (
+from changebroker.bridge.commits import Commits
+from changebroker.bridge.transactions import (
     Transactions,
     ensure_positions_topic,
     load_position,

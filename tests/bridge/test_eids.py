@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from changebroker.broker.bridge.bridge import EID_NAMESPACE, eid
+from changebroker.bridge.data_events import EID_NAMESPACE, eid
 
 
 def test_eid_is_uuid5_of_the_name() -> None:

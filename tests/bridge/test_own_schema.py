@@ -7,9 +7,9 @@ import itertools
 from typing import Any
 
 from changebroker import kafka, pg_types
-from changebroker.broker.bridge import tables, values
-from changebroker.broker.bridge.bridge import eid
-from changebroker.broker.bridge.event_types import (
+from changebroker.bridge import tables, values
+from changebroker.bridge.data_events import eid
+from changebroker.bridge.event_types import (
     CLEANUP_POLICY,
     COMPATIBILITY_MODE,
     OwnSchema,
@@ -18,7 +18,7 @@ from changebroker.broker.bridge.event_types import (
 from changebroker.broker.event_types import effective_schema
 from changebroker.broker.event_types.effective_schema import EventValidator
 from changebroker.broker.event_types.store import Revision
-from changebroker.broker.publishing.api import Target
+from changebroker.broker.publishing.pipeline import Target
 
 TABLE = tables.Table(
     "public.orders",

@@ -4,8 +4,8 @@ the units it touches, not every unit the bridge ever published (dropped tables i
 
 from __future__ import annotations
 
-from changebroker.broker.bridge.bridge import Position, Progress
-from changebroker.broker.bridge.snapshots import Run
+from changebroker.bridge.position import Position, Progress
+from changebroker.bridge.snapshots import Run
 from changebroker.changeserver.sequence import Sequence
 
 

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from changebroker import cli
-from changebroker.broker.bridge import bridge as bridge_module
+from changebroker.bridge import snapshot_runs
 from changebroker.stack.processes import wait_until
 from tests.broker.subscription_support import commit, create
 from tests.support.bridge_stack import Rebuilt, Stack, rebuilding, snapshot_of
@@ -263,7 +263,7 @@ def test_a_table_created_later_is_snapshotted_at_its_first_change(
     arrives, not at the next look at the publication (made rare here, so only the change can
     start it): the run finds the one row committed by then, and the rows inserted after it
     reach consumers once, as ``C`` events, not again as ``S``."""
-    monkeypatch.setattr(bridge_module, "_DISCOVER_EVERY", 3600.0)
+    monkeypatch.setattr(snapshot_runs, "DISCOVER_EVERY", 3600.0)
     stack.start_bridge()
     stack.sql("CREATE TABLE late (id int PRIMARY KEY, v text)")
     stack.sql("INSERT INTO late VALUES (1, 'first')")

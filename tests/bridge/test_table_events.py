@@ -14,8 +14,8 @@ import httpx
 import psycopg
 import pytest
 
-from changebroker.broker.bridge import bridge as bridge_module
-from changebroker.broker.bridge.table_events import TABLE_EVENT_KEY
+from changebroker.bridge import snapshot_runs
+from changebroker.bridge.table_events import TABLE_EVENT_KEY
 from changebroker.stack.processes import wait_until
 from tests.support.bridge_stack import Rebuilt, Stack, rebuilding
 
@@ -104,7 +104,7 @@ def test_a_table_created_and_filled_while_the_bridge_runs_is_published_once(
 ) -> None:
     # The catalog is looked at all the time: a look that sees a table before the stream
     # brought its CREATE must not snapshot it.
-    monkeypatch.setattr(bridge_module, "_DISCOVER_EVERY", 0.05)
+    monkeypatch.setattr(snapshot_runs, "DISCOVER_EVERY", 0.05)
     stack.start_bridge()
     rows, loads = 5000, 4
     for load in range(loads):

@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from changebroker.broker.bridge import values
+from changebroker.bridge import values
 from changebroker.broker.event_types.effective_schema import EventValidator
 from changebroker.pg_types import BOOL, BYTEA, FLOAT8, INT8, JSONB, NUMERIC, TIMESTAMP, TIMESTAMPTZ
 

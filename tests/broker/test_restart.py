@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 
 from changebroker import kafka
+from changebroker.bridge.event_types import EventTypes
 from changebroker.broker.app import create_app
-from changebroker.broker.bridge.event_types import EventTypes
 from changebroker.broker.event_types.store import Store
 from changebroker.broker.settings import Settings
 from changebroker.stack.processes import wait_until

@@ -28,7 +28,7 @@ from confluent_kafka.admin import ConfigResource
 from pyspark.sql import SparkSession
 
 from changebroker import kafka
-from changebroker.broker.bridge.transactions import POSITIONS_TOPIC
+from changebroker.bridge.transactions import POSITIONS_TOPIC
 from changebroker.replay import run_replay
 from changebroker.stack.processes import wait_until
 from tests.broker.kafka_read import read_all, topic_of

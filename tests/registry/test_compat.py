@@ -327,7 +327,7 @@ def test_nakadi_levels(
 
 def _bridge_schema(*pg_types: str, added: bool = False) -> dict[str, Any]:
     """A row schema as the bridge writes one, each column's Postgres type in the annotation
-    keyword ``x-pg-type`` (broker/bridge/values.py); ``()``: as written before the keyword.
+    keyword ``x-pg-type`` (bridge/values.py); ``()``: as written before the keyword.
     ``added``: with a column more (typed ``text`` when the others are)."""
     columns: dict[str, Any] = {
         "id": {"type": "integer", "description": "the key"},

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from changebroker import pg_types
-from changebroker.broker.bridge import tables
+from changebroker.bridge import tables
 from changebroker.replay.columns import Column, union_columns
 
 # One column of every type the table lists, declared as format_type() names it (a type

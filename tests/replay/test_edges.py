@@ -13,8 +13,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from changebroker import cli
-from changebroker.broker.bridge.event_types import data_event_type
-from changebroker.broker.bridge.tables import Table
+from changebroker.bridge.event_types import data_event_type
+from changebroker.bridge.tables import Table
 from changebroker.replay import run_replay
 from changebroker.replay.columns import NoPrimaryKey
 from changebroker.stack.processes import wait_until

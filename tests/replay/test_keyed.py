@@ -15,9 +15,9 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from changebroker import kafka
-from changebroker.broker.bridge.bridge import record_key
-from changebroker.broker.bridge.event_types import data_event_type
-from changebroker.broker.bridge.tables import Table
+from changebroker.bridge.data_events import record_key
+from changebroker.bridge.event_types import data_event_type
+from changebroker.bridge.tables import Table
 from changebroker.replay import run_replay
 from tests.support.bridge_stack import Stack
 from tests.support.replay_snapshots import Rows, snapshot_tables

@@ -22,10 +22,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from changebroker import kafka, pg
+from changebroker.bridge import values
+from changebroker.bridge.bridge import Bridge
+from changebroker.bridge.main import create_app as bridge_app
+from changebroker.bridge.settings import Settings
 from changebroker.broker.app import create_app as broker_app
-from changebroker.broker.bridge import values
-from changebroker.broker.bridge.bridge import Bridge, Settings
-from changebroker.broker.bridge.main import create_app as bridge_app
 from changebroker.broker.settings import Settings as BrokerSettings
 from changebroker.changeserver.server import ChangeServer
 from changebroker.changeserver.server import Settings as ChangeServerSettings

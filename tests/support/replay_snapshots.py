@@ -28,7 +28,7 @@ def _float4(value: float) -> float:
 
 
 def event_value(value: Any, column: Column) -> Any:
-    """A snapshot value as the bridge's events carry it (broker/bridge/values.py)."""
+    """A snapshot value as the bridge's events carry it (bridge/values.py)."""
     if value is None:
         return None
     kind = column.kind

@@ -26,7 +26,7 @@ from typing import Any
 
 import psycopg
 
-from changebroker.broker.bridge import values
+from changebroker.bridge import values
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.string import TextLoader
 
-from changebroker.broker.bridge.tables import Table, split_name
+from changebroker.bridge.tables import Table, split_name
 from changebroker.changeserver.replication import SESSION_OPTIONS
 
 WATERMARKS = "public.changebroker_watermarks"

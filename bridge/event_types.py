@@ -3,8 +3,8 @@
 The broker's own API does the creating and the compatibility check (``PUT`` answers 422 when
 the mode refuses a change), so the bridge follows exactly the rules a person would; the broker
 registers each schema version in the registry under the event type's subject (tenant
-``changebroker``, namespace ``event-types``). The publishing pipeline's
-:class:`~changebroker.broker.publishing.api.Target` is then read from the broker's store.
+``changebroker``, namespace ``event-types``). Its events go through the broker's publishing
+pipeline (:mod:`changebroker.broker.publishing.pipeline`), whose targets are kept here.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 import httpx
 
 from changebroker import kafka
-from changebroker.broker.bridge.tables import Table, canonical
+from changebroker.bridge.tables import Table, canonical
 from changebroker.broker.event_types import effective_schema
 from changebroker.broker.event_types.store import Store
-from changebroker.broker.publishing.api import Target
+from changebroker.broker.publishing.pipeline import Target, Targets
 
 OWNING_APPLICATION = "changebroker-bridge"
 # What data_event_type declares; with the schema, all its effective schema depends on.
@@ -126,21 +126,11 @@ class EventTypes:
         """``cluster``: the bridge's Kafka, where the storage ``default`` is."""
         self._store = store
         self._broker = broker
-        self._cluster = cluster
-        self._targets: dict[str, Target] = {}
+        self._targets = Targets(store, cluster)
 
     async def target(self, name: str) -> Target | None:
         """The publishing target of any event type (the outbox's), kept while its revision is."""
-        revision = await self._store.revision(name)
-        if revision is None:
-            return None
-        cached = self._targets.get(name)
-        if cached is None or cached.revision != revision:
-            stored = await self._store.get(name)
-            if stored is None:
-                return None
-            cached = self._targets[name] = Target.of(stored, self._cluster)
-        return cached
+        return await self._targets.get(name)
 
     async def published(self, name: str) -> Published | None:
         """The event type as it is stored, with its schema; ``None`` when there is none."""

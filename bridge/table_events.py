@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from changebroker.broker.bridge.event_types import Published
-from changebroker.broker.publishing.api import prepare
+from changebroker.bridge.event_types import Published
+from changebroker.broker.publishing.pipeline import prepare
 from changebroker.broker.publishing.producer import Message
 
 TABLE_EVENT_KEY = b"[]"
