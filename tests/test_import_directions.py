@@ -130,15 +130,14 @@ def test_no_two_modules_import_each_other() -> None:
     assert circles == []
 
 
+def _tables_of(part: str) -> list[str]:
+    """The tables ``sql/<part>/`` creates."""
+    sql = "".join(path.read_text() for path in (REPO_ROOT / "sql" / part).glob("*.sql"))
+    return sorted(set(re.findall(rf"CREATE TABLE (?:IF NOT EXISTS )?({part}_\w+)", sql)))
+
+
 # The broker's tables, as sql/broker/ creates them.
-BROKER_TABLES = sorted(
-    set(
-        re.findall(
-            r"CREATE TABLE (?:IF NOT EXISTS )?(broker_\w+)",
-            "".join(path.read_text() for path in (REPO_ROOT / "sql" / "broker").glob("*.sql")),
-        )
-    )
-)
+BROKER_TABLES = _tables_of("broker")
 
 
 def test_only_the_broker_names_its_tables() -> None:
@@ -153,6 +152,28 @@ def test_only_the_broker_names_its_tables() -> None:
         for module, path in MODULES.items()
         if not path.resolve().is_relative_to(broker)
         for found in [naming.search(path.read_text())]
+        if found is not None
+    )
+    assert wrong == []
+
+
+def test_only_the_registry_writes_its_tables() -> None:
+    """The broker keeps each event type's schema versions as registry subjects, in the same
+    transaction as the event type, but through the registry's own store
+    (``registry.store.register_in`` and its neighbours): no SQL outside ``registry/`` writes a
+    registry table, so the registry's invariants (ids without gaps, one id per definition)
+    are kept in one place."""
+    tables = _tables_of("registry")
+    assert "registry_schemas" in tables
+    writing = re.compile(
+        rf"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM|TRUNCATE)\s+({'|'.join(tables)})\b", re.I
+    )
+    registry = REPO_ROOT / "registry"
+    wrong = sorted(
+        f"{module} writes {found.group(1)}"
+        for module, path in MODULES.items()
+        if not path.resolve().is_relative_to(registry)
+        for found in [writing.search(path.read_text())]
         if found is not None
     )
     assert wrong == []
