@@ -62,12 +62,22 @@ class Peer(Protocol):
 
 
 class Ours:
-    label = "ours"
     guarantee = "exactly once (each batch's events and the position in one Kafka transaction)"
 
-    def __init__(self, server_dsn: str, app_dsn: str, bootstrap: str, tables: list[str]) -> None:
+    def __init__(
+        self,
+        server_dsn: str,
+        app_dsn: str,
+        bootstrap: str,
+        tables: list[str],
+        bridge_args: tuple[str, ...] = (),
+        label: str = "ours",
+    ) -> None:
+        """``bridge_args``: flags the bridge gets beside the stack's (``label`` says them)."""
         self._server_dsn, self._app_dsn, self._bootstrap = server_dsn, app_dsn, bootstrap
         self._tables = tables
+        self._bridge_args = bridge_args
+        self.label = label
         self.pids: dict[str, int] = {}
         self._meta_dsn = self._bridge_url = ""
 
@@ -81,7 +91,9 @@ class Ours:
             state.mkdir()
             self._meta_dsn = meta_dsn
             try:
-                with services(self._app_dsn, meta_dsn, self._bootstrap, state) as (url, pids):
+                with services(
+                    self._app_dsn, meta_dsn, self._bootstrap, state, *self._bridge_args
+                ) as (url, pids):
                     self._bridge_url = url
                     self.pids = pids._asdict()
                     yield
