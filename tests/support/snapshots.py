@@ -16,6 +16,8 @@ import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from changebroker.replay.snapshots import new_snapshot_id
+
 # Postgres type name -> the Parquet (Arrow) type of the replay's columns; others are text.
 _TYPED: dict[str, pa.DataType] = {
     "bool": pa.bool_(),
@@ -55,7 +57,8 @@ def write_snapshot(
 ) -> str:
     """Write ``tables`` (``schema.table``) as they are now; returns the snapshot id."""
     when = when or datetime.datetime.now(datetime.UTC)
-    snapshot_id = f"{when:%Y%m%dT%H%M%S}Z-{uuid.uuid4().hex[:6]}"
+    # As the replay names them: two written within a second still sort by time.
+    snapshot_id = new_snapshot_id(when)
     folder = out / snapshot_id
     manifest: dict[str, Any] = {
         "format": 1,
