@@ -4,7 +4,8 @@ next one, in order, with the newest position."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -24,6 +25,18 @@ def events_topic(bootstrap: str, name: str) -> str:
     admin = kafka.admin(bootstrap)
     admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)])[name].result(30)
     return name
+
+
+@contextlib.contextmanager
+def transactional(bootstrap: str, name: str) -> Iterator[tuple[str, Transactions]]:
+    """An events topic and a transactional producer named ``name``, closed afterwards."""
+    topic = events_topic(bootstrap, name)
+    ensure_positions_topic(bootstrap, None, None)
+    producer = Transactions(bootstrap, name)
+    try:
+        yield topic, producer
+    finally:
+        producer.close()
 
 
 def committed_values(bootstrap: str, topic: str, count: int) -> list[bytes]:
@@ -61,12 +74,9 @@ def test_batches_handed_over_during_a_transaction_go_together_in_the_next(
     last_offset: int,
 ) -> None:
     name = unique_name("commits")
-    topic = events_topic(kafka_bootstrap, name)
-    ensure_positions_topic(kafka_bootstrap, None, None)
-    producer = Transactions(kafka_bootstrap, name)
     tags: list[int] = []
 
-    async def hand_over() -> None:
+    async def hand_over(topic: str, producer: Transactions) -> None:
         commits = Commits(producer, tags.append, max_waiting)
         for n in (1, 2, 3):
             # Nothing here lets the first transaction's thread report back: 2 and 3 wait for
@@ -75,10 +85,8 @@ def test_batches_handed_over_during_a_transaction_go_together_in_the_next(
             await commits.add([message], {"since": str(n)}, n)
         await commits.drain()
 
-    try:
-        asyncio.run(hand_over())
-    finally:
-        producer.close()
+    with transactional(kafka_bootstrap, name) as (topic, producer):
+        asyncio.run(hand_over(topic, producer))
 
     assert tags == transactions
     assert committed_values(kafka_bootstrap, topic, 3) == [b"event 1", b"event 2", b"event 3"]
@@ -98,12 +106,9 @@ def test_a_transaction_starts_at_most_once_an_interval(
     """Batches handed over after a transaction committed, within its interval, wait for the
     next turn together; with no interval the first of them starts one at once."""
     name = unique_name("interval")
-    topic = events_topic(kafka_bootstrap, name)
-    ensure_positions_topic(kafka_bootstrap, None, None)
-    producer = Transactions(kafka_bootstrap, name)
     tags: list[int] = []
 
-    async def hand_over() -> None:
+    async def hand_over(topic: str, producer: Transactions) -> None:
         first_committed = asyncio.Event()
 
         def committed(tag: int) -> None:
@@ -119,10 +124,8 @@ def test_a_transaction_starts_at_most_once_an_interval(
             )
         await commits.drain()
 
-    try:
-        asyncio.run(hand_over())
-    finally:
-        producer.close()
+    with transactional(kafka_bootstrap, name) as (topic, producer):
+        asyncio.run(hand_over(topic, producer))
 
     assert tags == transactions
     assert committed_values(kafka_bootstrap, topic, 3) == [b"event 1", b"event 2", b"event 3"]
